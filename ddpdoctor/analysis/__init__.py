@@ -1,0 +1,1 @@
+"""Pure analysis: evidence in, findings out. No processes, sockets or torch here."""

@@ -1,0 +1,328 @@
+"""Run a Python function on N local ranks, each with a process group, under a hard deadline.
+
+Built on torch's own elastic multiprocessing (``start_processes``, what torchrun's agent
+uses), not a hand-made spawner. What this module adds is what a doctor needs and torchrun
+does not give:
+
+- a hard deadline: ranks still running at the deadline are killed (SIGTERM, then SIGKILL, so
+  a SIGSTOPped rank dies too) and reported as ``timeout``; the call returns within
+  deadline + a few seconds, never hangs;
+- a per-rank outcome (return value, exception with traceback, death by signal/exit code,
+  killed at the deadline, torn down after another rank failed);
+- progress marks through the rendezvous store, so that among several stuck ranks the ones
+  that never reached the last step the others reached can be named as the culprits.
+
+The rendezvous store is hosted by the calling process on a free port chosen by the OS, so
+there is no port race and the parent can read progress while ranks are blocked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import signal
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"          # the function raised
+STATUS_DIED = "died"            # the process exited without a result (signal, os._exit)
+STATUS_TIMEOUT = "timeout"      # still running at the deadline, killed by the launcher
+STATUS_TORN_DOWN = "torn_down"  # killed because another rank failed first
+
+_PROGRESS_KEY = "ddpdoctor/progress/{rank}"
+
+
+@dataclass
+class RankContext:
+    """What a launched function receives on each rank."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: str
+    deadline_s: float
+    store: Any = None  # the torch.distributed.Store shared by all ranks and the launcher
+    _progress: int = 0
+
+    def progress(self, label: str) -> None:
+        """Record that this rank reached ``label``; the launcher reads it at the deadline."""
+        self._progress += 1
+        if self.store is not None:
+            self.store.set(_PROGRESS_KEY.format(rank=self.rank), f"{self._progress}:{label}")
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    status: str
+    value: Any = None
+    error: str = ""           # one line
+    traceback: str = ""
+    exitcode: int | None = None
+    pid: int | None = None
+    progress: int = 0         # how many progress marks this rank reached
+    last_step: str = ""       # the label of its last progress mark
+    stderr_tail: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LaunchResult:
+    world_size: int
+    backend: str
+    deadline_s: float
+    elapsed_s: float
+    outcomes: list[RankOutcome]
+    log_dir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return all(o.status == STATUS_OK for o in self.outcomes)
+
+    def values(self) -> dict[int, Any]:
+        return {o.rank: o.value for o in self.outcomes if o.status == STATUS_OK}
+
+    def by_status(self, status: str) -> list[int]:
+        return [o.rank for o in self.outcomes if o.status == status]
+
+    def culprits(self) -> list[int]:
+        """Ranks where the failure started.
+
+        Ranks that raised or died come first. Otherwise, among ranks killed at the deadline,
+        those that reached the fewest progress marks: a rank that never entered the
+        collective the others wait in is behind them.
+        """
+        failed = [o.rank for o in self.outcomes if o.status in (STATUS_ERROR, STATUS_DIED)]
+        if failed:
+            return failed
+        stuck = [o for o in self.outcomes if o.status == STATUS_TIMEOUT]
+        if not stuck:
+            return []
+        least = min(o.progress for o in stuck)
+        return [o.rank for o in stuck if o.progress == least]
+
+
+def default_backend(nproc: int) -> str:
+    """nccl when every rank can have its own GPU, else gloo."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= nproc:
+        return "nccl"
+    return "gloo"
+
+
+def _rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: str,
+                deadline_s: float) -> None:
+    """Runs inside each rank process (must stay a module-level function: spawn pickles it)."""
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    out = Path(result_dir) / f"rank{rank}.pkl"
+    device = "cpu"
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+            device = f"cuda:{local_rank}"
+        timeout = timedelta(seconds=max(1.0, deadline_s))
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              world, is_master=False, timeout=timeout)
+        ctx = RankContext(rank, world, local_rank, backend, device, deadline_s, store)
+        ctx.progress("init_process_group")
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                timeout=timeout)
+        value = fn(ctx, *args)
+        payload = {"status": STATUS_OK, "value": value}
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher
+        payload = {
+            "status": STATUS_ERROR,
+            "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
+            "traceback": traceback.format_exc(),
+        }
+    tmp = out.with_suffix(".tmp")
+    try:
+        tmp.write_bytes(pickle.dumps(payload))
+    except Exception as e:  # unpicklable return value: say so rather than lose the rank
+        tmp.write_bytes(pickle.dumps({"status": STATUS_ERROR,
+                                      "error": f"result not picklable: {e}"}))
+    tmp.rename(out)
+    if payload["status"] == STATUS_OK:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        return
+    # Exit non-zero without raising: elastic's own error reporting would add noise.
+    os._exit(1)
+
+
+def _free_store(host: str, world: int, deadline_s: float):
+    import torch.distributed as dist
+
+    return dist.TCPStore(host, 0, world + 1, is_master=True,
+                         timeout=timedelta(seconds=max(1.0, deadline_s)),
+                         wait_for_workers=False)
+
+
+def _read_progress(store, rank: int) -> tuple[int, str]:
+    key = _PROGRESS_KEY.format(rank=rank)
+    try:
+        if not store.check([key]):
+            return 0, ""
+        count, _, label = store.get(key).decode().partition(":")
+        return int(count), label
+    except Exception:  # the store is best effort evidence, never a reason to fail
+        return 0, ""
+
+
+def _tail(path: Path, lines: int = 20) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [ln for ln in text.splitlines() if ln.strip()][-lines:]
+
+
+def launch(
+    fn: Callable[..., Any],
+    nproc: int = 2,
+    args: tuple = (),
+    backend: str | None = None,
+    deadline_s: float = 60.0,
+    rank_env: dict[int, dict[str, str]] | None = None,
+    log_dir: str | None = None,
+    master_addr: str = "127.0.0.1",
+) -> LaunchResult:
+    """Run ``fn(ctx, *args)`` on ``nproc`` local ranks and collect every rank's outcome.
+
+    ``fn`` must be a module-level function (spawn pickles it by reference). ``rank_env``
+    adds environment variables to single ranks (tests use it to plant a differing env).
+    Returns within ``deadline_s`` plus the time to kill what is left (a few seconds).
+    """
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+
+    if nproc < 1:
+        raise ValueError("nproc must be at least 1")
+    backend = backend or default_backend(nproc)
+    started = time.monotonic()
+    work = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="ddpdoctor-launch-"))
+    work.mkdir(parents=True, exist_ok=True)
+    result_dir = work / "results"
+    result_dir.mkdir(exist_ok=True)
+    store = _free_store(master_addr, nproc, deadline_s)
+
+    envs = {}
+    for r in range(nproc):
+        env = {
+            "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0",
+            "MASTER_ADDR": master_addr, "MASTER_PORT": str(store.port),
+            "TORCHELASTIC_RUN_ID": "ddpdoctor",
+        }
+        env.update((rank_env or {}).get(r, {}))
+        envs[r] = env
+
+    logs = DefaultLogsSpecs(log_dir=str(work / "logs"), redirects=Std.ALL)
+    with _quiet_torch_launcher():
+        return _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir,
+                    work, started)
+
+
+@contextlib.contextmanager
+def _quiet_torch_launcher():
+    """torch's launcher logs every kill and failure with a traceback; the report says it
+    better, so its loggers are silenced for the launch only."""
+    loggers = [logging.getLogger(n) for n in ("torch.distributed.elastic",
+                                              "torch.multiprocessing")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, work,
+         started) -> LaunchResult:
+    from torch.distributed.elastic.multiprocessing import start_processes
+
+    pc = start_processes(
+        name="ddpdoctor",
+        entrypoint=_rank_entry,
+        args={r: (fn, args, str(result_dir), backend, deadline_s) for r in range(nproc)},
+        envs=envs,
+        logs_specs=logs,
+    )
+    pids = pc.pids()
+    exitcodes: dict[int, int | None] = {}
+    timed_out = False
+    try:
+        remaining = deadline_s - (time.monotonic() - started)
+        run = pc.wait(timeout=max(0.1, remaining), period=0.1)
+        if run is None:
+            timed_out = True
+        else:
+            for local_rank, failure in run.failures.items():
+                exitcodes[local_rank] = failure.exitcode
+    finally:
+        progress = {r: _read_progress(store, r) for r in range(nproc)}
+        pc.close(death_sig=signal.SIGTERM, timeout=2)
+    elapsed = time.monotonic() - started
+
+    outcomes = []
+    first_failure_seen = any(
+        (result_dir / f"rank{r}.pkl").exists()
+        and pickle.loads((result_dir / f"rank{r}.pkl").read_bytes())["status"] != STATUS_OK
+        for r in range(nproc)
+    ) or bool(exitcodes)
+    for r in range(nproc):
+        res_file = result_dir / f"rank{r}.pkl"
+        count, label = progress[r]
+        stderr_path = Path(logs.root_log_dir)
+        stderr_files = list(stderr_path.glob(f"**/attempt_*/{r}/stderr.log"))
+        tail = _tail(stderr_files[0]) if stderr_files else []
+        outcome = RankOutcome(rank=r, status=STATUS_DIED, pid=pids.get(r), progress=count,
+                              last_step=label, stderr_tail=tail)
+        if res_file.exists():
+            payload = pickle.loads(res_file.read_bytes())
+            outcome.status = payload["status"]
+            outcome.value = payload.get("value")
+            outcome.error = payload.get("error", "")
+            outcome.traceback = payload.get("traceback", "")
+        elif r in exitcodes:
+            outcome.exitcode = exitcodes[r]
+            outcome.error = _describe_exit(exitcodes[r])
+        elif timed_out:
+            outcome.status = STATUS_TIMEOUT
+            outcome.error = (f"still running at the {deadline_s:g} s deadline "
+                             f"(last reached: {label or 'nothing'}); killed")
+        elif first_failure_seen:
+            outcome.status = STATUS_TORN_DOWN
+            outcome.error = "stopped by the launcher after another rank failed"
+        outcomes.append(outcome)
+    return LaunchResult(nproc, backend, deadline_s, round(elapsed, 3), outcomes, str(work))
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "exited without a result"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code} without a result"

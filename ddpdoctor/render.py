@@ -1,0 +1,114 @@
+"""Terminal view of a Report, in the style of ``flutter doctor``.
+
+One line per check with a mark, the findings under the check that produced them with a hint
+that names the playbook, then one summary line. Findings that belong to no check (attach,
+diagnose, run) are listed under "Findings".
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.report import Report
+
+MARKS = {
+    "ok": ("[✓]", "green"),
+    "warning": ("[!]", "yellow"),
+    "error": ("[✗]", "red"),
+    "skipped": ("[-]", "dim"),
+}
+FINDING_MARKS = {"error": ("✗", "red"), "warning": ("!", "yellow"), "info": ("•", "cyan")}
+
+# Evidence longer than this is cut in the terminal unless -v; --json always has it whole.
+_MAX_EVIDENCE_CHARS = 400
+_MAX_EVIDENCE_LINES = 12
+
+
+def _evidence_lines(finding: Finding, verbose: bool) -> list[str]:
+    max_lines = None if verbose else _MAX_EVIDENCE_LINES
+    max_chars = None if verbose else _MAX_EVIDENCE_CHARS
+    lines = []
+    for key, value in finding.evidence.items():
+        if key == "check":
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            shown = value[:max_lines]
+            lines.append(f"{key}:")
+            lines.extend(f"  {v}" for v in shown)
+            if len(value) > len(shown):
+                lines.append(f"  ... {len(value) - len(shown)} more (see --json)")
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        if max_chars is not None and len(text) > max_chars:
+            text = text[:max_chars] + " ..."
+        lines.append(f"{key}: {text}")
+    return lines
+
+
+def _render_finding(console: Console, finding: Finding, indent: str, verbose: bool) -> None:
+    mark, style = FINDING_MARKS[finding.severity]
+    line = Text(indent)
+    line.append(f"{mark} {finding.id}", style=f"bold {style}")
+    line.append(f"  {finding.title}")
+    if finding.ranks:
+        line.append(f"  (rank {format_ranks(finding.ranks)})", style="bold")
+    console.print(line)
+    for ev in _evidence_lines(finding, verbose):
+        console.print(Text(f"{indent}    {ev}", style="dim"))
+    console.print(f"{indent}    [cyan]→ ddpdoctor playbook {escape(finding.playbook)}[/cyan]")
+
+
+def render(report: Report, console: Console | None = None, verbose: bool = False) -> None:
+    console = console or Console(highlight=False)
+    report.finish()
+    world = report.world
+    head = [f"ddpdoctor {report.command}"]
+    if world.get("world_size"):
+        head.append(f"{world['world_size']} ranks")
+    if world.get("backend"):
+        head.append(str(world["backend"]))
+    head.append(f"{report.duration_s:.1f} s")
+    console.print(Text(" · ".join(head), style="bold"))
+
+    placed: set[int] = set()
+    current_group = None
+    for check in report.checks:
+        if check.group and check.group != current_group:
+            current_group = check.group
+            console.print(Text(check.group, style="bold underline"))
+        status = report.check_status(check)
+        mark, style = MARKS[status]
+        line = Text()
+        line.append(mark, style=f"bold {style}")
+        line.append(f" {check.name}: ", style="bold")
+        line.append(check.summary, style="dim" if status == "skipped" else "")
+        console.print(line)
+        for f in report.sorted_findings():
+            if f.evidence.get("check") == check.name:
+                placed.add(id(f))
+                _render_finding(console, f, "    ", verbose)
+
+    loose = [f for f in report.sorted_findings() if id(f) not in placed]
+    if loose:
+        console.print(Text("Findings", style="bold underline"))
+        for f in loose:
+            _render_finding(console, f, "  ", verbose)
+
+    console.print()
+    if report.doctor_error:
+        console.print(Text(f"✗ ddpdoctor could not run: {report.doctor_error}", style="bold red"))
+        return
+    errors = sum(f.severity == "error" for f in report.findings)
+    warnings = sum(f.severity == "warning" for f in report.findings)
+    if errors or warnings:
+        style = "bold red" if errors else "bold yellow"
+        console.print(Text(f"! {errors} error(s), {warnings} warning(s). "
+                           "Fix the first error first: later ones are often its fallout.",
+                           style=style))
+    else:
+        console.print(Text("• No issues found!", style="bold green"))

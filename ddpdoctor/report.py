@@ -1,0 +1,114 @@
+"""The report every command produces: findings plus what was checked, and the exit code."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.findings import Finding
+
+SCHEMA = "ddpdoctor.report/1"
+
+# Exit codes (DESIGN.md): the contract scripts and CI rely on.
+EXIT_HEALTHY = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_DOCTOR_FAILED = 3
+
+CHECK_STATUSES = ("ok", "warning", "error", "skipped")
+
+
+@dataclass
+class Check:
+    """One line of the doctor-style view: a probe or analysis step and how it went.
+
+    ``status`` is derived from the findings attached to it unless it was skipped; a
+    skipped check always says why in ``summary``.
+    """
+
+    name: str
+    summary: str
+    status: str = "ok"
+    group: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in CHECK_STATUSES:
+            raise ValueError(f"check status must be one of {CHECK_STATUSES}")
+
+
+@dataclass
+class Report:
+    command: str
+    findings: list[Finding] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    world: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    duration_s: float | None = None
+    # Set when the doctor itself could not do its job (exit 3); says why in one line.
+    doctor_error: str = ""
+
+    def add(self, finding: Finding, check: str | None = None) -> None:
+        """Add a finding; ``check`` names the check line it belongs to, if any."""
+        if check is not None:
+            finding.evidence.setdefault("check", check)
+        self.findings.append(finding)
+
+    def finish(self) -> Report:
+        if self.duration_s is None:
+            self.duration_s = round(time.time() - self.started, 3)
+        return self
+
+    def check_status(self, check: Check) -> str:
+        if check.status == "skipped":
+            return "skipped"
+        severities = {f.severity for f in self.findings if f.evidence.get("check") == check.name}
+        if "error" in severities:
+            return "error"
+        if "warning" in severities:
+            return "warning"
+        return check.status
+
+    @property
+    def exit_code(self) -> int:
+        if self.doctor_error:
+            return EXIT_DOCTOR_FAILED
+        if any(f.severity == "error" for f in self.findings):
+            return EXIT_FINDINGS
+        return EXIT_HEALTHY
+
+    def sorted_findings(self) -> list[Finding]:
+        order = {"error": 0, "warning": 1, "info": 2}
+        return sorted(self.findings, key=lambda f: order[f.severity])
+
+    def to_dict(self) -> dict[str, Any]:
+        self.finish()
+        return {
+            "schema": SCHEMA,
+            "command": self.command,
+            "started": datetime.fromtimestamp(self.started, timezone.utc).isoformat(),
+            "duration_s": self.duration_s,
+            "world": self.world,
+            "findings": [f.to_dict() for f in self.sorted_findings()],
+            "probes": {
+                c.name: {"status": self.check_status(c), "summary": c.summary,
+                         "group": c.group, "data": c.data}
+                for c in self.checks
+            },
+            "exit_code": self.exit_code,
+            "doctor_error": self.doctor_error or None,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+    def write_json(self, path: str | Path) -> None:
+        text = self.to_json() + "\n"
+        if str(path) == "-":
+            print(text, end="")
+            return
+        Path(path).write_text(text)

@@ -1,0 +1,23 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_tmp(tmp_path, monkeypatch):
+    # torchrun and elastic write /tmp/torchelastic_* dirs: keep them inside the test's tmp.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    yield
+
+
+def ddpdoctor_cmd() -> list[str]:
+    exe = BIN / "ddpdoctor"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "ddpdoctor"]
+
+
+os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -1,0 +1,58 @@
+"""The rank launcher: outcomes, deadlines, culprits. Each test starts real ranks."""
+
+import time
+
+import launch_fns
+import pytest
+
+from ddpdoctor.analysis.launch import analyze_launch
+from ddpdoctor.launcher import launch
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.mark.timeout(90)
+def test_collects_every_rank_return_value():
+    res = launch(launch_fns.allreduce, nproc=2, backend="gloo", deadline_s=60)
+    assert res.ok
+    assert res.values() == {0: {"rank": 0, "sum": 3.0}, 1: {"rank": 1, "sum": 3.0}}
+    assert analyze_launch(res) == []
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["sleep", "sigstop"])
+def test_rank_stuck_forever_is_killed_at_the_deadline_and_named(how):
+    deadline = 12.0
+    start = time.monotonic()
+    res = launch(launch_fns.stuck_rank, nproc=2, args=(1, how), backend="gloo",
+                 deadline_s=deadline)
+    elapsed = time.monotonic() - start
+    assert elapsed < deadline + 6, f"launcher took {elapsed:.1f} s"
+    assert {o.rank: o.status for o in res.outcomes} == {0: "timeout", 1: "timeout"}
+    # rank 0 waits in the all-reduce; rank 1 never got there: rank 1 is the culprit
+    assert res.culprits() == [1]
+    findings = analyze_launch(res)
+    assert [(f.id, f.ranks) for f in findings] == [("COMM_CONNECTIVITY", [1])]
+    assert findings[0].evidence["waiting_for_it"] == [0]
+
+
+@pytest.mark.timeout(90)
+def test_exception_on_one_rank_names_it_and_tears_down_the_rest():
+    res = launch(launch_fns.raise_on, nproc=2, args=(1,), backend="gloo", deadline_s=60)
+    by_rank = {o.rank: o for o in res.outcomes}
+    assert by_rank[1].status == "error"
+    assert by_rank[1].error == "RuntimeError: planted failure on rank 1"
+    assert "raise_on" in by_rank[1].traceback
+    assert by_rank[0].status == "torn_down"
+    assert res.culprits() == [1]
+    assert res.elapsed_s < 30
+
+
+@pytest.mark.timeout(90)
+def test_rank_killed_by_signal_is_reported_as_crashed():
+    res = launch(launch_fns.sigkill_on, nproc=2, args=(0,), backend="gloo", deadline_s=60)
+    by_rank = {o.rank: o for o in res.outcomes}
+    assert by_rank[0].status == "died"
+    assert by_rank[0].error == "killed by signal SIGKILL"
+    findings = analyze_launch(res)
+    assert [(f.id, f.ranks) for f in findings] == [("RANK_CRASHED", [0])]
