@@ -32,6 +32,8 @@ _SPECS = [
           "MASTER_ADDR/rendezvous endpoint cannot be reached or resolved", "check, diagnose"),
     _spec("ENV_NCCL_CONFIG", "error",
           "NCCL_* / GLOO_* settings that cannot work", "check"),
+    _spec("ENV_VAR_MISMATCH", "warning",
+          "a NCCL_* / GLOO_* / TORCH_* / OMP_* variable differs from rank to rank", "check"),
     _spec("ENV_LIMITS", "warning",
           "ulimit, CPU affinity or thread oversubscription that hurts training", "check"),
     _spec("GPU_DEVICE_MAPPING", "error",

@@ -70,6 +70,7 @@ class RankOutcome:
     traceback: str = ""
     exitcode: int | None = None
     pid: int | None = None
+    pre: Any = None           # what ``pre_init`` returned, kept even when the rank failed
     progress: int = 0         # how many progress marks this rank reached
     last_step: str = ""       # the label of its last progress mark
     stderr_tail: list[str] = field(default_factory=list)
@@ -121,7 +122,7 @@ def default_backend(nproc: int) -> str:
 
 
 def _rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: str,
-                deadline_s: float) -> None:
+                deadline_s: float, pre_init: Callable[..., Any] | None = None) -> None:
     """Runs inside each rank process (must stay a module-level function: spawn pickles it)."""
     import torch
     import torch.distributed as dist
@@ -139,6 +140,16 @@ def _rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: s
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                               world, is_master=False, timeout=timeout)
         ctx = RankContext(rank, world, local_rank, backend, device, deadline_s, store)
+        omp = os.environ.get("OMP_NUM_THREADS", "")
+        if omp.isdigit() and int(omp) > 0:
+            # torch was imported by the spawn machinery before our env was applied; a rank
+            # started by torchrun would have read OMP_NUM_THREADS at import.
+            torch.set_num_threads(int(omp))
+        if pre_init is not None:
+            ctx.progress("pre_init")
+            pre = pre_init(ctx, *args)
+            # Saved now: a rank torn down later (another rank failed) keeps its evidence.
+            out.with_suffix(".pre").write_bytes(pickle.dumps(pre))
         ctx.progress("init_process_group")
         dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                                 timeout=timeout)
@@ -204,12 +215,15 @@ def launch(
     rank_env: dict[int, dict[str, str]] | None = None,
     log_dir: str | None = None,
     master_addr: str = "127.0.0.1",
+    pre_init: Callable[..., Any] | None = None,
 ) -> LaunchResult:
     """Run ``fn(ctx, *args)`` on ``nproc`` local ranks and collect every rank's outcome.
 
     ``fn`` must be a module-level function (spawn pickles it by reference). ``rank_env``
     adds environment variables to single ranks (tests use it to plant a differing env).
-    Returns within ``deadline_s`` plus the time to kill what is left (a few seconds).
+    ``pre_init(ctx, *args)``, if given, runs on each rank before the process group is
+    created; its result is kept even when process group creation fails (the env probe uses
+    it to explain why). Returns within ``deadline_s`` plus the time to kill what is left.
     """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 
@@ -231,13 +245,16 @@ def launch(
             "MASTER_ADDR": master_addr, "MASTER_PORT": str(store.port),
             "TORCHELASTIC_RUN_ID": "ddpdoctor",
         }
+        if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
+            # torchrun does the same for multi-rank jobs; probes must see what jobs see.
+            env["OMP_NUM_THREADS"] = "1"
         env.update((rank_env or {}).get(r, {}))
         envs[r] = env
 
     logs = DefaultLogsSpecs(log_dir=str(work / "logs"), redirects=Std.ALL)
     with _quiet_torch_launcher():
         return _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir,
-                    work, started)
+                    work, started, pre_init)
 
 
 @contextlib.contextmanager
@@ -257,13 +274,14 @@ def _quiet_torch_launcher():
 
 
 def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, work,
-         started) -> LaunchResult:
+         started, pre_init) -> LaunchResult:
     from torch.distributed.elastic.multiprocessing import start_processes
 
     pc = start_processes(
         name="ddpdoctor",
         entrypoint=_rank_entry,
-        args={r: (fn, args, str(result_dir), backend, deadline_s) for r in range(nproc)},
+        args={r: (fn, args, str(result_dir), backend, deadline_s, pre_init)
+              for r in range(nproc)},
         envs=envs,
         logs_specs=logs,
     )
@@ -297,6 +315,9 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
         tail = _tail(stderr_files[0]) if stderr_files else []
         outcome = RankOutcome(rank=r, status=STATUS_DIED, pid=pids.get(r), progress=count,
                               last_step=label, stderr_tail=tail)
+        pre_file = res_file.with_suffix(".pre")
+        if pre_file.exists():
+            outcome.pre = pickle.loads(pre_file.read_bytes())
         if res_file.exists():
             payload = pickle.loads(res_file.read_bytes())
             outcome.status = payload["status"]

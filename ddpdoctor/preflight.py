@@ -1,18 +1,20 @@
 """`ddpdoctor check` orchestration: run the probes on every rank, analyse, build a report.
 
-The rank side (``run_probes``) is shared by the local launcher and by
+The rank side (``run_pre_probes`` / ``run_probes``) is shared by the local launcher and by
 ``torchrun -m ddpdoctor.check_worker`` so that one node and many nodes run the same code.
+Probes that need no process group run before it is created, so their evidence survives a
+failed init (that is usually when it is needed most).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from ddpdoctor.findings import Finding
 from ddpdoctor.report import Check, Report
 
 
@@ -20,23 +22,32 @@ from ddpdoctor.report import Check, Report
 class ProbeSpec:
     name: str
     module: str        # rank side: collect(ctx, opts) -> dict
-    analysis: str      # parent side: analyze(per_rank, world_size) -> (Check, findings)
+    analysis: str      # parent side: analyze(per_rank, world_size[, opts]) -> (checks, findings)
     group: str
+    # "rank": inside every rank, with the process group; "pre_init": inside every rank,
+    # before the process group exists; "parent": once, in the doctor's own process.
+    stage: str = "rank"
 
 
 PROBES: dict[str, ProbeSpec] = {
     p.name: p for p in [
+        ProbeSpec("env", "ddpdoctor.probes.env", "ddpdoctor.analysis.env", "Environment",
+                  stage="pre_init"),
+        ProbeSpec("rendezvous", "ddpdoctor.probes.rendezvous",
+                  "ddpdoctor.analysis.rendezvous", "Communication", stage="parent"),
         ProbeSpec("connectivity", "ddpdoctor.probes.connectivity",
                   "ddpdoctor.analysis.connectivity", "Communication"),
     ]
 }
 
 
-def run_probes(ctx: Any, names: list[str], opts: dict[str, Any]) -> dict[str, Any]:
-    """Rank side: run each probe in order; a probe that raises is recorded, not fatal."""
+def _run(ctx: Any, names: list[str], opts: dict[str, Any], stage: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in names:
-        ctx.progress(name)
+        if PROBES[name].stage != stage:
+            continue
+        if ctx is not None:
+            ctx.progress(name)
         start = time.perf_counter()
         try:
             data = importlib.import_module(PROBES[name].module).collect(ctx, opts)
@@ -45,13 +56,25 @@ def run_probes(ctx: Any, names: list[str], opts: dict[str, Any]) -> dict[str, An
             out[name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0],
                          "traceback": traceback.format_exc()}
         out[name]["seconds"] = round(time.perf_counter() - start, 3)
+    return out
+
+
+def run_pre_probes(ctx: Any, names: list[str], opts: dict[str, Any]) -> dict[str, Any]:
+    """Rank side, before the process group exists."""
+    return _run(ctx, names, opts, "pre_init")
+
+
+def run_probes(ctx: Any, names: list[str], opts: dict[str, Any]) -> dict[str, Any]:
+    """Rank side, with the process group; a probe that raises is recorded, not fatal."""
+    out = _run(ctx, names, opts, "rank")
     ctx.progress("done")
     return out
 
 
 def analyze_probes(per_rank: dict[int, dict[str, Any]], names: list[str], world_size: int,
-                   report: Report) -> None:
-    """Parent side: turn each probe's per-rank data into a check line and findings."""
+                   report: Report, opts: dict[str, Any] | None = None,
+                   not_run_reason: str = "") -> None:
+    """Parent side: turn each probe's per-rank data into check lines and findings."""
     for name in names:
         spec = PROBES[name]
         errors = {r: res[name]["error"] for r, res in per_rank.items()
@@ -59,38 +82,60 @@ def analyze_probes(per_rank: dict[int, dict[str, Any]], names: list[str], world_
         data = {r: res[name]["data"] for r, res in per_rank.items()
                 if name in res and "data" in res[name]}
         if not data:
-            why = next(iter(errors.values()), "no rank returned data")
+            why = next(iter(errors.values()), not_run_reason or "no rank returned data")
             report.checks.append(Check(name, f"could not run: {why}", status="error",
                                        group=spec.group))
             continue
-        check, findings = importlib.import_module(spec.analysis).analyze(data, world_size)
+        analyze = importlib.import_module(spec.analysis).analyze
+        if "opts" in inspect.signature(analyze).parameters:
+            checks, findings = analyze(data, world_size, opts=opts or {})
+        else:
+            checks, findings = analyze(data, world_size)
+        checks = checks if isinstance(checks, list) else [checks]
         if errors:
-            check.summary += f"; failed on rank(s) {sorted(errors)}: {next(iter(errors.values()))}"
-            check.status = "error"
-        report.checks.append(check)
+            first = checks[0]
+            first.summary += (f"; failed on rank(s) {sorted(errors)}: "
+                              f"{next(iter(errors.values()))}")
+            first.status = "error"
+        report.checks.extend(checks)
         for f in findings:
-            report.add(f, check=check.name)
+            report.add(f, check=f.evidence.get("check", checks[0].name))
 
 
 def run_check(nproc: int, names: list[str], backend: str | None, deadline_s: float,
               opts: dict[str, Any] | None = None,
               rank_env: dict[int, dict[str, str]] | None = None) -> Report:
     from ddpdoctor.analysis.launch import analyze_launch
-    from ddpdoctor.launcher import launch
+    from ddpdoctor.launcher import STATUS_ERROR, launch
 
+    opts = dict(opts or {})
     report = Report("check")
-    result = launch(run_probes, nproc=nproc, args=(names, opts or {}), backend=backend,
-                    deadline_s=deadline_s, rank_env=rank_env)
+    parent = _run(None, names, opts, "parent")
+    result = launch(run_probes, nproc=nproc, args=(names, opts), backend=backend,
+                    deadline_s=deadline_s, rank_env=rank_env, pre_init=run_pre_probes)
+    opts.setdefault("backend", result.backend)
     report.world = {"world_size": nproc, "backend": result.backend, "nodes": 1,
                     "deadline_s": deadline_s}
-    per_rank = result.values()
-    analyze_probes(per_rank, names, nproc, report)
+    per_rank: dict[int, dict[str, Any]] = {}
+    for o in result.outcomes:
+        merged = dict(o.pre or {})
+        if o.status == "ok":
+            merged.update(o.value or {})
+        if merged:
+            per_rank[o.rank] = merged
+    init_failed = {o.rank: o.error for o in result.outcomes
+                   if o.status == STATUS_ERROR and o.last_step == "init_process_group"}
+    reason = ""
+    if init_failed:
+        reason = (f"process group init failed on rank(s) {sorted(init_failed)}: "
+                  f"{next(iter(init_failed.values()))}")
+    parent_names = [n for n in names if PROBES[n].stage == "parent"]
+    analyze_probes({0: parent}, parent_names, nproc, report, opts)
+    rank_names = [n for n in names if PROBES[n].stage != "parent"]
+    analyze_probes(per_rank, rank_names, nproc, report, opts, not_run_reason=reason)
     for f in analyze_launch(result):
         report.add(f)
-    errors = {o.rank: o.error for o in result.outcomes if o.status == "error"}
-    if errors and not per_rank:
-        report.doctor_error = f"every rank failed to start: {next(iter(errors.values()))}"
+    if not per_rank:
+        first = next((o.error for o in result.outcomes if o.error), "no rank reported back")
+        report.doctor_error = f"no rank could run a probe: {first}"
     return report
-
-
-__all__ = ["PROBES", "Finding", "analyze_probes", "run_check", "run_probes"]

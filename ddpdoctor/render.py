@@ -64,7 +64,10 @@ def _render_finding(console: Console, finding: Finding, indent: str, verbose: bo
 
 
 def render(report: Report, console: Console | None = None, verbose: bool = False) -> None:
-    console = console or Console(highlight=False)
+    if console is None:
+        # Piped into a log: keep each line whole instead of wrapping at 80 columns.
+        console = Console(highlight=False)
+        console.soft_wrap = not console.is_terminal
     report.finish()
     world = report.world
     head = [f"ddpdoctor {report.command}"]
