@@ -87,7 +87,8 @@ _SPECS = [
     _spec("HANG_DATALOADER", "error",
           "a rank is stuck inside data loading while the others wait", "attach, run"),
     _spec("RANK_CRASHED", "error",
-          "a rank died and the others were left waiting or were torn down", "run, diagnose"),
+          "a rank died and the others were left waiting or were torn down",
+          "check, attach, run, diagnose"),
     _spec("COLLECTIVE_TIMEOUT", "error",
           "a collective hit its timeout (NCCL watchdog / gloo timeout)", "run, diagnose"),
 ]

@@ -216,6 +216,7 @@ def launch(
     log_dir: str | None = None,
     master_addr: str = "127.0.0.1",
     pre_init: Callable[..., Any] | None = None,
+    on_progress: Callable[[dict[int, str]], None] | None = None,
 ) -> LaunchResult:
     """Run ``fn(ctx, *args)`` on ``nproc`` local ranks and collect every rank's outcome.
 
@@ -223,7 +224,8 @@ def launch(
     adds environment variables to single ranks (tests use it to plant a differing env).
     ``pre_init(ctx, *args)``, if given, runs on each rank before the process group is
     created; its result is kept even when process group creation fails (the env probe uses
-    it to explain why). Returns within ``deadline_s`` plus the time to kill what is left.
+    it to explain why). ``on_progress`` is called about twice a second with each rank's
+    last progress label. Returns within ``deadline_s`` plus the time to kill what is left.
     """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 
@@ -254,7 +256,7 @@ def launch(
     logs = DefaultLogsSpecs(log_dir=str(work / "logs"), redirects=Std.ALL)
     with _quiet_torch_launcher():
         return _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir,
-                    work, started, pre_init)
+                    work, started, pre_init, on_progress)
 
 
 @contextlib.contextmanager
@@ -274,7 +276,7 @@ def _quiet_torch_launcher():
 
 
 def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, work,
-         started, pre_init) -> LaunchResult:
+         started, pre_init, on_progress) -> LaunchResult:
     from torch.distributed.elastic.multiprocessing import start_processes
 
     pc = start_processes(
@@ -289,8 +291,14 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
     exitcodes: dict[int, int | None] = {}
     timed_out = False
     try:
-        remaining = deadline_s - (time.monotonic() - started)
-        run = pc.wait(timeout=max(0.1, remaining), period=0.1)
+        run = None
+        while run is None:
+            remaining = deadline_s - (time.monotonic() - started)
+            if remaining <= 0:
+                break
+            run = pc.wait(timeout=min(0.5, remaining), period=0.1)
+            if run is None and on_progress is not None:
+                on_progress({r: _read_progress(store, r)[1] for r in range(nproc)})
         if run is None:
             timed_out = True
         else:

@@ -37,6 +37,10 @@ PROBES: dict[str, ProbeSpec] = {
                   "ddpdoctor.analysis.rendezvous", "Communication", stage="parent"),
         ProbeSpec("connectivity", "ddpdoctor.probes.connectivity",
                   "ddpdoctor.analysis.connectivity", "Communication"),
+        ProbeSpec("bandwidth", "ddpdoctor.probes.bandwidth", "ddpdoctor.analysis.bandwidth",
+                  "Communication"),
+        ProbeSpec("dataloader", "ddpdoctor.probes.dataloader", "ddpdoctor.analysis.dataloader",
+                  "Data"),
     ]
 }
 
@@ -104,15 +108,23 @@ def analyze_probes(per_rank: dict[int, dict[str, Any]], names: list[str], world_
 
 def run_check(nproc: int, names: list[str], backend: str | None, deadline_s: float,
               opts: dict[str, Any] | None = None,
-              rank_env: dict[int, dict[str, str]] | None = None) -> Report:
+              rank_env: dict[int, dict[str, str]] | None = None,
+              on_progress: Any = None) -> Report:
     from ddpdoctor.analysis.launch import analyze_launch
     from ddpdoctor.launcher import STATUS_ERROR, launch
 
     opts = dict(opts or {})
     report = Report("check")
     parent = _run(None, names, opts, "parent")
+    parent_names = [n for n in names if PROBES[n].stage == "parent"]
+    rank_names = [n for n in names if PROBES[n].stage != "parent"]
+    if not rank_names:  # nothing needs ranks: do not pay for starting them
+        report.world = {"world_size": nproc, "nodes": 1}
+        analyze_probes({0: parent}, parent_names, nproc, report, opts)
+        return report
     result = launch(run_probes, nproc=nproc, args=(names, opts), backend=backend,
-                    deadline_s=deadline_s, rank_env=rank_env, pre_init=run_pre_probes)
+                    deadline_s=deadline_s, rank_env=rank_env, pre_init=run_pre_probes,
+                    on_progress=on_progress)
     opts.setdefault("backend", result.backend)
     report.world = {"world_size": nproc, "backend": result.backend, "nodes": 1,
                     "deadline_s": deadline_s}
@@ -129,13 +141,29 @@ def run_check(nproc: int, names: list[str], backend: str | None, deadline_s: flo
     if init_failed:
         reason = (f"process group init failed on rank(s) {sorted(init_failed)}: "
                   f"{next(iter(init_failed.values()))}")
-    parent_names = [n for n in names if PROBES[n].stage == "parent"]
     analyze_probes({0: parent}, parent_names, nproc, report, opts)
-    rank_names = [n for n in names if PROBES[n].stage != "parent"]
     analyze_probes(per_rank, rank_names, nproc, report, opts, not_run_reason=reason)
     for f in analyze_launch(result):
         report.add(f)
+    _merge_duplicates(report)
     if not per_rank:
         first = next((o.error for o in result.outcomes if o.error), "no rank reported back")
         report.doctor_error = f"no rank could run a probe: {first}"
     return report
+
+
+def _merge_duplicates(report: Report) -> None:
+    """Two probes can find the same root cause (a tiny /dev/shm is seen by the env and the
+    dataloader probes): keep one finding per id and culprit ranks, with both evidences."""
+    seen: dict[tuple[str, tuple[int, ...]], Any] = {}
+    kept = []
+    for f in report.findings:
+        key = (f.id, tuple(f.ranks))
+        if key in seen:
+            first = seen[key]
+            first.evidence.setdefault("also_seen_by", []).append(
+                {"check": f.evidence.get("check"), "title": f.title})
+            continue
+        seen[key] = f
+        kept.append(f)
+    report.findings = kept

@@ -56,7 +56,8 @@ def _render_finding(console: Console, finding: Finding, indent: str, verbose: bo
     line.append(f"{mark} {finding.id}", style=f"bold {style}")
     line.append(f"  {finding.title}")
     if finding.ranks:
-        line.append(f"  (rank {format_ranks(finding.ranks)})", style="bold")
+        word = "rank" if len(finding.ranks) == 1 else "ranks"
+        line.append(f"  ({word} {format_ranks(finding.ranks)})", style="bold")
     console.print(line)
     for ev in _evidence_lines(finding, verbose):
         console.print(Text(f"{indent}    {ev}", style="dim"))

@@ -34,6 +34,11 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+def _node(text: str | None) -> int | None:
+    value = _int(text)
+    return value if value is not None and value >= 0 else None  # sysfs says -1 for "none"
+
+
 def numa_nodes(root: Path = _NODE_ROOT) -> list[dict[str, Any]]:
     nodes = []
     for d in sorted(root.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
@@ -53,7 +58,7 @@ def nics(root: Path = _NET_ROOT) -> list[dict[str, Any]]:
             continue
         driver = None
         if (d / "device" / "driver").exists():
-            driver = os.path.basename(os.readlink(d / "device" / "driver"))
+            driver = os.path.basename(os.path.realpath(d / "device" / "driver"))
         speed = _int(_read(d / "speed"))
         out.append({
             "name": d.name,
@@ -62,7 +67,7 @@ def nics(root: Path = _NET_ROOT) -> list[dict[str, Any]]:
             "driver": driver,
             "physical": (d / "device").exists(),  # virtual ones (veth, bridges) have none
             "mtu": _int(_read(d / "mtu")),
-            "numa_node": _int(_read(d / "device" / "numa_node")),
+            "numa_node": _node(_read(d / "device" / "numa_node")),
         })
     return out
 
@@ -72,7 +77,7 @@ def gpu_numa_node(pci_bus_id: str | None, root: Path = _PCI_ROOT) -> int | None:
     if key is None:
         return None
     # NVML prints an 8-digit domain, sysfs a 4-digit one.
-    return _int(_read(root / f"{key[0]:04x}:{key[1]:02x}:{key[2]:02x}.0" / "numa_node"))
+    return _node(_read(root / f"{key[0]:04x}:{key[1]:02x}:{key[2]:02x}.0" / "numa_node"))
 
 
 def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:

@@ -124,7 +124,8 @@ def _missing_ifnames(spec: str, present: set[str], prefix_match: bool) -> list[s
     """Interfaces named in a NCCL/GLOO_SOCKET_IFNAME value that this host does not have.
 
     NCCL syntax: comma list, leading '^' excludes (never an error), leading '=' means an
-    exact name; otherwise a prefix. GLOO takes exact names.
+    exact name; otherwise a prefix. NCCL uses whichever entries match, so only a list that
+    matches nothing is broken. GLOO takes exact names and opens a device for each.
     """
     if not spec or spec.startswith("^"):
         return []
@@ -138,6 +139,8 @@ def _missing_ifnames(spec: str, present: set[str], prefix_match: bool) -> list[s
             found = any(p.startswith(n) for p in present)
         if not found:
             missing.append(n)
+    if prefix_match and len(missing) < len(names):
+        return []
     return missing
 
 

@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ddpdoctor.commands.common import finish, json_option
+
+
+def _bandwidth_table(report) -> None:
+    """The nccl-tests-style table, printed after the report when bandwidth ran."""
+    from rich.console import Console
+    from rich.table import Table
+
+    check = next((c for c in report.checks if c.name == "bandwidth" and c.data.get("table")),
+                 None)
+    if check is None:
+        return
+    table = Table(title="bandwidth (slowest rank's median)", title_justify="left")
+    for col in ("collective", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        table.add_column(col, justify="right" if col != "collective" else "left")
+    for row in check.data["table"]:
+        size = row["size"]
+        human = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+        table.add_row(row["collective"], human, f"{row['time_us']:.1f}",
+                      f"{row['algbw_gbps']:.3f}", f"{row['busbw_gbps']:.3f}")
+    Console(highlight=False).print(table)
 
 
 @click.command(name="check")
@@ -13,28 +35,92 @@ from ddpdoctor.commands.common import finish, json_option
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
               help="Force a backend [default: nccl when every rank has a GPU, else gloo].")
 @click.option("--probe", "probes", multiple=True, metavar="NAME",
-              help="Run only this probe (repeatable).")
-@click.option("--deadline", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="Run only this probe (repeatable): env, rendezvous, connectivity, "
+                   "bandwidth, dataloader, gpu, topology.")
+@click.option("--deadline", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
               help="Seconds after which ranks that have not answered are killed and named.")
+@click.option("--master-addr", default=None,
+              help="Rendezvous host your job will use [default: $MASTER_ADDR or 127.0.0.1].")
+@click.option("--master-port", type=int, default=None,
+              help="Rendezvous port your job will use [default: $MASTER_PORT or 29500].")
+@click.option("--max-bytes", default="auto", show_default=True,
+              help="Largest bandwidth message, e.g. 64M or 1G [auto: 16M on gloo, 256M on nccl].")
+@click.option("--expect-busbw", type=float, default=None, metavar="GB/s",
+              help="all_reduce bus bandwidth you expect; below half of it is a finding.")
+@click.option("--shm-min-mb", type=click.IntRange(1), default=512, show_default=True,
+              help="Free /dev/shm below this is ENV_SHM_TOO_SMALL.")
 @click.option("-v", "--verbose", is_flag=True, help="Show all evidence lines.")
 @json_option
-def command(nproc: int | None, backend: str | None, probes: tuple[str, ...],
-            deadline: float, verbose: bool, json_path: str | None) -> None:
+def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], deadline: float,
+            master_addr: str | None, master_port: int | None, max_bytes: str,
+            expect_busbw: float | None, shm_min_mb: int, verbose: bool,
+            json_path: str | None) -> None:
     """Preflight every rank before a run.
 
-    Starts NPROC ranks on this node with a process group and runs the probes in each;
-    a rank that does not answer within --deadline is killed and named.
+    Starts NPROC ranks on this node, each with a process group, runs the probes in each and
+    turns what they find into findings. A rank that does not answer within --deadline is
+    killed and named. Probes: env (versions, env vars, /dev/shm, limits, socket interfaces),
+    rendezvous (your MASTER_ADDR/MASTER_PORT), connectivity (all-reduce + every pair),
+    bandwidth (nccl-tests-style sweep + every link), dataloader (workers through /dev/shm),
+    gpu and topology (NVML; skipped without an NVIDIA driver).
+
+    \b
+    ddpdoctor check                           2 CPU ranks, or one per GPU
+    ddpdoctor check --probe bandwidth --max-bytes 1G --expect-busbw 180
+    ddpdoctor check --json report.json        also write the JSON report
     """
-    from ddpdoctor.preflight import PROBES, run_check
+    from ddpdoctor.preflight import PROBES
 
     unknown = [p for p in probes if p not in PROBES]
     if unknown:
         raise click.BadParameter(f"unknown probe(s) {', '.join(unknown)}; "
                                  f"choose from {', '.join(PROBES)}", param_hint="--probe")
+    opts: dict = {"shm_min_free": shm_min_mb << 20}
+    if max_bytes != "auto":
+        opts["max_bytes"] = _parse_size(max_bytes)
+    for key, value in (("master_addr", master_addr), ("master_port", master_port),
+                       ("expect_busbw", expect_busbw)):
+        if value is not None:
+            opts[key] = value
     names = list(probes) or list(PROBES)
     if nproc is None:
         import torch
 
         nproc = torch.cuda.device_count() if torch.cuda.is_available() else 2
-    report = run_check(nproc, names, backend, deadline)
-    finish(report, json_path, verbose=verbose)
+    report = _run_with_progress(nproc, names, backend, deadline, opts)
+    finish(report, json_path, verbose=verbose,
+           after=None if json_path == "-" else _bandwidth_table)
+
+
+def _run_with_progress(nproc, names, backend, deadline, opts):
+    from rich.console import Console
+
+    from ddpdoctor.preflight import run_check
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return run_check(nproc, names, backend, deadline, opts)
+    with console.status(f"starting {nproc} ranks ...") as status:
+        def show(steps: dict[int, str]) -> None:
+            parts = [f"rank {r}: {s or 'starting'}" for r, s in sorted(steps.items())[:8]]
+            status.update("checking · " + " · ".join(parts))
+
+        return run_check(nproc, names, backend, deadline, opts, on_progress=show)
+
+
+def _parse_size(text: str) -> int:
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    num, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
+    try:
+        value = int(float(num) * units[unit])
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a size like 64M or 1G",
+                                 param_hint="--max-bytes") from None
+    if value < 1024:
+        raise click.BadParameter("must be at least 1K", param_hint="--max-bytes")
+    return value
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(command())

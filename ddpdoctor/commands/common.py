@@ -19,13 +19,19 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def finish(report: Report, json_path: str | None, verbose: bool = False) -> None:
-    """Render ``report``, write its JSON if asked, and exit with its exit code."""
+def finish(report: Report, json_path: str | None, verbose: bool = False,
+           after: Callable[[Report], None] | None = None) -> None:
+    """Render ``report``, write its JSON if asked, and exit with its exit code.
+
+    ``after`` prints command-specific detail (e.g. check's bandwidth table) after the view.
+    """
     from ddpdoctor.render import render
 
     report.finish()
     if json_path != "-":
         render(report, verbose=verbose)
+        if after is not None:
+            after(report)
     if json_path:
         try:
             report.write_json(json_path)

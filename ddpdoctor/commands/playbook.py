@@ -53,7 +53,7 @@ def command(finding_id: str | None, list_: bool, json_path: str | None) -> None:
         if json_path == "-":
             return
     table = Table(title="ddpdoctor playbooks", title_justify="left")
-    table.add_column("id", style="bold")
+    table.add_column("id", style="bold", no_wrap=True)
     table.add_column("severity")
     table.add_column("found by")
     table.add_column("title")

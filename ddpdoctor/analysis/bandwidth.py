@@ -1,0 +1,112 @@
+"""Bandwidth evidence -> the nccl-tests table, COMM_BANDWIDTH_LOW and COMM_SLOW_RANK."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ddpdoctor.busbw import algbw_gbps, busbw_gbps
+from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.report import Check
+
+# A link this many times slower than the median link is slow; loopback and veth timings
+# on a busy machine vary by 2x, a throttled or misrouted link by 10x or more.
+SLOW_LINK_FACTOR = 4.0
+# Below this share of --expect-busbw, the fabric as a whole is slow.
+EXPECTED_SHARE = 0.5
+
+
+def table(per_rank: dict[int, dict[str, Any]], world_size: int) -> list[dict[str, Any]]:
+    """One row per collective and size, timed by the slowest rank (nccl-tests' view)."""
+    rows: dict[tuple[str, int], float] = {}
+    for d in per_rank.values():
+        for row in d["sweep"]:
+            key = (row["collective"], row["size"])
+            rows[key] = max(rows.get(key, 0.0), row["median_s"])
+    out = []
+    for (coll, size), t in rows.items():
+        out.append({"collective": coll, "size": size, "time_us": round(t * 1e6, 1),
+                    "algbw_gbps": round(algbw_gbps(size, t), 4),
+                    "busbw_gbps": round(busbw_gbps(coll, size, t, world_size), 4)})
+    return out
+
+
+def directed_links(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], float]:
+    """(src, dst) -> GB/s, from what each receiver measured."""
+    return {(int(src), dst): bw for dst, d in per_rank.items()
+            for src, bw in d.get("links_in", {}).items()}
+
+
+def _link_findings(per_rank: dict[int, dict[str, Any]]) -> list[Finding]:
+    links = directed_links(per_rank)
+    if len(links) < 2:
+        return []
+    median = statistics.median(links.values())
+    slow = {k: v for k, v in links.items() if v * SLOW_LINK_FACTOR < median}
+    if not slow:
+        return []
+    host = {r: d["host"] for r, d in per_rank.items()}
+    hosts = sorted(set(host.values()))
+    evidence_links = {f"{s}->{t}": bw for (s, t), bw in sorted(links.items())}
+    base = {"median_link_gbps": round(median, 4), "links_gbps": evidence_links}
+    # One node whose every outgoing (or incoming) link is slow: that node's link.
+    for direction, end in (("egress", 0), ("ingress", 1)):
+        ends = {k[end] for k in slow}
+        side = {host[r] for r in ends}
+        if len(hosts) > 1 and len(side) == 1:
+            node = side.pop()
+            node_ranks = sorted(r for r in host if host[r] == node)
+            all_of_node = [k for k in links if host[k[end]] == node
+                           and host[k[1 - end]] != node]
+            if all_of_node and all(k in slow for k in all_of_node):
+                worst = min(slow.values())
+                return [Finding(
+                    "COMM_BANDWIDTH_LOW",
+                    f"the network link of node {node} is slow ({direction}): "
+                    f"{worst:.3f} GB/s vs {median:.3f} GB/s median",
+                    ranks=node_ranks, evidence={"node": node, "direction": direction, **base})]
+    # One rank whose every link is slow, on one node: that rank.
+    if len(hosts) == 1 and len(per_rank) > 2:
+        touched: dict[int, int] = {}
+        for s, t in slow:
+            touched[s] = touched.get(s, 0) + 1
+            touched[t] = touched.get(t, 0) + 1
+        full = 2 * (len(per_rank) - 1)
+        culprits = sorted(r for r, c in touched.items() if c == full)
+        if culprits:
+            return [Finding("COMM_SLOW_RANK",
+                            f"every link of rank {format_ranks(culprits)} is slow",
+                            ranks=culprits, evidence=base)]
+    senders = sorted({s for s, _ in slow})
+    return [Finding(
+        "COMM_BANDWIDTH_LOW",
+        "slow link(s): " + ", ".join(f"{s}->{t} {bw:.3f} GB/s" for (s, t), bw in
+                                     sorted(slow.items())) + f" vs {median:.3f} GB/s median",
+        ranks=senders, evidence=base)]
+
+
+def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
+            opts: dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
+    opts = opts or {}
+    rows = table(per_rank, world_size)
+    findings = _link_findings(per_rank)
+    ar = [r for r in rows if r["collective"] == "all_reduce"]
+    peak = max(ar, key=lambda r: r["size"]) if ar else None
+    expect = opts.get("expect_busbw")
+    if peak and expect and peak["busbw_gbps"] < EXPECTED_SHARE * float(expect) and not findings:
+        findings.append(Finding(
+            "COMM_BANDWIDTH_LOW",
+            f"all_reduce busbw {peak['busbw_gbps']:.2f} GB/s is below half the expected "
+            f"{float(expect):.2f} GB/s",
+            evidence={"size": peak["size"], "busbw_gbps": peak["busbw_gbps"],
+                      "expected_busbw_gbps": float(expect)}))
+    links = directed_links(per_rank)
+    summary = (f"all_reduce busbw {peak['busbw_gbps']:.3f} GB/s at {peak['size'] >> 10} KiB"
+               if peak else "no all_reduce measured")
+    if links:
+        summary += (f"; {len(links)} links {min(links.values()):.3f}-"
+                    f"{max(links.values()):.3f} GB/s")
+    check = Check("bandwidth", summary, group="Communication",
+                  data={"table": rows, "links_gbps": {f"{s}->{t}": v
+                                                      for (s, t), v in sorted(links.items())}})
+    return check, findings

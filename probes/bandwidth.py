@@ -1,0 +1,121 @@
+"""Bandwidth: an nccl-tests-style sweep of four collectives, then every directed link.
+
+Sizes run from 1 KiB to ``max_bytes`` (x4 steps); each size gets warm-up iterations, then
+timed iterations, each timed on its own, and the median is kept. Times are per rank; the
+analysis uses the slowest rank's, as a collective is only done when every rank is.
+Links: round-robin pairs (O(N) rounds); each direction is timed on the receiver after a
+handshake, so a slow egress of one node shows as slow links *from* its ranks.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import time
+from datetime import timedelta
+from typing import Any
+
+from ddpdoctor.busbw import sizes as size_sweep
+from ddpdoctor.schedule import round_robin
+
+NAME = "bandwidth"
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _op(name: str, size: int, world: int, device: str):
+    """A closure running one collective whose nccl-tests 'size' is ``size`` bytes."""
+    import torch
+    import torch.distributed as dist
+
+    n = max(1, size // 4)
+    n -= n % world  # all_gather / reduce_scatter split evenly
+    n = max(n, world)
+    if name == "all_reduce":
+        t = torch.ones(n, device=device)
+        return lambda: dist.all_reduce(t)
+    if name == "broadcast":
+        t = torch.ones(n, device=device)
+        return lambda: dist.broadcast(t, src=0)
+    if name == "all_gather":
+        out = torch.empty(n, device=device)
+        inp = torch.ones(n // world, device=device)
+        return lambda: dist.all_gather_into_tensor(out, inp)
+    if name == "reduce_scatter":
+        inp = torch.ones(n, device=device)
+        out = torch.empty(n // world, device=device)
+        return lambda: dist.reduce_scatter_tensor(out, inp)
+    raise ValueError(name)
+
+
+def sweep(ctx: Any, opts: dict[str, Any]) -> list[dict[str, Any]]:
+    import torch.distributed as dist
+
+    warmup = int(opts.get("warmup", 2))
+    iters = int(opts.get("iters", 5))
+    rows = []
+    for coll in opts.get("collectives", COLLECTIVES):
+        ctx.progress(f"bandwidth {coll}")
+        for size in size_sweep(int(opts.get("min_bytes", 1024)), int(opts["max_bytes"])):
+            run = _op(coll, size, ctx.world_size, ctx.device)
+            for _ in range(warmup):
+                run()
+            _sync(ctx.device)
+            dist.barrier()
+            times = []
+            for _ in range(iters):
+                start = time.perf_counter()
+                run()
+                _sync(ctx.device)
+                times.append(time.perf_counter() - start)
+            rows.append({"collective": coll, "size": size,
+                         "median_s": statistics.median(times), "times_s": times})
+    return rows
+
+
+def links(ctx: Any, opts: dict[str, Any]) -> dict[str, float]:
+    """GB/s of each link *into* this rank, keyed by the sending rank."""
+    import torch
+    import torch.distributed as dist
+
+    n = int(opts.get("link_bytes", 8 << 20)) // 4
+    timeout = timedelta(seconds=float(opts.get("link_timeout_s", 30)))
+    payload = torch.ones(n, device=ctx.device)
+    buf = torch.empty(n, device=ctx.device)
+    token = torch.zeros(1, device=ctx.device)
+    out: dict[str, float] = {}
+    for i, pairs in enumerate(round_robin(ctx.world_size)):
+        peer = pairs.get(ctx.rank)
+        if peer is None:
+            continue
+        ctx.progress(f"link round {i} with rank {peer}")
+        # Lower rank sends first; each direction is timed where it lands.
+        for sender in sorted((ctx.rank, peer)):
+            times = []
+            for _ in range(int(opts.get("link_iters", 3))):
+                if ctx.rank == sender:
+                    dist.recv(token, peer)  # receiver is ready: start together
+                    dist.isend(payload, peer).wait(timeout=timeout)
+                else:
+                    dist.send(token, peer)
+                    start = time.perf_counter()
+                    dist.irecv(buf, peer).wait(timeout=timeout)
+                    _sync(ctx.device)
+                    times.append(time.perf_counter() - start)
+            if times:
+                out[str(peer)] = round(n * 4 / statistics.median(times) / 1e9, 4)
+    return out
+
+
+def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
+    opts = dict(opts)
+    opts.setdefault("max_bytes", (256 << 20) if ctx.backend == "nccl" else (16 << 20))
+    return {"host": socket.gethostname(), "world_size": ctx.world_size,
+            "sweep": sweep(ctx, opts),
+            "links_in": links(ctx, opts) if ctx.world_size > 1 else {}}
