@@ -41,6 +41,9 @@ PROBES: dict[str, ProbeSpec] = {
                   "Communication"),
         ProbeSpec("dataloader", "ddpdoctor.probes.dataloader", "ddpdoctor.analysis.dataloader",
                   "Data"),
+        ProbeSpec("gpu", "ddpdoctor.probes.gpu", "ddpdoctor.analysis.gpu", "GPU"),
+        ProbeSpec("topology", "ddpdoctor.probes.topology", "ddpdoctor.analysis.topology",
+                  "Topology"),
     ]
 }
 
@@ -146,7 +149,7 @@ def run_check(nproc: int, names: list[str], backend: str | None, deadline_s: flo
     for f in analyze_launch(result):
         report.add(f)
     _merge_duplicates(report)
-    if not per_rank:
+    if not per_rank and not report.findings:
         first = next((o.error for o in result.outcomes if o.error), "no rank reported back")
         report.doctor_error = f"no rank could run a probe: {first}"
     return report

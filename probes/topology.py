@@ -9,9 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.probes.gpu import rank_identity
-
 from ddpdoctor import nvml
+from ddpdoctor.probes.gpu import rank_identity
 
 NAME = "topology"
 

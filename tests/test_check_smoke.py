@@ -6,30 +6,41 @@ import signal
 import subprocess
 
 import pytest
+
 from conftest import ddpdoctor_cmd
 
 pytestmark = [pytest.mark.slow]
 
 
-@pytest.mark.timeout(120)
-def test_check_two_cpu_ranks_is_healthy(tmp_path):
+@pytest.mark.timeout(180)
+def test_check_two_cpu_ranks_is_healthy_with_every_probe_reported(tmp_path):
     out = tmp_path / "report.json"
     proc = subprocess.Popen(ddpdoctor_cmd() + ["check", "--nproc", "2", "--json", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        stdout, _ = proc.communicate(timeout=100)
+        stdout, _ = proc.communicate(timeout=170)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, stdout
-    assert "[✓] connectivity: world all-reduce on 2 ranks ok" in stdout
+    assert "[✓] connectivity: all-reduce on 2 ranks ok" in stdout
+    assert "busbw (GB/s)" in stdout  # the nccl-tests-style table
     report = json.loads(out.read_text())
     assert report["schema"] == "ddpdoctor.report/1"
     assert report["command"] == "check"
     assert report["world"]["world_size"] == 2 and report["world"]["backend"] == "gloo"
-    assert report["probes"]["connectivity"]["status"] == "ok"
-    assert report["findings"] == []
+    from ddpdoctor.preflight import PROBES
+
+    statuses = {name: p["status"] for name, p in report["probes"].items()}
+    checks_of = {"env": ["versions", "env vars", "socket config", "shm", "limits"]}
+    for probe in PROBES:
+        for name in checks_of.get(probe, [probe]):
+            assert name in statuses, f"probe {name} not reported"
+    gpu_like = {n for n in ("gpu",) if n in statuses}
+    for name, status in statuses.items():
+        assert status == ("skipped" if name in gpu_like else "ok"), (name, status)
+    assert report["findings"] == [], report["findings"]
 
 
 def test_check_rejects_an_unknown_probe():

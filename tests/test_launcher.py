@@ -2,11 +2,12 @@
 
 import time
 
-import launch_fns
 import pytest
 
 from ddpdoctor.analysis.launch import analyze_launch
 from ddpdoctor.launcher import launch
+
+import launch_fns
 
 pytestmark = [pytest.mark.slow]
 

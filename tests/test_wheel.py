@@ -6,6 +6,7 @@ import venv
 import zipfile
 
 import pytest
+
 from conftest import REPO
 
 pytestmark = [pytest.mark.slow]

@@ -1,0 +1,117 @@
+"""`ddpdoctor check` with planted faults: each gives the exact finding and rank."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from ddpdoctor.preflight import run_check
+
+from conftest import ddpdoctor_cmd
+
+pytestmark = [pytest.mark.slow]
+
+
+def _check(args, tmp_path, env=None, timeout=150, wrap=None):
+    out = tmp_path / "report.json"
+    cmd = ddpdoctor_cmd() + ["check", "--nproc", "2", "--json", str(out)] + args
+    if wrap:
+        cmd = wrap(cmd)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert out.exists(), stdout
+    return proc.returncode, json.loads(out.read_text()), stdout
+
+
+def _ids(report):
+    return [(f["id"], f["ranks"]) for f in report["findings"]]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root and unshare for a private /dev/shm")
+def test_tiny_dev_shm(tmp_path):
+    def in_small_shm(cmd):
+        inner = "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec " + " ".join(cmd)
+        return ["unshare", "-m", "--propagation", "private", "sh", "-c", inner]
+
+    rc, report, out = _check(["--probe", "env", "--probe", "dataloader"], tmp_path,
+                             wrap=in_small_shm)
+    assert rc == 1, out
+    assert _ids(report) == [("ENV_SHM_TOO_SMALL", [0, 1])]
+    also = report["findings"][0]["evidence"]["also_seen_by"]
+    assert also[0]["check"] == "dataloader"  # the workers really failed, not just a number
+
+
+@pytest.mark.timeout(60)
+def test_busy_rendezvous_port(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rc, report, out = _check(["--probe", "rendezvous", "--master-addr", "127.0.0.1",
+                                  "--master-port", str(port)], tmp_path)
+    assert rc == 1, out
+    assert _ids(report) == [("ENV_PORT_IN_USE", [])]
+    assert report["findings"][0]["evidence"]["owner"]["pid"] == os.getpid()
+
+
+@pytest.mark.timeout(120)
+def test_gloo_socket_ifname_that_does_not_exist(tmp_path):
+    rc, report, out = _check(["--probe", "env", "--probe", "connectivity"], tmp_path,
+                             env={"GLOO_SOCKET_IFNAME": "nosuchif0"})
+    assert rc == 1, out
+    assert _ids(report) == [("ENV_NCCL_CONFIG", [0, 1])]
+    # the process group could not even start, and the report says why
+    assert "Unable to find address for: nosuchif0" in report["probes"]["connectivity"]["summary"]
+
+
+@pytest.mark.timeout(120)
+def test_one_rank_with_a_different_env_var():
+    report = run_check(2, ["env"], "gloo", 60, rank_env={1: {"NCCL_DEBUG": "INFO"}})
+    assert [(f.id, f.ranks) for f in report.findings] == [("ENV_VAR_MISMATCH", [1])]
+    assert report.findings[0].evidence["variable"] == "NCCL_DEBUG"
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_never_answers_sigstop(tmp_path):
+    deadline = 20
+    out = tmp_path / "report.json"
+    proc = subprocess.Popen(ddpdoctor_cmd() + ["check", "--nproc", "2", "--probe", "connectivity",
+                                               "--deadline", str(deadline), "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    start = time.monotonic()
+    stopped = None
+    try:
+        # Freeze rank 1 the moment it exists, before it can join the process group.
+        while stopped is None and time.monotonic() - start < 30:
+            for pid_file in tmp_path.glob("ddpdoctor-launch-*/results/rank1.pid"):
+                text = pid_file.read_text()
+                if text:
+                    stopped = int(text)
+                    os.kill(stopped, signal.SIGSTOP)
+            time.sleep(0.01)
+        assert stopped, "rank 1 never started"
+        stdout, _ = proc.communicate(timeout=deadline + 40)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    elapsed = time.monotonic() - start
+    assert elapsed < deadline + 20, f"check took {elapsed:.0f} s for a {deadline} s deadline"
+    assert proc.returncode == 1, stdout
+    report = json.loads(out.read_text())
+    assert _ids(report) == [("COMM_CONNECTIVITY", [1])]
+    assert report["findings"][0]["evidence"]["pids"]["1"] == stopped
+    assert not psutil.pid_exists(stopped) or psutil.Process(stopped).status() == "zombie"
