@@ -1,0 +1,271 @@
+"""Pure: one rank's stacks -> RankState (where the rank is and what it waits for).
+
+py-spy only sees Python frames, so a rank blocked inside gloo/NCCL shows the c10d API frame
+(``all_reduce (torch/distributed/distributed_c10d.py)``) as its innermost frame; a rank
+waiting on ``work.wait()`` of an async op shows the user line that calls it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ddpdoctor.attach.stacks import (
+    DEAD,
+    MISSING,
+    STOPPED,
+    ZOMBIE,
+    Frame,
+    RankStack,
+    ThreadStack,
+)
+
+# RankState.kind values
+COLLECTIVE = "collective"
+P2P = "p2p"
+DATALOADER = "dataloader"
+COMPUTE = "compute"
+IDLE = "idle"  # sleeping or waiting on IO in non-communication code
+UNKNOWN = "unknown"  # no stack could be read
+GONE = (DEAD, ZOMBIE, MISSING)
+WAITING = (COLLECTIVE, P2P)
+
+COLLECTIVE_OPS = frozenset({
+    "all_reduce", "all_reduce_coalesced", "broadcast", "broadcast_object_list", "barrier",
+    "monitored_barrier", "all_gather", "all_gather_into_tensor", "_all_gather_base",
+    "all_gather_object", "all_gather_coalesced", "reduce_scatter", "reduce_scatter_tensor",
+    "_reduce_scatter_base", "all_to_all", "all_to_all_single", "reduce", "gather",
+    "gather_object", "scatter", "scatter_object_list", "new_group", "new_subgroups",
+    "init_process_group", "destroy_process_group",
+})
+P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv",
+                     "send_object_list", "recv_object_list"})
+# Collectives DDP issues from its own Python code (buffer and parameter sync).
+_DDP_OPS = {
+    "_distributed_broadcast_coalesced": "broadcast",
+    "_sync_module_states": "broadcast",
+    "_verify_param_shape_across_processes": "all_gather",
+}
+_C10D_FILE = "torch/distributed/distributed_c10d.py"
+_DDP_FILE = "torch/nn/parallel/distributed.py"
+_FUNCOL_FILE = "torch/distributed/_functional_collectives.py"
+_BACKWARD = frozenset({"_engine_run_backward", "run_backward"})
+_DATALOADER_WAIT = frozenset({"_get_data", "_try_get_data"})
+_DATA_DIR = "torch/utils/data/"
+_GETITEM = frozenset({"__getitem__", "__getitems__", "__next__", "__iter__"})
+
+
+@dataclass
+class RankState:
+    rank: int
+    pid: int
+    kind: str
+    op: str = ""  # the collective / p2p call, or the DataLoader step ("__getitem__")
+    site: Frame | None = None  # the user line that matters (call site, or where it is)
+    detail: str = ""  # one human phrase: "sleeping", "DataLoader worker pid 4711"
+    thread: str = ""
+    frames: tuple[Frame, ...] = ()  # the chosen thread, innermost first
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        if self.site is None:
+            return ""
+        return f"{self.site.short} in {_leaf(self.site.name)}"
+
+    def describe(self) -> str:
+        """``waits in all_reduce at train.py:88 in step`` and the like."""
+        at = f" at {self.where}" if self.where else ""
+        if self.kind in WAITING:
+            return f"waits in {self.op}{at}"
+        if self.kind in GONE:
+            return {"dead": "has exited", "zombie": "is a zombie (exited, not reaped)",
+                    "missing": "has no process"}[self.kind]
+        if self.kind == STOPPED:
+            return f"is stopped (SIGSTOP / debugger){at}"
+        if self.kind == UNKNOWN:
+            return f"could not be read ({self.detail})"
+        what = {DATALOADER: self.detail or "in data loading",
+                COMPUTE: "computing"}.get(self.kind, self.detail or "sleeping/IO")
+        return f"is at {self.where} ({what})" if self.where else f"is {what}"
+
+
+@lru_cache(maxsize=65536)
+def is_library(filename: str) -> bool:
+    """Torch, the stdlib, installed packages and ddpdoctor's own hooks: not the user's code.
+
+    The reference trainer (ddpdoctor/train/) counts as user code: its lines are the ones a
+    planted fault points at.
+    """
+    if filename.startswith("<"):
+        return True
+    f = filename.replace("\\", "/")
+    if "/ddpdoctor/train/" in f or f.startswith("ddpdoctor/train/"):
+        return False
+    return ("/site-packages/" in f or "/dist-packages/" in f or "/lib/python3" in f
+            or "/lib64/python3" in f or "/torch/" in f or f.startswith("torch/")
+            or "/ddpdoctor/" in f)
+
+
+@lru_cache(maxsize=65536)
+def _leaf(name: str) -> str:
+    """py-spy qualifies names (``Items.__getitem__``); the function itself is the leaf."""
+    return name.rsplit(".", 1)[-1]
+
+
+def _comm_op(frame: Frame) -> str:
+    f = frame.filename
+    leaf = _leaf(frame.name)
+    if f.endswith(_C10D_FILE) and (leaf in COLLECTIVE_OPS or leaf in P2P_OPS):
+        return leaf
+    if f.endswith(_DDP_FILE) and leaf in _DDP_OPS:
+        return _DDP_OPS[leaf]
+    if f.endswith(_FUNCOL_FILE) and leaf == "wait_tensor":
+        return "wait_tensor"
+    return ""
+
+
+def _first_user(frames: list[Frame] | tuple[Frame, ...], start: int = 0) -> Frame | None:
+    for f in frames[start:]:
+        if not is_library(f.filename):
+            return f
+    return None
+
+
+@dataclass
+class _ThreadVerdict:
+    kind: str
+    op: str = ""
+    site: Frame | None = None
+    detail: str = ""
+    score: float = 0.0
+
+
+# Stack -> verdict, keyed by frame identity (parsing interns frames): 16k ranks parked in
+# the same wait are classified once. The value keeps the frames alive so ids stay unique.
+_VERDICTS: dict[tuple, tuple[list[Frame], _ThreadVerdict]] = {}
+_MAX_VERDICTS = 50_000
+
+
+def classify_thread(thread: ThreadStack) -> _ThreadVerdict:
+    key = (thread.active, tuple(map(id, thread.frames)))
+    hit = _VERDICTS.get(key)
+    if hit is not None:
+        return hit[1]
+    verdict = _classify_thread(thread)
+    if len(_VERDICTS) >= _MAX_VERDICTS:
+        _VERDICTS.clear()
+    _VERDICTS[key] = (thread.frames, verdict)
+    return verdict
+
+
+def _classify_thread(thread: ThreadStack) -> _ThreadVerdict:
+    frames = thread.frames
+    if not frames:
+        return _ThreadVerdict(IDLE, score=-1)
+    op = ""
+    op_index = -1
+    in_data_wait = in_fetch = in_backward = False
+    first_user_index = -1
+    for i, f in enumerate(frames):
+        if not is_library(f.filename):
+            first_user_index = i
+            break
+        found = _comm_op(f)
+        if found:
+            op, op_index = found, i  # keep going: the outermost API call names the op
+        leaf = _leaf(f.name)
+        if _DATA_DIR in f.filename:
+            if leaf in _DATALOADER_WAIT:
+                in_data_wait = True
+            elif leaf == "fetch" or leaf == "_worker_loop":
+                in_fetch = True
+        elif leaf in _BACKWARD:
+            in_backward = True
+    user = frames[first_user_index] if first_user_index >= 0 else None
+    if op:
+        site = _first_user(frames, op_index + 1)
+        kind = P2P if op in P2P_OPS else COLLECTIVE
+        return _ThreadVerdict(kind, op, site or frames[op_index], score=3)
+    if in_data_wait:
+        return _ThreadVerdict(DATALOADER, "worker queue", user,
+                              "waits for its DataLoader workers", score=2)
+    # Inside the dataset itself: a user __getitem__ (or anything it calls) below the fetch.
+    dataset_frame = _dataset_frame(frames)
+    if dataset_frame is not None or in_fetch:
+        return _ThreadVerdict(DATALOADER, "__getitem__", user,
+                              "in Dataset.__getitem__", score=2)
+    if in_backward and not thread.active:
+        # DDP's gradient all_reduce runs in C++ hooks: waiting for it shows as backward.
+        return _ThreadVerdict(COLLECTIVE, "backward (DDP gradient all_reduce)", user, score=3)
+    if user is not None and not thread.active and ".wait(" in user.code:
+        return _ThreadVerdict(P2P, "wait", user, "waits on an async work handle", score=3)
+    if user is None:
+        # Only library frames (thread pools, queue feeders, our own hooks): infrastructure.
+        kind = COMPUTE if thread.active else IDLE
+        return _ThreadVerdict(kind, site=frames[0], score=-0.5)
+    if thread.active:
+        return _ThreadVerdict(COMPUTE, site=user, score=1)
+    detail = "sleeping" if "sleep" in user.code or _leaf(frames[0].name) == "sleep" else ""
+    return _ThreadVerdict(IDLE, site=user, detail=detail or "sleeping/IO", score=0.5)
+
+
+def _dataset_frame(frames: list[Frame]) -> Frame | None:
+    """A frame of a dataset's ``__getitem__`` called by torch's fetcher."""
+    for i, f in enumerate(frames):
+        if _leaf(f.name) in _GETITEM and i + 1 < len(frames):
+            caller = frames[i + 1]
+            if _DATA_DIR in caller.filename or _leaf(caller.name) in ("<listcomp>", "fetch"):
+                return f
+    return None
+
+
+def classify(stack: RankStack) -> RankState:
+    """Where one rank is; the busiest thread wins (communication > data > compute > idle)."""
+    if stack.state in GONE:
+        return RankState(stack.rank, stack.pid, stack.state, detail=stack.error)
+    best: tuple[float, ThreadStack, _ThreadVerdict] | None = None
+    for t in stack.threads:
+        v = classify_thread(t)
+        score = v.score + (0.25 if t.is_main else 0.0)
+        if best is None or score > best[0]:
+            best = (score, t, v)
+    if best is None:
+        kind = STOPPED if stack.state == STOPPED else UNKNOWN
+        return RankState(stack.rank, stack.pid, kind, detail=stack.error or "no Python threads")
+    _, thread, v = best
+    state = RankState(stack.rank, stack.pid, v.kind, v.op, v.site, v.detail, thread.name,
+                      tuple(thread.frames))
+    if stack.state == STOPPED:
+        state.kind, state.detail = STOPPED, "stopped"
+    if state.kind == DATALOADER and stack.workers:
+        _explain_workers(state, stack.workers)
+    return state
+
+
+def _explain_workers(state: RankState, workers: list[RankStack]) -> None:
+    """Point a rank that waits on its DataLoader at the worker stuck in the dataset."""
+    for w in workers:
+        for t in w.threads:
+            frame = _dataset_frame(t.frames)
+            if frame is None:
+                continue
+            user = _first_user(t.frames) or frame
+            state.op = "__getitem__"
+            state.site = user
+            state.detail = f"DataLoader worker pid {w.pid}"
+            # A forked worker still shows its parent's frames below _worker_loop: noise.
+            cut = next((i for i, f in enumerate(t.frames) if _leaf(f.name) == "_worker_loop"),
+                       len(t.frames) - 1)
+            state.frames = tuple(t.frames[:cut + 1])
+            return
+    dead = [w.pid for w in workers if w.state in GONE]
+    if dead:
+        state.detail = f"DataLoader worker(s) {dead} gone"
+    else:
+        state.notes.append("no worker is inside the dataset (workers idle or unreadable)")
+
+
+def signature(state: RankState) -> tuple:
+    """What makes two ranks' stacks 'the same' in the merged view."""
+    return (state.kind, tuple((f.name, f.filename, f.line) for f in state.frames))

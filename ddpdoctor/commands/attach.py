@@ -1,0 +1,66 @@
+"""`ddpdoctor attach PID...`: diagnose a hung job from its launcher's or ranks' PIDs."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ddpdoctor.commands.common import json_option
+from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
+
+
+@click.command(name="attach")
+@click.argument("pids", nargs=-1, required=True, type=int, metavar="PID...")
+@click.option("--native", is_flag=True,
+              help="Add native (C/C++) frames to the stacks (slower: ~1 s per rank).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              metavar="S", help="Deadline for reading each rank's stack (and FR dumps).")
+@json_option
+def command(pids: tuple[int, ...], native: bool, timeout: float, json_path: str | None) -> None:
+    """Diagnose a hung job: every rank's stack, the culprit rank and why the others wait.
+
+    \b
+    PID is a launcher (torchrun), any parent of the ranks, or the rank processes.
+    ddpdoctor attach $(pgrep -f torchrun)
+    ddpdoctor attach --json hang.json 4711 4712
+    """
+    from ddpdoctor.attach.diagnosis import diagnose_hang
+    from ddpdoctor.attach.discover import AttachError
+    from ddpdoctor.attach.stacks import StackError
+
+    report = Report(command="attach")
+    diagnosis = None
+    try:
+        diagnosis = diagnose_hang(list(pids), native=native, timeout=timeout)
+    except AttachError as e:
+        if e.exit_code != EXIT_DOCTOR_FAILED:
+            click.echo(f"ddpdoctor attach: {e}", err=True)
+            sys.exit(e.exit_code)
+        report.doctor_error = str(e)
+    except StackError as e:
+        report.doctor_error = str(e)
+    if diagnosis is not None:
+        diagnosis.add_to(report)
+    _finish(report, json_path, diagnosis)
+
+
+def _finish(report: Report, json_path: str | None, diagnosis) -> None:  # noqa: ANN001
+    """commands.common.finish, with the merged stack view printed after the report."""
+    from ddpdoctor.render import render
+
+    report.finish()
+    if json_path != "-":
+        render(report)
+        if diagnosis is not None and diagnosis.groups:
+            from ddpdoctor.attach.view import render_stack_groups
+
+            render_stack_groups(diagnosis.groups, diagnosis.culprits)
+    if json_path:
+        try:
+            report.write_json(json_path)
+        except OSError as e:
+            click.echo(f"ddpdoctor: cannot write JSON report to {json_path}: {e.strerror}",
+                       err=True)
+            sys.exit(EXIT_DOCTOR_FAILED)
+    sys.exit(report.exit_code)
