@@ -47,7 +47,7 @@ _SPECS = [
           "GPUs of one node cannot talk peer-to-peer / no NVLink where expected", "check"),
     _spec("COMM_CONNECTIVITY", "error",
           "a rank or a pair of ranks cannot complete a collective or point-to-point transfer",
-          "check"),
+          "check, diagnose"),
     _spec("COMM_BANDWIDTH_LOW", "warning",
           "bus bandwidth far below what the link should give", "check"),
     _spec("COMM_SLOW_RANK", "warning",

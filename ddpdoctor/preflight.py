@@ -113,24 +113,30 @@ def run_check(nproc: int, names: list[str], backend: str | None, deadline_s: flo
               opts: dict[str, Any] | None = None,
               rank_env: dict[int, dict[str, str]] | None = None,
               on_progress: Any = None) -> Report:
-    from ddpdoctor.analysis.launch import analyze_launch
-    from ddpdoctor.launcher import STATUS_ERROR, launch
+    """One node: start ``nproc`` ranks with the launcher and check them."""
+    from ddpdoctor.launcher import launch
 
     opts = dict(opts or {})
-    report = Report("check")
     parent = _run(None, names, opts, "parent")
-    parent_names = [n for n in names if PROBES[n].stage == "parent"]
-    rank_names = [n for n in names if PROBES[n].stage != "parent"]
-    if not rank_names:  # nothing needs ranks: do not pay for starting them
-        report.world = {"world_size": nproc, "nodes": 1}
-        analyze_probes({0: parent}, parent_names, nproc, report, opts)
+    if all(PROBES[n].stage == "parent" for n in names):
+        # Nothing needs ranks: do not pay for starting them.
+        report = Report("check", world={"world_size": nproc, "nodes": 1})
+        analyze_probes({0: parent}, names, nproc, report, opts)
         return report
     result = launch(run_probes, nproc=nproc, args=(names, opts), backend=backend,
                     deadline_s=deadline_s, rank_env=rank_env, pre_init=run_pre_probes,
                     on_progress=on_progress)
+    return assemble_report(result, names, opts, parent)
+
+
+def assemble_report(result: Any, names: list[str], opts: dict[str, Any],
+                    parent: dict[str, Any] | None = None) -> Report:
+    """Every rank's outcome (a LaunchResult, local or rebuilt by check_worker) -> Report."""
+    from ddpdoctor.analysis.launch import analyze_launch
+    from ddpdoctor.launcher import STATUS_ERROR
+
+    opts = dict(opts)
     opts.setdefault("backend", result.backend)
-    report.world = {"world_size": nproc, "backend": result.backend, "nodes": 1,
-                    "deadline_s": deadline_s}
     per_rank: dict[int, dict[str, Any]] = {}
     for o in result.outcomes:
         merged = dict(o.pre or {})
@@ -138,14 +144,23 @@ def run_check(nproc: int, names: list[str], backend: str | None, deadline_s: flo
             merged.update(o.value or {})
         if merged:
             per_rank[o.rank] = merged
+    hosts = {d["env"]["data"]["hostname"] for d in per_rank.values()
+             if "data" in d.get("env", {})}
+    report = Report("check", world={"world_size": result.world_size, "backend": result.backend,
+                                    "nodes": len(hosts) or 1, "deadline_s": result.deadline_s},
+                    started=time.time() - result.elapsed_s)
     init_failed = {o.rank: o.error for o in result.outcomes
                    if o.status == STATUS_ERROR and o.last_step == "init_process_group"}
     reason = ""
     if init_failed:
         reason = (f"process group init failed on rank(s) {sorted(init_failed)}: "
                   f"{next(iter(init_failed.values()))}")
-    analyze_probes({0: parent}, parent_names, nproc, report, opts)
-    analyze_probes(per_rank, rank_names, nproc, report, opts, not_run_reason=reason)
+    parent_names = [n for n in names if PROBES[n].stage == "parent"]
+    if parent_names and parent is not None:
+        analyze_probes({0: parent}, parent_names, result.world_size, report, opts)
+    rank_names = [n for n in names if PROBES[n].stage != "parent"]
+    analyze_probes(per_rank, rank_names, result.world_size, report, opts,
+                   not_run_reason=reason)
     for f in analyze_launch(result):
         report.add(f)
     _merge_duplicates(report)

@@ -103,6 +103,21 @@ class Report:
             "doctor_error": self.doctor_error or None,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        """Rebuild a report written by ``to_dict`` (e.g. by a rank on another process)."""
+        started = datetime.fromisoformat(data["started"]).timestamp()
+        report = cls(data["command"], world=dict(data.get("world", {})), started=started,
+                     duration_s=data.get("duration_s"),
+                     doctor_error=data.get("doctor_error") or "")
+        report.findings = [Finding.from_dict(f) for f in data.get("findings", [])]
+        for name, probe in data.get("probes", {}).items():
+            report.checks.append(Check(name, probe.get("summary", ""),
+                                       status=probe.get("status", "ok"),
+                                       group=probe.get("group", ""),
+                                       data=probe.get("data", {})))
+        return report
+
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
 

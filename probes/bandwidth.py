@@ -84,7 +84,7 @@ def links(ctx: Any, opts: dict[str, Any]) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    n = int(opts.get("link_bytes", 8 << 20)) // 4
+    n = int(opts.get("link_bytes", min(8 << 20, int(opts["max_bytes"])))) // 4
     timeout = timedelta(seconds=float(opts.get("link_timeout_s", 30)))
     payload = torch.ones(n, device=ctx.device)
     buf = torch.empty(n, device=ctx.device)

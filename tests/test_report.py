@@ -87,3 +87,9 @@ def test_long_evidence_is_cut_in_the_terminal_but_whole_in_json():
     out = _text(r)
     assert "line 11" in out and "line 12" not in out and "38 more (see --json)" in out
     assert json.loads(r.to_json())["findings"][0]["evidence"]["stack"] == lines
+
+
+def test_report_round_trips_through_json():
+    original = _report().finish()
+    copy = Report.from_dict(json.loads(original.to_json()))
+    assert copy.to_dict() == original.to_dict()

@@ -15,8 +15,10 @@ GROUP = "Environment"
 SHM_MIN_FREE = 512 * MiB
 NOFILE_MIN = 4096  # DataLoader workers pass tensors as file descriptors
 MEMLOCK_MIN = 64 * MiB  # InfiniBand/RDMA registration pins memory
-# Variables that legitimately differ from rank to rank.
-PER_RANK_VARS = {"CUDA_VISIBLE_DEVICES", "OMP_PLACES", "GOMP_CPU_AFFINITY"}
+# Variables that legitimately differ from rank to rank or node to node (NIC names differ
+# between node types; the socket config check verifies each node's value instead).
+PER_RANK_VARS = {"CUDA_VISIBLE_DEVICES", "OMP_PLACES", "GOMP_CPU_AFFINITY",
+                 "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
 
 
 def odd_ones_out(values: dict[int, Any]) -> list[int]:

@@ -49,11 +49,21 @@ def _bandwidth_table(report) -> None:
               help="all_reduce bus bandwidth you expect; below half of it is a finding.")
 @click.option("--shm-min-mb", type=click.IntRange(1), default=512, show_default=True,
               help="Free /dev/shm below this is ENV_SHM_TOO_SMALL.")
+@click.option("--nnodes", type=click.IntRange(1), default=1, show_default=True,
+              help="Nodes in the check; above 1, runs through torchrun's rendezvous (run the "
+                   "same command on every node with its --node-rank).")
+@click.option("--node-rank", type=click.IntRange(0), default=0, show_default=True,
+              help="This node's rank (multi-node); node 0 prints the report.")
+@click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+              help="torchrun rendezvous endpoint (multi-node), hosted on node 0.")
+@click.option("--local-addr", default=None,
+              help="This node's address for torchrun's rendezvous (multi-node).")
 @click.option("-v", "--verbose", is_flag=True, help="Show all evidence lines.")
 @json_option
 def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], deadline: float,
             master_addr: str | None, master_port: int | None, max_bytes: str,
-            expect_busbw: float | None, shm_min_mb: int, verbose: bool,
+            expect_busbw: float | None, shm_min_mb: int, nnodes: int, node_rank: int,
+            rdzv_endpoint: str | None, local_addr: str | None, verbose: bool,
             json_path: str | None) -> None:
     """Preflight every rank before a run.
 
@@ -68,6 +78,12 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
     ddpdoctor check                           2 CPU ranks, or one per GPU
     ddpdoctor check --probe bandwidth --max-bytes 1G --expect-busbw 180
     ddpdoctor check --json report.json        also write the JSON report
+
+    \b
+    Across nodes, run on every node (node 0 hosts the rendezvous and prints the report):
+    ddpdoctor check --nnodes 2 --node-rank 0 --nproc 8 --rdzv-endpoint node0:29400
+    ddpdoctor check --nnodes 2 --node-rank 1 --nproc 8 --rdzv-endpoint node0:29400
+    or inside any launcher: torchrun ... -m ddpdoctor.check_worker [--probe NAME]
     """
     from ddpdoctor.preflight import PROBES
 
@@ -87,7 +103,19 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
         import torch
 
         nproc = torch.cuda.device_count() if torch.cuda.is_available() else 2
-    report = _run_with_progress(nproc, names, backend, deadline, opts)
+    if nnodes > 1 or rdzv_endpoint:
+        if not rdzv_endpoint:
+            raise click.BadParameter("multi-node needs --rdzv-endpoint HOST:PORT",
+                                     param_hint="--rdzv-endpoint")
+        from ddpdoctor.multinode import run_multinode
+
+        names = [n for n in names if PROBES[n].stage != "parent"]  # torchrun owns the port
+        report = run_multinode(nproc, nnodes, node_rank, rdzv_endpoint, local_addr, names,
+                               backend, deadline, opts)
+        if report is None:  # not node 0: the report is printed there
+            sys.exit(0)
+    else:
+        report = _run_with_progress(nproc, names, backend, deadline, opts)
     finish(report, json_path, verbose=verbose,
            after=None if json_path == "-" else _bandwidth_table)
 

@@ -1,0 +1,102 @@
+"""`ddpdoctor diagnose LOGFILE...`: map the error lines of a crashed job to findings."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ddpdoctor.commands.common import finish, json_option
+from ddpdoctor.findings import Finding
+from ddpdoctor.logscan.reader import ReadStats
+from ddpdoctor.report import EXIT_USAGE, Check, Report
+
+
+@click.command(name="diagnose")
+@click.argument("logfiles", nargs=-1, metavar="[LOGFILE]...")
+@click.option("-v", "--verbose", is_flag=True, help="Show every evidence line.")
+@json_option
+def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None) -> None:
+    """Find the first root cause in a crashed job's logs.
+
+    \b
+    ddpdoctor diagnose train.log                      one combined torchrun log
+    ddpdoctor diagnose logs/*/attempt_0/*/stderr.log  per-rank files (rank from the path)
+    torchrun ... 2>&1 | ddpdoctor diagnose            stdin ('-' or no file)
+    ddpdoctor diagnose train.log dmesg.txt            add the kernel log: host OOM kills
+
+    Reads PyTorch, gloo, NCCL, DataLoader, CUDA and torchrun error texts; reports the rank
+    that failed first with file:line, and counts the fallout on the other ranks (timeouts,
+    connection resets) instead of listing it. Any size of log, binary files are skipped.
+    """
+    from ddpdoctor.logscan import LogInput, diagnose_logs
+
+    paths = list(logfiles) or ["-"]
+    if paths.count("-") > 1:
+        _usage("stdin ('-') can be given only once")
+    for p in paths:
+        if p != "-":
+            _check_readable(p)
+    if paths == ["-"] and sys.stdin.isatty():
+        _usage("no LOGFILE given and stdin is a terminal; pass a log file or pipe one in "
+               "(see --help)")
+
+    report = Report(command="diagnose")
+    try:
+        findings, scan = diagnose_logs(LogInput(p) for p in paths)
+    except OSError as e:
+        _usage(f"cannot read {e.filename or 'input'}: {e.strerror or e}")
+    except Exception as e:  # the doctor never crashes on input: says why and exits 3
+        report.doctor_error = f"log triage failed: {type(e).__name__}: {e}"
+        finish(report, json_path, verbose)
+        return
+    for stats in scan.stats:
+        report.checks.append(_check_for(stats, findings))
+    for f in findings:
+        report.add(f)
+    ranks = sorted({e.rank for e in scan.events if e.rank is not None})
+    report.world = {"logs": [s.name for s in scan.stats], "ranks_seen": ranks}
+    finish(report, json_path, verbose)
+
+
+def _check_for(stats: ReadStats, findings: list[Finding]) -> Check:
+    """One line per input: what was read, or why it was skipped."""
+    data = {"bytes": stats.bytes_read, "lines": stats.lines, "lines_examined": stats.picked}
+    if stats.binary:
+        return Check(stats.name, f"skipped: not a text log ({stats.binary})", "skipped",
+                     "logs", data)
+    if stats.bytes_read == 0:
+        return Check(stats.name, "skipped: empty", "skipped", "logs", data)
+    mine = sum(1 for f in findings for q in f.evidence.get("lines", [])
+               if q.startswith(stats.name + ":"))
+    notes = []
+    if stats.compressed:
+        notes.append("gzip")
+    if stats.nul_bytes:
+        notes.append("NUL bytes ignored")
+    if stats.truncated_lines:
+        notes.append(f"{stats.truncated_lines} over-long line(s) cut")
+    notes += stats.notes
+    summary = f"{stats.lines} lines, {stats.picked} examined"
+    if mine:
+        summary += f", {mine} quoted below"
+    if notes:
+        summary += f" ({'; '.join(notes)})"
+    return Check(stats.name, summary, "ok", "logs", data)
+
+
+def _check_readable(path: str) -> None:
+    import os
+
+    if not os.path.exists(path):
+        _usage(f"no such file: {path}")
+    if os.path.isdir(path):
+        _usage(f"{path} is a directory; pass the log files in it (e.g. {path}/*.log)")
+    if not os.access(path, os.R_OK):
+        _usage(f"permission denied: {path}")
+
+
+def _usage(message: str) -> None:
+    click.echo(f"ddpdoctor diagnose: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+

@@ -1,0 +1,88 @@
+"""Two "nodes" on one machine: network namespaces joined by a veth pair.
+
+Node b's egress is throttled with tbf (this kernel has no netem): the check must still run
+across both nodes and name node b's link as the slow one.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+from conftest import ddpdoctor_cmd
+
+pytestmark = [pytest.mark.slow]
+
+needs_netns = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc")
+    or not shutil.which("unshare"), reason="needs root, iproute2 (ip, tc) and unshare")
+
+
+def _sh(*args):
+    subprocess.run(args, check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def two_nodes():
+    tag = str(os.getpid() % 100000)
+    ns = {"a": f"ddpd-a-{tag}", "b": f"ddpd-b-{tag}"}
+    dev = {"a": f"ddpa{tag}", "b": f"ddpb{tag}"}
+    addr = {"a": "10.77.0.1", "b": "10.77.0.2"}  # inside namespaces this test creates
+    try:
+        for k in "ab":
+            _sh("ip", "netns", "add", ns[k])
+        _sh("ip", "link", "add", dev["a"], "type", "veth", "peer", "name", dev["b"])
+        for k in "ab":
+            _sh("ip", "link", "set", dev[k], "netns", ns[k])
+            _sh("ip", "-n", ns[k], "addr", "add", f"{addr[k]}/24", "dev", dev[k])
+            _sh("ip", "-n", ns[k], "link", "set", dev[k], "up")
+            _sh("ip", "-n", ns[k], "link", "set", "lo", "up")
+        yield ns, dev, addr
+    finally:
+        for k in "ab":
+            subprocess.run(["ip", "netns", "del", ns[k]], capture_output=True, timeout=30)
+
+
+@needs_netns
+@pytest.mark.timeout(240)
+def test_two_node_check_names_the_throttled_nodes_link(two_nodes, tmp_path):
+    ns, dev, addr = two_nodes
+    # Slow node b's outgoing traffic to 100 Mbit/s.
+    _sh("tc", "-n", ns["b"], "qdisc", "add", "dev", dev["b"], "root", "tbf", "rate", "100mbit",
+        "burst", "32kbit", "latency", "400ms")
+    out = tmp_path / "report.json"
+    endpoint = f"{addr['a']}:29655"
+    procs = {}
+    try:
+        for node, k in ((0, "a"), (1, "b")):
+            check = ddpdoctor_cmd() + [
+                "check", "--nnodes", "2", "--node-rank", str(node), "--nproc", "1",
+                "--rdzv-endpoint", endpoint, "--local-addr", addr[k],
+                "--probe", "env", "--probe", "connectivity", "--probe", "bandwidth",
+                "--max-bytes", "1M", "--deadline", "90"] + (["--json", str(out)] if node == 0
+                                                            else [])
+            inner = f"hostname node-{k} && exec " + " ".join(check)
+            procs[k] = subprocess.Popen(
+                ["ip", "netns", "exec", ns[k], "unshare", "--uts", "sh", "-c", inner],
+                env={**os.environ, "GLOO_SOCKET_IFNAME": dev[k]}, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        outputs = {k: p.communicate(timeout=220)[0] for k, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert out.exists(), outputs
+    report = json.loads(out.read_text())
+    assert report["world"]["world_size"] == 2 and report["world"]["nodes"] == 2, outputs["a"]
+    assert report["probes"]["connectivity"]["status"] == "ok"  # the 2-node check works
+    slow = [f for f in report["findings"] if f["id"] == "COMM_BANDWIDTH_LOW"]
+    assert [(f["id"], f["ranks"]) for f in report["findings"]] == [("COMM_BANDWIDTH_LOW", [1])]
+    assert slow[0]["evidence"]["node"] == "node-b"
+    assert slow[0]["evidence"]["direction"] == "egress"
+    links = report["probes"]["bandwidth"]["data"]["links_gbps"]
+    assert links["1->0"] * 4 < links["0->1"]
+    assert procs["a"].returncode == 0  # warnings only
+    assert "node 0 prints the report" in outputs["b"]
