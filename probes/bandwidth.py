@@ -1,7 +1,8 @@
 """Bandwidth: an nccl-tests-style sweep of four collectives, then every directed link.
 
 Sizes run from 1 KiB to ``max_bytes`` (x4 steps); each size gets warm-up iterations, then
-timed iterations, each timed on its own, and the median is kept. Times are per rank; the
+trials of back-to-back timed iterations (as nccl-tests times them), and the median trial
+is kept. Times are per rank; the
 analysis uses the slowest rank's, as a collective is only done when every rank is.
 Links: round-robin pairs (O(N) rounds); each direction is timed on the receiver after a
 handshake, so a slow egress of one node shows as slow links *from* its ranks.
@@ -55,10 +56,12 @@ def _op(name: str, size: int, world: int, device: str):
 
 
 def sweep(ctx: Any, opts: dict[str, Any]) -> list[dict[str, Any]]:
+    """Like nccl-tests: time ``iters`` back-to-back calls and divide, in ``trials`` trials."""
     import torch.distributed as dist
 
     warmup = int(opts.get("warmup", 2))
     iters = int(opts.get("iters", 5))
+    trials = int(opts.get("trials", 3))
     rows = []
     for coll in opts.get("collectives", COLLECTIVES):
         ctx.progress(f"bandwidth {coll}")
@@ -67,13 +70,14 @@ def sweep(ctx: Any, opts: dict[str, Any]) -> list[dict[str, Any]]:
             for _ in range(warmup):
                 run()
             _sync(ctx.device)
-            dist.barrier()
             times = []
-            for _ in range(iters):
+            for _ in range(trials):
+                dist.barrier()
                 start = time.perf_counter()
-                run()
+                for _ in range(iters):
+                    run()
                 _sync(ctx.device)
-                times.append(time.perf_counter() - start)
+                times.append((time.perf_counter() - start) / iters)
             rows.append({"collective": coll, "size": size,
                          "median_s": statistics.median(times), "times_s": times})
     return rows

@@ -1,0 +1,108 @@
+"""`ddpdoctor train`: launch the reference trainer under torchrun, optionally with a fault.
+
+This module stays torch-free: it validates the options, builds the torchrun command line
+and passes torchrun's exit code on. The training itself is ``ddpdoctor.train.worker``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import click
+
+from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
+from ddpdoctor.train import injections
+from ddpdoctor.train.config import STRATEGIES, check_world
+from ddpdoctor.train.options import OPTIONS, configs, to_argv
+
+_HELP = """Reference trainer: a small GPT trained with DDP, FSDP2, ZeRO, pipeline or tensor
+parallelism under torchrun. If this trains on your cluster, the cluster is fine. With
+--inject it plants a fault on purpose, for demos and for testing the doctor.
+
+\b
+Strategies (--strategy, a comma list runs several in one launch):
+{strategies}
+
+\b
+Injections (--inject NAME[@RANK|@all][:STEP]; steps count from 1):
+{injections}
+
+\b
+Examples:
+  ddpdoctor train --strategy fsdp --steps 20
+  ddpdoctor train --nproc 4 --strategy tp-dp
+  ddpdoctor train --inject nan@1:3 --json-log losses.jsonl
+  torchrun --nproc-per-node 2 -m ddpdoctor.train --strategy ddp   (a rank, directly)
+
+Exit code: torchrun's (0 when every rank finished), 2 for a usage error.
+"""
+
+
+def _help() -> str:
+    strategies = "\n".join(f"  {k:<6} {v}" for k, v in STRATEGIES.items())
+    inj = "\n".join("  " + line for line in injections.describe().splitlines())
+    return _HELP.format(strategies=strategies, injections=inj)
+
+
+def _default_nproc(strategies: list[str]) -> int:
+    return 4 if "tp-dp" in strategies else 2
+
+
+def torchrun_argv(nproc: int, worker_argv: list[str]) -> list[str]:
+    """The launch command: torchrun from this interpreter, a free port (standalone)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", "-m", "ddpdoctor.train", *worker_argv]
+
+
+def _add_options(f: Any) -> Any:
+    for o in reversed(OPTIONS):
+        if o.type is bool:
+            f = click.option(o.flag, is_flag=True, default=False, help=o.help)(f)
+        elif o.type is list:
+            f = click.option(o.flag, multiple=True, metavar="FAULT", help=o.help)(f)
+        else:
+            kind = click.Choice(list(o.choices)) if o.choices else o.type
+            f = click.option(o.flag, type=kind, default=o.default, show_default=True,
+                             help=o.help)(f)
+    return f
+
+
+@click.command(name="train", help=_help(), context_settings={"max_content_width": 100})
+@click.option("--nproc", type=int, default=None,
+              help="Ranks on this machine (default 2; 4 when tp-dp is among the strategies).")
+@click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
+@_add_options
+def command(nproc: int | None, dry_run: bool, **values: Any) -> None:
+    if "list" in values.get("inject", ()):
+        click.echo(injections.describe())
+        sys.exit(0)
+    try:
+        mcfg, rcfg = configs(values)
+        injs = injections.parse_all(rcfg.injections)
+        world = nproc if nproc is not None else _default_nproc(rcfg.strategies)
+        if world < 1:
+            raise ValueError("--nproc must be at least 1")
+        check_world(mcfg, rcfg, world)
+        for name in rcfg.strategies:
+            injections.check_compatible(injs, name, world)
+    except ValueError as e:
+        click.echo(f"ddpdoctor train: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    argv = torchrun_argv(world, to_argv(values))
+    if dry_run:
+        click.echo(" ".join(argv))
+        sys.exit(0)
+    try:
+        proc = subprocess.Popen(argv, env=os.environ.copy())
+    except OSError as e:
+        click.echo(f"ddpdoctor train: cannot start torchrun: {e}", err=True)
+        sys.exit(EXIT_DOCTOR_FAILED)
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        # the terminal's SIGINT reached torchrun too; let it tear the ranks down
+        rc = proc.wait()
+    sys.exit(rc)

@@ -1,0 +1,119 @@
+"""Configuration of the reference trainer: the model's shape and one run's knobs.
+
+Plain dataclasses with no torch import, so the CLI can build and validate them cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STRATEGIES: dict[str, str] = {
+    "ddp": "DistributedDataParallel: every rank holds the whole model, gradients all-reduced.",
+    "fsdp": "FSDP2 fully_shard per transformer block (params, grads, optimizer state sharded).",
+    "zero1": "ZeroRedundancyOptimizer + DDP: optimizer state sharded (ZeRO stage 1).",
+    "zero2": "FSDP2 with reshard_after_forward=False: grads + optimizer state sharded, params "
+             "kept gathered between forward and backward (ZeRO stage 2 equivalent).",
+    "zero3": "FSDP2 with reshard_after_forward=True: params, grads and optimizer state sharded "
+             "(ZeRO stage 3).",
+    "pp": "Pipeline parallel (torch.distributed.pipelining): one stage per rank, GPipe or 1F1B, "
+          "micro-batches.",
+    "tp": "Tensor parallel (parallelize_module): Megatron column/row split of attention and MLP.",
+    "tp-dp": "2-D device mesh: tensor parallel inside a group of --tp ranks, FSDP2 across groups.",
+}
+
+# Model presets for --size. "tiny" trains in seconds on 2 CPU ranks.
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(layers=2, dim=64, heads=4, seq=32, vocab=128),
+    "small": dict(layers=4, dim=256, heads=8, seq=128, vocab=1024),
+    "medium": dict(layers=12, dim=768, heads=12, seq=512, vocab=8192),
+}
+
+
+@dataclass
+class ModelConfig:
+    layers: int = 2
+    dim: int = 64
+    heads: int = 4
+    seq: int = 32
+    vocab: int = 128
+    mlp_ratio: int = 4
+
+    @classmethod
+    def preset(cls, size: str, **overrides: int | None) -> ModelConfig:
+        if size not in SIZES:
+            raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
+        values = dict(SIZES[size])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if min(self.layers, self.dim, self.heads, self.seq, self.vocab) < 1:
+            raise ValueError("layers, dim, heads, seq and vocab must be positive")
+        if self.dim % self.heads:
+            raise ValueError(f"dim {self.dim} is not a multiple of heads {self.heads}")
+
+
+@dataclass
+class RunConfig:
+    strategies: list[str] = field(default_factory=lambda: ["ddp"])
+    steps: int = 5
+    batch_size: int = 8          # per data-parallel rank (pp, tp: per pipeline/TP group)
+    lr: float = 1e-2
+    warmup: int = 2              # linear LR warmup steps
+    clip: float = 1.0            # grad-norm clipping; 0 turns it off
+    seed: int = 0
+    dataset_size: int = 512      # samples in the synthetic dataset (one epoch)
+    num_workers: int = 0         # DataLoader workers
+    microbatches: int = 2        # pp only
+    schedule: str = "gpipe"      # pp only: gpipe | 1f1b
+    tp: int = 2                  # tp-dp only: tensor-parallel group size
+    find_unused: bool = False    # DDP find_unused_parameters
+    precision: str = "auto"      # auto (bf16 autocast on GPU, fp32 on CPU) | fp32 | bf16 | fp16
+    pg_timeout: float = 600.0    # process-group timeout in seconds
+    json_log: str | None = None  # JSON lines, one per step, written by rank 0
+    checkpoint_dir: str | None = None
+    save_every: int = 0          # save a checkpoint every N steps (and at the end) when > 0
+    resume: bool = False         # resume from checkpoint_dir
+    injections: list[str] = field(default_factory=list)  # raw "NAME[@RANK][:STEP]" specs
+    device: str = "auto"         # auto | cpu | cuda
+    watch: bool = False          # train under ddpdoctor.watch()
+
+    def validate(self) -> None:
+        for s in self.strategies:
+            if s not in STRATEGIES:
+                raise ValueError(f"unknown strategy {s!r}; choose from {', '.join(STRATEGIES)}")
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError("--steps and --batch-size must be positive")
+        if self.schedule not in ("gpipe", "1f1b"):
+            raise ValueError(f"unknown pipeline schedule {self.schedule!r} (gpipe | 1f1b)")
+        if self.batch_size % self.microbatches:
+            raise ValueError(f"--batch-size {self.batch_size} is not a multiple of "
+                             f"--microbatches {self.microbatches}")
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"unknown precision {self.precision!r}")
+        if (self.resume or self.save_every) and not self.checkpoint_dir:
+            raise ValueError("--resume and --save-every need --checkpoint-dir")
+        if self.pg_timeout <= 0:
+            raise ValueError("--pg-timeout must be positive")
+
+
+def lr_at(rcfg: RunConfig, step: int) -> float:
+    """Linear warmup to ``rcfg.lr`` over ``rcfg.warmup`` steps (steps count from 1)."""
+    return rcfg.lr * min(1.0, step / max(1, rcfg.warmup))
+
+
+def check_world(mcfg: ModelConfig, rcfg: RunConfig, world: int) -> None:
+    """Raise ValueError when ``world`` ranks cannot split this model with these strategies."""
+    for s in rcfg.strategies:
+        if s == "pp" and mcfg.layers < world:
+            raise ValueError(f"pp puts one stage per rank: {world} ranks need at least {world} "
+                             f"layers (--layers), the model has {mcfg.layers}")
+        tp = world if s == "tp" else rcfg.tp if s == "tp-dp" else 0
+        if s == "tp-dp" and (tp < 2 or world % tp or world // tp < 2):
+            raise ValueError(f"tp-dp needs the world size ({world}) to be a multiple of --tp "
+                             f"({tp}) with at least two TP groups, e.g. 4 ranks with --tp 2")
+        if tp and (mcfg.heads % tp or (mcfg.mlp_ratio * mcfg.dim) % tp):
+            raise ValueError(f"{s} splits heads ({mcfg.heads}) and the MLP width "
+                             f"({mcfg.mlp_ratio * mcfg.dim}) over {tp} ranks: not divisible")

@@ -1,0 +1,40 @@
+"""DDP and ZeRO-1 (ZeroRedundancyOptimizer over DDP): the whole model on every rank."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddpdoctor.train.config import ModelConfig, RunConfig
+from ddpdoctor.train.model import build_model
+from ddpdoctor.train.strategies import Strategy, make_optimizer
+
+
+def _ddp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device, injector: Any) -> DDP:
+    model = build_model(mcfg, rcfg.seed, device)
+    injector.model_built(model)
+    ids = [device.index] if device.type == "cuda" else None
+    return DDP(model, device_ids=ids, find_unused_parameters=rcfg.find_unused)
+
+
+def build_ddp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
+              injector: Any) -> Strategy:
+    model = _ddp(mcfg, rcfg, device, injector)
+    world = dist.get_world_size()
+    return Strategy("ddp", model, model.module, make_optimizer(model.parameters(), rcfg),
+                    dp_rank=dist.get_rank(), dp_world=world, loss_ranks=list(range(world)))
+
+
+def build_zero1(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
+                injector: Any) -> Strategy:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    model = _ddp(mcfg, rcfg, device, injector)
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
+                                  lr=rcfg.lr, weight_decay=0.01)
+    world = dist.get_world_size()
+    return Strategy("zero1", model, model.module, opt, dp_rank=dist.get_rank(),
+                    dp_world=world, loss_ranks=list(range(world)))
