@@ -21,7 +21,11 @@ from ddpdoctor.attach.stacks import STOPPED, ZOMBIE, RankStack
 
 @pytest.mark.parametrize("op", ["all_reduce", "broadcast", "barrier", "all_gather",
                                 "all_gather_into_tensor", "reduce_scatter_tensor",
-                                "all_to_all_single", "monitored_barrier"])
+                                "all_to_all_single", "monitored_barrier",
+                                # torch 2.13's names under all_gather_into_tensor & co.
+                                "all_gather_single", "reduce_scatter_single",
+                                # a collective a newer torch may add
+                                "all_reduce_quantized"])
 def test_collective_names_op_and_user_call_site(op):
     s = c.classify(rank(0, thread(in_collective(op, line=88))))
     assert (s.kind, s.op, s.where) == (c.COLLECTIVE, op, "train.py:88 in step")

@@ -7,6 +7,7 @@ waiting on ``work.wait()`` of an async op shows the user line that calls it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -35,6 +36,8 @@ COLLECTIVE_OPS = frozenset({
     "monitored_barrier", "all_gather", "all_gather_into_tensor", "_all_gather_base",
     "all_gather_object", "all_gather_coalesced", "reduce_scatter", "reduce_scatter_tensor",
     "_reduce_scatter_base", "all_to_all", "all_to_all_single", "reduce", "gather",
+    # torch 2.13 implements all_gather_into_tensor / reduce_scatter_tensor through these.
+    "all_gather_single", "reduce_scatter_single",
     "gather_object", "scatter", "scatter_object_list", "new_group", "new_subgroups",
     "init_process_group", "destroy_process_group",
 })
@@ -47,6 +50,7 @@ _DDP_OPS = {
     "_verify_param_shape_across_processes": "all_gather",
 }
 _C10D_FILE = "torch/distributed/distributed_c10d.py"
+_FUTURE_COLLECTIVE = re.compile(r"^(all_|reduce|broadcast|barrier|gather|scatter)\w*$")
 _DDP_FILE = "torch/nn/parallel/distributed.py"
 _FUNCOL_FILE = "torch/distributed/_functional_collectives.py"
 _BACKWARD = frozenset({"_engine_run_backward", "run_backward"})
@@ -117,6 +121,9 @@ def _comm_op(frame: Frame) -> str:
     f = frame.filename
     leaf = _leaf(frame.name)
     if f.endswith(_C10D_FILE) and (leaf in COLLECTIVE_OPS or leaf in P2P_OPS):
+        return leaf
+    if f.endswith(_C10D_FILE) and _FUTURE_COLLECTIVE.match(leaf):
+        # A collective added or renamed in a newer torch: still a collective.
         return leaf
     if f.endswith(_DDP_FILE) and leaf in _DDP_OPS:
         return _DDP_OPS[leaf]
