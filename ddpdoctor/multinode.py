@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.proctree import kill_tree
 from ddpdoctor.report import Report
 
 
@@ -58,7 +58,7 @@ def run_multinode(nproc: int, nnodes: int, node_rank: int, endpoint: str,
         try:
             output, _ = proc.communicate(timeout=hard)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
             output, _ = proc.communicate()
             output += f"\nddpdoctor: torchrun did not finish within {hard:g} s; killed"
         if node_rank != 0:

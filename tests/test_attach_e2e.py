@@ -14,6 +14,8 @@ from ddpdoctor.attach.classify import classify, signature
 from ddpdoctor.attach.discover import discover
 from ddpdoctor.attach.stacks import collect_stacks
 
+from conftest import kill_tree
+
 pytestmark = pytest.mark.slow
 PY = sys.executable
 HANG = os.path.join(os.path.dirname(__file__), "fixtures", "hangs", "hang.py")
@@ -62,10 +64,7 @@ class Job:
         return json.loads(out.read_text()), took, res.stdout
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_tree(self.proc.pid)  # torchrun's ranks live in sessions of their own
         self.proc.wait()
 
 

@@ -7,12 +7,11 @@ across both nodes and name node b's link as the slow one.
 import json
 import os
 import shutil
-import signal
 import subprocess
 
 import pytest
 
-from conftest import ddpdoctor_cmd
+from conftest import ddpdoctor_cmd, kill_tree
 
 pytestmark = [pytest.mark.slow]
 
@@ -73,7 +72,7 @@ def test_two_node_check_names_the_throttled_nodes_link(two_nodes, tmp_path):
     finally:
         for p in procs.values():
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+                kill_tree(p.pid)
     assert out.exists(), outputs
     report = json.loads(out.read_text())
     assert report["world"]["world_size"] == 2 and report["world"]["nodes"] == 2, outputs["a"]

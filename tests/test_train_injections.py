@@ -8,7 +8,6 @@ stuck rank at its recognizable frame, then the test kills it (the deadline is th
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.train.testing import Launch, launch, py_spy_dump
+
+from conftest import kill_tree
 
 pytestmark = pytest.mark.slow
 
@@ -195,7 +196,7 @@ def test_oom_kill_through_torchrun(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=100)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
     text = out.decode("utf-8", "replace")
     assert proc.returncode == 1, text[-3000:]
     assert "Signal 9 (SIGKILL) received by PID" in text, text[-3000:]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.train.testing import launch
+
+from conftest import kill_tree
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
         out, _ = proc.communicate(timeout=150)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
     text = out.decode("utf-8", "replace")
     return {"rc": proc.returncode, "out": text, "steps": _records(jlog, "step"),
             "summary": _records(jlog, "summary"), "ckpt": ckpt, "work": work}
