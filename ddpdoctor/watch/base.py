@@ -1,0 +1,88 @@
+"""The small interface every watch check implements; the watcher calls what is defined.
+
+Hook points, in the order a training step meets them: ``forward_pre`` (before the model's
+forward, outer module), ``forward_out`` (after the inner module's forward), ``before_step``
+(optimizer pre-hook: gradients are final), ``step_end`` (optimizer post-hook: the step
+boundary). Checks that need other ranks' data declare a fixed ``width`` and ``pack`` that
+many float64 values on check steps; ``analyze`` then sees every rank's values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpdoctor.findings import Finding
+
+
+class WatchCheck:
+    name = ""
+    width = 0  # float64 values this check adds to the every-K-steps all_gather
+
+    def attach(self, w: Any) -> None:
+        pass
+
+    def forward_pre(self, w: Any, args: tuple, kwargs: dict) -> None:
+        pass
+
+    def forward_out(self, w: Any, output: Any) -> None:
+        pass
+
+    def before_step(self, w: Any, step: int) -> None:
+        pass
+
+    def step_end(self, w: Any, step: int) -> None:
+        pass
+
+    def pack(self, w: Any, step: int) -> Any:
+        """A float64 CPU tensor of exactly ``width`` values (check steps only)."""
+        return None
+
+    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+        """``rows``: float64 tensor [world, width], row r is rank r's ``pack``."""
+        return []
+
+    def close(self, w: Any) -> None:
+        pass
+
+
+def first_tensor(obj: Any, floating: bool = False, depth: int = 0) -> Any:
+    """The first tensor in a (nested) output or argument structure, or None."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj if (not floating or obj.is_floating_point()) else None
+    if depth > 3:
+        return None
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    elif hasattr(obj, "logits") and isinstance(obj.logits, torch.Tensor):
+        obj = [obj.logits]
+    if isinstance(obj, (list, tuple)):
+        for item in obj:
+            t = first_tensor(item, floating, depth + 1)
+            if t is not None:
+                return t
+    return None
+
+
+def local(t: Any) -> Any:
+    """A DTensor's local shard (no communication), else the tensor itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
+
+
+_INT_BY_SIZE = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def bit_sum(t: Any) -> Any:
+    """An exact, order-independent checksum of a tensor's bits: a 0-d int64 tensor."""
+    import torch
+
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if t.dtype == torch.bool:
+        t = t.to(torch.int8)
+    if t.is_floating_point():
+        t = t.view(getattr(torch, _INT_BY_SIZE[t.element_size()]))
+    return t.sum(dtype=torch.int64)

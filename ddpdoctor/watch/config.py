@@ -1,0 +1,111 @@
+"""Settings of ``ddpdoctor.watch()``: one dataclass, defaults that are cheap, env overrides.
+
+Precedence: an explicit argument to ``watch()`` > an environment variable > the default.
+Environment variables let ``ddpdoctor run`` (and the reference trainer) switch behaviour
+without a code change. No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+CHECKS: tuple[str, ...] = (
+    "unused", "nonfinite", "desync", "sampler", "straggler", "memory", "device", "hang",
+)
+# Checks whose data travels in the every-K-steps all_gather.
+COLLECTIVE_CHECKS = frozenset({"nonfinite", "desync", "sampler", "straggler", "device"})
+
+
+@dataclass
+class WatchConfig:
+    every: int = 20                    # collective checks every K optimizer steps
+    checks: tuple[str, ...] = CHECKS
+    events_path: str | None = None     # JSON lines; "{rank}" in the path is replaced
+    warn: bool = True                  # emit Python warnings (DDPDoctorWarning)
+    log: bool = True                   # emit log records on logger "ddpdoctor.watch"
+    # unused parameters: watched during the first N steps (a param used later is fine)
+    unused_steps: int = 3
+    # straggler: a rank is slow when its local time (data + forward) exceeds the median
+    # of its peers by max(abs, rel * median step time) in >= fraction of recent steps
+    straggler_abs_s: float = 0.02
+    straggler_rel: float = 0.25
+    straggler_fraction: float = 0.6
+    straggler_min_steps: int = 3
+    data_share: float = 0.3            # DATALOADER_BOTTLENECK above this share of a step
+    # memory: growth over a window of steps after warm-up
+    memory_warmup_steps: int = 2
+    memory_window: int = 8
+    memory_min_growth_mb: float = 64.0
+    oom_history: bool = False          # CUDA: record allocation history (costly) for OOM
+    # hang watchdog and heartbeat
+    hang_timeout_s: float = 300.0
+    heartbeat_dir: str | None = None
+    heartbeat_interval_s: float = 1.0
+    # Flight Recorder dump on a signal (for `ddpdoctor attach`) and stacks on another
+    fr_dir: str | None = None
+    fr_signal: str = "SIGUSR2"
+    stacks_signal: str = "SIGUSR1"
+    collective_timeout_s: float = 1800.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def enabled(self, check: str) -> bool:
+        return check in self.checks
+
+    def validate(self) -> None:
+        unknown = [c for c in self.checks if c not in CHECKS]
+        if unknown:
+            raise ValueError(f"unknown watch checks {unknown}; choose from {', '.join(CHECKS)}")
+        if self.every < 1:
+            raise ValueError("every must be >= 1")
+
+
+def parse_checks(text: str, base: tuple[str, ...] = CHECKS) -> tuple[str, ...]:
+    """``"all"``, ``"none"``, ``"unused,nonfinite"`` or ``"-memory,-hang"`` (all but those)."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or items == ["all"]:
+        return tuple(base)
+    if items == ["none"]:
+        return ()
+    if all(i.startswith("-") for i in items):
+        drop = {i[1:] for i in items}
+        return tuple(c for c in base if c not in drop)
+    return tuple(i.lstrip("+") for i in items)
+
+
+_ENV: dict[str, tuple[str, Any]] = {
+    "DDPDOCTOR_WATCH_EVERY": ("every", int),
+    "DDPDOCTOR_WATCH_CHECKS": ("checks", parse_checks),
+    "DDPDOCTOR_EVENTS": ("events_path", str),
+    "DDPDOCTOR_HANG_TIMEOUT": ("hang_timeout_s", float),
+    "DDPDOCTOR_HEARTBEAT_DIR": ("heartbeat_dir", str),
+    "DDPDOCTOR_FR_DIR": ("fr_dir", str),
+    "DDPDOCTOR_WATCH_WARN": ("warn", lambda v: v.lower() not in ("0", "false", "no")),
+}
+
+
+def from_env(env: dict[str, str] | None = None, **overrides: Any) -> WatchConfig:
+    """Defaults, then the environment, then ``overrides`` (the ``watch()`` arguments that
+    were given; ``None`` means "not given")."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for var, (name, conv) in _ENV.items():
+        raw = env.get(var)
+        if raw not in (None, ""):
+            try:
+                values[name] = conv(raw)
+            except ValueError as e:
+                raise ValueError(f"bad {var}={raw!r}: {e}") from None
+    known = {f.name for f in fields(WatchConfig)}
+    for k, v in overrides.items():
+        if v is None:
+            continue
+        if k not in known:
+            raise TypeError(f"watch() got an unexpected setting {k!r}")
+        if k == "checks" and isinstance(v, str):
+            v = parse_checks(v)
+        values[k] = tuple(v) if k == "checks" else v
+    cfg = replace(WatchConfig(), **values)
+    cfg.validate()
+    return cfg

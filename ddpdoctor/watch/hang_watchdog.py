@@ -1,0 +1,157 @@
+"""The hang watchdog and the heartbeat file: one background thread per process.
+
+Watchers report progress (a step boundary, a forward) with two attribute writes; the
+thread does everything else: every ``heartbeat_interval_s`` it rewrites
+``$DDPDOCTOR_HEARTBEAT_DIR/rank{R}.json`` (step, time, phase, memory; what ``ddpdoctor
+run`` reads for progress), and when no progress came for ``hang_timeout_s`` it dumps every
+thread's Python stack of this rank (and a Flight Recorder trace when enabled) and emits a
+``stall`` event, once per stuck step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import json
+import os
+import threading
+import time
+from typing import Any
+
+_lock = threading.Lock()
+_monitor: Monitor | None = None
+
+
+def write_json_atomic(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+class Monitor:
+    def __init__(self, rank: int, cfg: Any, sink: Any) -> None:
+        self.rank, self.cfg, self.sink = rank, cfg, sink
+        self.step = 0
+        self.phase = "starting"
+        self.last_progress = time.time()
+        self.last_step_time: float | None = None
+        self.step_s: float | None = None
+        self.mem: int | None = None
+        self.mem_history: list[tuple[int, int]] = []
+        self.started = False  # the watchdog fires only once training has begun
+        self.stalled_step = -1
+        self.users = 0
+        self.status = "running"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.heartbeat_path = (os.path.join(cfg.heartbeat_dir, f"rank{rank}.json")
+                               if cfg.heartbeat_dir else None)
+
+    # -- called from the training thread: attribute writes only
+    def progress(self, step: int, phase: str, step_s: float | None = None) -> None:
+        now = time.time()
+        if step != self.step:
+            self.last_step_time = now
+        self.step, self.phase, self.last_progress, self.started = step, phase, now, True
+        if step_s is not None:
+            self.step_s = step_s
+
+    def memory(self, value: int) -> None:
+        self.mem = value
+        self.mem_history.append((self.step, value))
+        del self.mem_history[:-32]
+
+    # -- the thread
+    def start(self) -> None:
+        if self._thread is None:
+            if self.heartbeat_path:
+                os.makedirs(os.path.dirname(self.heartbeat_path), exist_ok=True)
+            self._thread = threading.Thread(target=self._run, name="ddpdoctor-watchdog",
+                                            daemon=True)
+            self._thread.start()
+            self._heartbeat()
+            # a clean exit says so; a killed rank's file keeps its last "running" beat
+            atexit.register(self.stop)
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self.status = "closed"
+        self._stop.set()
+        self._heartbeat()
+
+    def _run(self) -> None:
+        interval = max(0.05, min(self.cfg.heartbeat_interval_s, self.cfg.hang_timeout_s / 4))
+        while not self._stop.wait(interval):
+            try:
+                self._check_stall()
+                self._heartbeat()
+            except Exception:  # noqa: BLE001 - the watchdog must never take a rank down
+                pass
+
+    def _check_stall(self) -> None:
+        if not self.started or "hang" not in self.cfg.checks:
+            return
+        waited = time.time() - self.last_progress
+        if waited < self.cfg.hang_timeout_s or self.stalled_step == self.step:
+            return
+        self.stalled_step = self.step
+        self.status = "stalled"
+        stacks = self.dump_stacks()
+        fr = None
+        if self.cfg.fr_dir:
+            from ddpdoctor.watch import flight_recorder
+
+            fr = flight_recorder.dump(self.cfg.fr_dir, self.rank)
+        self.sink.event("stall", self.step + 1, waited_s=round(waited, 1), phase=self.phase,
+                        stacks=stacks, fr_trace=fr)
+
+    def dump_stacks(self) -> str | None:
+        base = self.cfg.fr_dir or self.cfg.heartbeat_dir
+        if not base and self.sink.path:
+            base = os.path.dirname(os.path.abspath(self.sink.path))
+        if not base:
+            return None
+        os.makedirs(base, exist_ok=True)
+        path = os.path.join(base, f"ddpdoctor-stacks-rank{self.rank}.txt")
+        with open(path, "w") as f:
+            f.write(f"# ddpdoctor: rank {self.rank} pid {os.getpid()} stuck in step "
+                    f"{self.step + 1} ({self.phase}) at {time.time():.3f}\n")
+            f.flush()
+            faulthandler.dump_traceback(file=f, all_threads=True)
+        return path
+
+    def _heartbeat(self) -> None:
+        if not self.heartbeat_path:
+            return
+        if self.status == "stalled" and time.time() - self.last_progress < 1:
+            self.status = "running"
+        write_json_atomic(self.heartbeat_path, {
+            "schema": "ddpdoctor.heartbeat/1", "rank": self.rank, "pid": os.getpid(),
+            "local_rank": os.environ.get("LOCAL_RANK"), "step": self.step,
+            "phase": self.phase, "status": self.status, "time": time.time(),
+            "last_progress": self.last_progress, "last_step_time": self.last_step_time,
+            "step_s": self.step_s, "memory_bytes": self.mem,
+            "memory_history": self.mem_history[-16:]})
+
+
+def acquire(rank: int, cfg: Any, sink: Any) -> Monitor:
+    """The process's monitor (the first watcher's settings win); started on first use."""
+    global _monitor
+    with _lock:
+        if _monitor is None or _monitor._stop.is_set():
+            _monitor = Monitor(rank, cfg, sink)
+        _monitor.users += 1
+        _monitor.start()
+        return _monitor
+
+
+def release(monitor: Monitor) -> None:
+    global _monitor
+    with _lock:
+        monitor.users -= 1
+        if monitor.users <= 0:
+            monitor.stop()
+            if _monitor is monitor:
+                _monitor = None

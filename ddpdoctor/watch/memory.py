@@ -1,0 +1,151 @@
+"""MEMORY_GROWTH and OOM.
+
+Each step boundary samples one number: CUDA allocated bytes (no sync) or the process RSS
+(one read of /proc/self/statm). Growth that is steady over a window of steps (most steps
+grow, and the window grew by a floor) is a leak or a kept graph; the finding carries the
+series and, once, the largest live tensors. A CUDA out-of-memory error triggers, through
+the allocator's OOM observer, a memory snapshot written next to the events file. A host
+OOM kill gives no chance to react: the RSS history is in the heartbeat file instead.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import warnings
+from typing import Any
+
+from ddpdoctor.findings import Finding
+from ddpdoctor.watch.base import WatchCheck
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+
+
+def growth(samples: list[tuple[int, int]], min_growth: float,
+           min_rising: float = 0.7) -> dict | None:
+    """``samples`` = [(step, bytes)] -> evidence when memory grew steadily, else None."""
+    if len(samples) < 3:
+        return None
+    diffs = [b[1] - a[1] for a, b in zip(samples, samples[1:])]
+    total = samples[-1][1] - samples[0][1]
+    rising = sum(d > 0 for d in diffs) / len(diffs)
+    if total < min_growth or rising < min_rising:
+        return None
+    steps = samples[-1][0] - samples[0][0]
+    return {"from_step": samples[0][0], "to_step": samples[-1][0],
+            "growth_mb": round(total / 2**20, 1),
+            "mb_per_step": round(total / 2**20 / max(steps, 1), 2),
+            "rising_steps": f"{sum(d > 0 for d in diffs)}/{len(diffs)}"}
+
+
+def largest_tensors(limit: int = 5) -> list[dict]:
+    """The biggest live tensors (a gc walk, ~50 ms: only when a finding is emitted)."""
+    import torch
+
+    seen: dict[int, dict] = {}
+    with warnings.catch_warnings():  # isinstance() pokes deprecated module attributes
+        warnings.simplefilter("ignore")
+        objects = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+    for obj in objects:
+        try:
+            if isinstance(obj, torch.Tensor) and not obj.is_meta:
+                key = obj.untyped_storage().data_ptr()
+                size = obj.untyped_storage().nbytes()
+                if key not in seen or seen[key]["mb"] < size / 2**20:
+                    seen[key] = {"shape": list(obj.shape), "dtype": str(obj.dtype),
+                                 "device": str(obj.device), "mb": round(size / 2**20, 2),
+                                 "requires_grad": bool(obj.requires_grad)}
+        except Exception:  # noqa: BLE001 - some objects refuse introspection
+            continue
+    return sorted(seen.values(), key=lambda d: -d["mb"])[:limit]
+
+
+class MemoryCheck(WatchCheck):
+    name = "memory"
+
+    def attach(self, w: Any) -> None:
+        import torch
+
+        self.samples: list[tuple[int, int]] = []
+        self.done = False
+        self.device = w.device
+        self.cuda = self.device is not None and self.device.type == "cuda"
+        self.kind = "cuda_allocated" if self.cuda else "rss"
+        if self.cuda:
+            self._attach_oom(w, torch)
+
+    def sample(self) -> int:
+        if self.cuda:
+            import torch
+
+            return int(torch.cuda.memory_allocated(self.device))
+        return rss_bytes()
+
+    def step_end(self, w: Any, step: int) -> None:
+        value = self.sample()
+        w.monitor.memory(value)
+        if self.done:
+            return
+        cfg = w.cfg
+        if step <= cfg.memory_warmup_steps:
+            return
+        self.samples.append((step, value))
+        self.samples = self.samples[-cfg.memory_window:]
+        if len(self.samples) < cfg.memory_window:
+            return
+        ev = growth(self.samples, cfg.memory_min_growth_mb * 2**20)
+        if ev is None:
+            return
+        self.done = True
+        ev.update(step=step, metric=self.kind,
+                  series_mb=[round(b / 2**20, 1) for _, b in self.samples],
+                  largest_tensors=largest_tensors())
+        w.emit(Finding("MEMORY_GROWTH",
+                       f"{self.kind} grew {ev['growth_mb']} MB over steps {ev['from_step']}-"
+                       f"{ev['to_step']} ({ev['mb_per_step']} MB/step) on rank {w.rank}",
+                       ranks=[w.rank], evidence=ev), step)
+
+    def _attach_oom(self, w: Any, torch: Any) -> None:
+        observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if observer is None:
+            return
+        if w.cfg.oom_history:
+            try:
+                torch.cuda.memory._record_memory_history(max_entries=100000)
+            except Exception:  # noqa: BLE001 - older torch: snapshot without history
+                pass
+
+        def on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> None:
+            try:
+                path = self._snapshot(w, torch)
+                w.emit(Finding("OOM", f"CUDA out of memory on rank {w.rank} "
+                               f"(asked {alloc / 2**20:.0f} MB, {device_free / 2**20:.0f} MB "
+                               "free)", ranks=[w.rank],
+                               evidence={"device": device, "requested_mb": alloc / 2**20,
+                                         "allocated_mb": device_alloc / 2**20,
+                                         "free_mb": device_free / 2**20,
+                                         "snapshot": path}), w.step + 1)
+            except Exception:  # noqa: BLE001 - never turn an OOM into a different error
+                pass
+
+        observer(on_oom)
+
+    def _snapshot(self, w: Any, torch: Any) -> str | None:
+        import pickle
+
+        base = os.path.dirname(w.sink.path or "") or w.cfg.heartbeat_dir or os.getcwd()
+        path = os.path.join(base, f"ddpdoctor-oom-rank{w.rank}-{int(time.time())}.pickle")
+        with open(path, "wb") as f:
+            pickle.dump(torch.cuda.memory._snapshot(), f)
+        return path

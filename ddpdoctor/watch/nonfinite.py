@@ -1,0 +1,119 @@
+"""GRAD_NONFINITE: NaN/Inf in the model output, the loss gradient or the parameter grads.
+
+Every step costs two tiny reductions and no synchronisation: ``isfinite(...).all()`` of the
+model output (forward) and of the gradient flowing into it (a tensor hook: this is where a
+NaN *loss* shows, before DDP's all-reduce spreads it to every rank). The flags are read
+only on check steps, together with one scan of the final gradients. The all_gather then
+tells which rank went non-finite first: after the all-reduce every rank's gradients are
+NaN, but only the culprit's output or loss was.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ddpdoctor.findings import Finding
+from ddpdoctor.watch.base import WatchCheck, first_tensor, local
+
+OUTPUT, LOSS, GRADIENT = 1, 2, 3  # causal order: forward output, then loss grad, then grads
+SOURCE_NAMES = {OUTPUT: "model output (forward)", LOSS: "loss (gradient of the model output)",
+                GRADIENT: "parameter gradients"}
+
+
+def first_nonfinite(rows: list[tuple[int, int, int]]) -> tuple[int, int, list[int]] | None:
+    """``rows[rank] = (first_step or 0, source, param_index)`` -> (step, source, ranks).
+
+    The earliest step wins; at that step the earliest source in causal order; the ranks
+    that share both are the culprits.
+    """
+    hits = [(s, src, r) for r, (s, src, _) in enumerate(rows) if s > 0]
+    if not hits:
+        return None
+    step, source = min((s, src) for s, src, _ in hits)
+    ranks = [r for s, src, r in hits if (s, src) == (step, source)]
+    return step, source, ranks
+
+
+class NonfiniteCheck(WatchCheck):
+    name = "nonfinite"
+    width = 3
+
+    def attach(self, w: Any) -> None:
+        self.flags: list[tuple[int, int, Any]] = []
+        self.grad_bad: tuple[int, Any] | None = None
+        self.done = False
+
+    def forward_out(self, w: Any, output: Any) -> None:
+        if self.done:
+            return
+        import torch
+
+        t = first_tensor(output, floating=True)
+        if t is None:
+            return
+        step = w.step + 1
+        self.flags.append((step, OUTPUT, ~torch.isfinite(t.detach()).all()))
+        if t.requires_grad and torch.is_grad_enabled():
+            t.register_hook(functools.partial(self._grad_hook, step))
+
+    def _grad_hook(self, step: int, grad: Any) -> None:
+        import torch
+
+        self.flags.append((step, LOSS, ~torch.isfinite(grad.detach()).all()))
+
+    def before_step(self, w: Any, step: int) -> None:
+        if self.done or not w.is_check_step(step):
+            return
+        import torch
+
+        grads = [local(p.grad).detach() for _, p in w.named_params if p.grad is not None]
+        index = [i for i, (_, p) in enumerate(w.named_params) if p.grad is not None]
+        if not grads:
+            return
+        try:
+            norms = torch._foreach_norm(grads, float("inf"))
+        except (AttributeError, RuntimeError, TypeError):
+            norms = [g.abs().max() if g.numel() else g.new_zeros(()) for g in grads]
+        bad = ~torch.isfinite(torch.stack([n.float().reshape(()) for n in norms]))
+        self.grad_bad = (step, bad, index)
+
+    def pack(self, w: Any, step: int) -> Any:
+        import torch
+
+        first, source, pidx = 0, 0, -1
+        if self.flags and not self.done:
+            flags = torch.stack([f for _, _, f in self.flags]).cpu()
+            hit = torch.nonzero(flags).flatten()
+            if hit.numel():
+                first, source, _ = self.flags[int(hit[0])]
+        if self.grad_bad is not None:
+            gstep, bad, index = self.grad_bad
+            bad = bad.cpu()
+            if bool(bad.any()):
+                pidx = index[int(torch.nonzero(bad).flatten()[0])]
+                if not first:
+                    first, source = gstep, GRADIENT
+        self.flags, self.grad_bad = [], None
+        return torch.tensor([first, source, pidx], dtype=torch.float64)
+
+    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+        data = [(int(r[0]), int(r[1]), int(r[2])) for r in rows.tolist()]
+        hit = first_nonfinite(data)
+        if hit is None or self.done:
+            return []
+        self.done = True
+        first, source, ranks = hit
+        pidx = next((p for _, _, p in (data[r] for r in ranks) if p >= 0),
+                    next((p for _, _, p in data if p >= 0), -1))
+        names = [n for n, _ in w.named_params]
+        param = names[pidx] if 0 <= pidx < len(names) else None
+        return [Finding(
+            "GRAD_NONFINITE",
+            f"non-finite {SOURCE_NAMES[source]} first on rank "
+            f"{','.join(map(str, ranks))} at step {first}"
+            + (f"; first non-finite gradient: {param}" if param else ""),
+            ranks=ranks,
+            evidence={"step": first, "source": SOURCE_NAMES[source], "parameter": param,
+                      "ranks_nonfinite": [r for r, d in enumerate(data) if d[0] > 0],
+                      "detected_at_step": step})]

@@ -1,0 +1,116 @@
+"""STRAGGLER / DATALOADER_BOTTLENECK: per-rank step, data-wait and forward times.
+
+In synchronous data parallelism every rank's *step* takes as long as the slowest one's
+(they meet in the gradient all-reduce), so the step time cannot name the culprit. What
+differs is each rank's *local* time before it joins the others: data wait + forward.
+Those ride in the all_gather (K values each); the reporter keeps a short history and
+names a rank whose local time exceeds the median of its peers' by a margin in most
+recent steps. With two ranks a median/MAD score cannot pick a side, so the comparison is
+always against the peers' median, with an absolute and a relative floor.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from typing import Any
+
+from ddpdoctor.findings import Finding
+from ddpdoctor.watch.base import WatchCheck
+
+Times = tuple[float, float, float]  # (step_s, data_s, forward_s)
+
+
+def slow_ranks(times: dict[int, list[Times]], abs_s: float, rel: float, fraction: float,
+               min_steps: int, data_share: float,
+               loader_timed: set[int] | None = None) -> list[tuple[str, list[int], dict]]:
+    """``times[rank]``: aligned per-step samples -> [(finding id, ranks, evidence)].
+
+    ``loader_timed``: ranks whose data time was measured inside the DataLoader (else it is
+    the gap between steps, which also holds logging and evaluation: such ranks can be
+    stragglers, but are not blamed on data). None: all ranks were.
+    """
+    timed = set(times) if loader_timed is None else loader_timed
+    ranks = sorted(times)
+    n = min((len(v) for v in times.values()), default=0)
+    if len(ranks) < 2 or n < min_steps:
+        return []
+    out: list[tuple[str, list[int], dict]] = []
+    slow: dict[int, dict] = {}
+    for r in ranks:
+        over, excess, dexcess = 0, [], []
+        for j in range(n):
+            step_med = statistics.median(times[q][-n + j][0] for q in ranks)
+            thr = max(abs_s, rel * step_med)
+            mine = times[r][-n + j]
+            peers = [times[q][-n + j] for q in ranks if q != r]
+            peer_local = statistics.median(p[1] + p[2] for p in peers)
+            e = mine[1] + mine[2] - peer_local
+            excess.append(e)
+            dexcess.append(mine[1] - statistics.median(p[1] for p in peers))
+            over += e > thr
+        if over >= fraction * n:
+            slow[r] = {"slow_by_s": round(statistics.median(excess), 4),
+                       "data_slow_by_s": round(statistics.median(dexcess), 4),
+                       "steps_slow": over, "steps": n}
+    by_data = [r for r, e in slow.items()
+               if r in timed and e["data_slow_by_s"] > 0.5 * e["slow_by_s"]]
+    by_compute = [r for r in slow if r not in by_data]
+    median_step = statistics.median(t[0] for r in ranks for t in times[r][-n:])
+    if by_compute:
+        out.append(("STRAGGLER", by_compute,
+                    {"per_rank": {str(r): slow[r] for r in by_compute},
+                     "median_step_s": round(median_step, 4)}))
+    shares = {r: statistics.median(t[1] / t[0] if t[0] > 0 else 0.0 for t in times[r][-n:])
+              for r in ranks}
+    waiting = sorted(set(by_data) | {r for r in ranks if r in timed and shares[r] > data_share and
+                                     statistics.median(t[1] for t in times[r][-n:]) > abs_s})
+    if waiting:
+        out.append(("DATALOADER_BOTTLENECK", waiting,
+                    {"data_share": {str(r): round(shares[r], 3) for r in waiting},
+                     "per_rank": {str(r): slow[r] for r in waiting if r in slow},
+                     "median_step_s": round(median_step, 4)}))
+    return out
+
+
+class StragglerCheck(WatchCheck):
+    name = "straggler"
+
+    def attach(self, w: Any) -> None:
+        self.k = w.cfg.every
+        self.width = 2 + 3 * self.k
+        self.history: dict[int, deque] = {}
+        self.warmup = 1  # step 1 carries one-time costs (bucket building, lazy init)
+
+    def pack(self, w: Any, step: int) -> Any:
+        import torch
+
+        window = [t for t in w.window if t[0] > self.warmup][-self.k:]
+        out = torch.full((self.width,), float("nan"), dtype=torch.float64)
+        out[0], out[1] = len(window), float(bool(w.loaders))
+        for j, (_, step_s, data_s, fwd_s) in enumerate(window):
+            out[2 + j], out[2 + self.k + j], out[2 + 2 * self.k + j] = step_s, data_s, fwd_s
+        return out
+
+    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+        keep = max(self.k, 16)
+        data = rows.tolist()
+        timed = {r for r, row in enumerate(data) if row[1] > 0}
+        for r, row in enumerate(data):
+            cnt = int(row[0])
+            h = self.history.setdefault(r, deque(maxlen=keep))
+            for j in range(cnt):
+                h.append((row[2 + j], row[2 + self.k + j], row[2 + 2 * self.k + j]))
+        cfg = w.cfg
+        findings = []
+        for group in w.peer_groups():
+            times = {r: list(self.history.get(r, ())) for r in group}
+            for fid, ranks, ev in slow_ranks(times, cfg.straggler_abs_s, cfg.straggler_rel,
+                                             cfg.straggler_fraction, cfg.straggler_min_steps,
+                                             cfg.data_share, timed):
+                what = ("waits for data" if fid == "DATALOADER_BOTTLENECK"
+                        else "is slower than its peers before every all-reduce")
+                findings.append(Finding(
+                    fid, f"rank {','.join(map(str, ranks))} {what}", ranks=ranks,
+                    evidence={"step": step, **ev}))
+        return findings

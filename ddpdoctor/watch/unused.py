@@ -1,0 +1,80 @@
+"""DDP_UNUSED_PARAMETERS / DDP_FIND_UNUSED_OVERHEAD: parameters that get no gradient.
+
+During the first ``unused_steps`` steps a post-accumulate-grad hook marks every parameter
+that receives a gradient (then the hooks are removed: zero cost afterwards). At each of
+those step boundaries the parameters that require grad but got none are named. The
+boundary comes before DDP's second forward, which is where plain PyTorch fails with
+"Expected to have finished reduction in the prior iteration".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpdoctor.findings import Finding
+from ddpdoctor.watch.base import WatchCheck
+
+
+def missing_grads(names: list[str], requires_grad: list[bool], used: set[int]) -> list[str]:
+    """Names of parameters that require grad but were not in ``used`` (indices)."""
+    return [n for i, (n, rg) in enumerate(zip(names, requires_grad)) if rg and i not in used]
+
+
+class UnusedCheck(WatchCheck):
+    name = "unused"
+
+    def attach(self, w: Any) -> None:
+        self.used: set[int] = set()
+        self.handles: list[Any] = []
+        self.all_used_steps = 0
+        self.done = False
+        for i, (_, p) in enumerate(w.named_params):
+            if p.requires_grad and hasattr(p, "register_post_accumulate_grad_hook"):
+                self.handles.append(p.register_post_accumulate_grad_hook(self._mark(i)))
+
+    def _mark(self, i: int) -> Any:
+        def hook(_p: Any) -> None:
+            self.used.add(i)
+        return hook
+
+    def step_end(self, w: Any, step: int) -> None:
+        if self.done:
+            return
+        if self.used:  # a step without backward (eval) says nothing
+            names = [n for n, _ in w.named_params]
+            rg = [p.requires_grad for _, p in w.named_params]
+            missing = missing_grads(names, rg, self.used)
+            if missing:
+                find_unused = bool(getattr(w.ddp, "find_unused_parameters", False))
+                w.emit(Finding(
+                    "DDP_UNUSED_PARAMETERS",
+                    f"{len(missing)} parameter(s) got no gradient on rank {w.rank}: "
+                    f"{', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}",
+                    ranks=[w.rank],
+                    # with find_unused_parameters=True DDP copes: a warning, not an error
+                    severity="warning" if find_unused else "",
+                    evidence={"step": step, "parameters": missing[:50], "count": len(missing),
+                              "find_unused_parameters": find_unused,
+                              "wrapper": w.wrapper}), step)
+                self._finish()
+                return
+            self.all_used_steps += 1
+        self.used = set()
+        if step >= w.cfg.unused_steps:
+            if self.all_used_steps and getattr(w.ddp, "find_unused_parameters", False):
+                w.emit(Finding(
+                    "DDP_FIND_UNUSED_OVERHEAD",
+                    "find_unused_parameters=True but every parameter got a gradient in the "
+                    f"first {self.all_used_steps} step(s): an extra graph walk every step",
+                    ranks=[w.rank], evidence={"step": step, "steps_checked": self.all_used_steps}),
+                    step)
+            self._finish()
+
+    def _finish(self) -> None:
+        self.done = True
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def close(self, w: Any) -> None:
+        self._finish()

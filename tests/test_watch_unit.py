@@ -1,0 +1,243 @@
+"""ddpdoctor.watch: settings, event output, the pure analysis rules, and single-process
+watching of plain modules (no process group: the cross-rank rules see one row)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.findings import Finding
+from ddpdoctor.watch.config import CHECKS, from_env, parse_checks
+from ddpdoctor.watch.desync import diverged
+from ddpdoctor.watch.device import local_mismatch, shared_devices
+from ddpdoctor.watch.events import DDPDoctorWarning, EventSink, read_events
+from ddpdoctor.watch.memory import growth
+from ddpdoctor.watch.nonfinite import GRADIENT, LOSS, OUTPUT, first_nonfinite
+from ddpdoctor.watch.sampler import epoch_not_advanced
+from ddpdoctor.watch.straggler import slow_ranks
+from ddpdoctor.watch.unused import missing_grads
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOTSTRAP = ROOT / "ddpdoctor" / "watch" / "bootstrap"
+
+
+# ---- settings and events
+
+def test_config_precedence_and_checks():
+    env = {"DDPDOCTOR_WATCH_EVERY": "5", "DDPDOCTOR_WATCH_CHECKS": "-memory,-hang"}
+    cfg = from_env(env)
+    assert cfg.every == 5 and "memory" not in cfg.checks and "unused" in cfg.checks
+    assert from_env(env, every=7).every == 7  # an explicit argument wins
+    assert parse_checks("all") == CHECKS and parse_checks("none") == ()
+    assert parse_checks("nonfinite,desync") == ("nonfinite", "desync")
+    with pytest.raises(ValueError, match="unknown watch checks"):
+        from_env({}, checks="nonfinite,bogus")
+    with pytest.raises(ValueError, match="DDPDOCTOR_WATCH_EVERY"):
+        from_env({"DDPDOCTOR_WATCH_EVERY": "x"})
+
+
+def test_event_sink_warns_logs_and_writes_once(tmp_path):
+    sink = EventSink(str(tmp_path / "ev-{rank}.jsonl"), rank=3)
+    f = Finding("PARAM_DESYNC", "rank 3 differs", ranks=[3], evidence={"parameter": "w"})
+    with pytest.warns(DDPDoctorWarning, match="PARAM_DESYNC"):
+        assert sink.finding(f, step=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not sink.finding(f, step=8)  # the same id and ranks: dropped, no warning
+    [ev] = read_events(str(tmp_path / "ev-3.jsonl"))
+    assert (ev["kind"], ev["id"], ev["rank"], ev["step"], ev["ranks"]) == (
+        "finding", "PARAM_DESYNC", 3, 7, [3])
+    assert ev["evidence"]["parameter"] == "w" and ev["schema"] == "ddpdoctor.event/1"
+
+
+# ---- pure rules
+
+def test_first_nonfinite_names_the_rank_whose_loss_went_first():
+    # rank 1's loss went NaN at step 3; the all-reduce made rank 0's grads NaN too
+    assert first_nonfinite([(3, GRADIENT, 0), (3, LOSS, 0)]) == (3, LOSS, [1])
+    assert first_nonfinite([(5, OUTPUT, 0), (4, GRADIENT, 2)]) == (4, GRADIENT, [1])
+    assert first_nonfinite([(0, 0, -1), (0, 0, -1)]) is None
+
+
+def test_diverged_majority_and_two_rank_tie():
+    assert diverged([[1, 2, 3], [1, 9, 3], [1, 2, 3]], [0, 1, 2]) == ([1], 1)
+    assert diverged([[1, 2], [1, 5]], [4, 5]) == ([5], 1)  # tie: the lowest rank is right
+    assert diverged([[1, 2], [1, 2]], [0, 1]) is None
+
+
+def test_slow_ranks_straggler_and_data_bottleneck():
+    fast = [(0.4, 0.001, 0.01)] * 6
+    slow = [(0.4, 0.001, 0.31)] * 6
+    [(fid, ranks, ev)] = slow_ranks({0: fast, 1: slow}, 0.02, 0.25, 0.6, 3, 0.3)
+    assert (fid, ranks) == ("STRAGGLER", [1]) and ev["per_rank"]["1"]["slow_by_s"] == 0.3
+    starving = [(0.4, 0.3, 0.01)] * 6
+    [(fid, ranks, _)] = slow_ranks({0: fast, 1: starving, 2: fast}, 0.02, 0.25, 0.6, 3, 0.3)
+    assert (fid, ranks) == ("DATALOADER_BOTTLENECK", [1])
+    # without a DataLoader tap the "data" time is just the gap between steps: a straggler
+    [(fid, ranks, _)] = slow_ranks({0: fast, 1: starving, 2: fast}, 0.02, 0.25, 0.6, 3, 0.3,
+                                   loader_timed=set())
+    assert (fid, ranks) == ("STRAGGLER", [1])
+    noisy = [(0.05, 0.001, 0.01 + 0.002 * (i % 2)) for i in range(8)]
+    assert slow_ranks({0: noisy, 1: list(reversed(noisy))}, 0.02, 0.25, 0.6, 3, 0.3) == []
+    assert slow_ranks({0: fast[:2], 1: slow[:2]}, 0.02, 0.25, 0.6, 3, 0.3) == []
+
+
+def test_memory_growth_rule():
+    mb = 2**20
+    leak = [(s, 400 * mb + 16 * mb * s) for s in range(3, 11)]
+    ev = growth(leak, 64 * mb)
+    assert ev and ev["mb_per_step"] == 16.0 and ev["from_step"] == 3
+    flat = [(s, 400 * mb + (s % 2) * mb) for s in range(3, 11)]
+    assert growth(flat, 64 * mb) is None
+
+
+def test_device_rules_and_small_rules():
+    assert local_mismatch("cuda", 0, 1, visible=8) == "model on cuda:0 but LOCAL_RANK is 1"
+    assert local_mismatch("cuda", 0, 1, visible=1) is None  # one GPU per process
+    assert local_mismatch("cpu", None, 1, visible=0) is None
+    assert shared_devices([(7, 0), (7, 0), (7, 1), (8, 0)]) == [[0, 1]]
+    assert missing_grads(["a", "b", "c"], [True, True, False], {0}) == ["b"]
+    assert epoch_not_advanced(0, 0) and not epoch_not_advanced(None, 0)
+    assert not epoch_not_advanced(0, 1)
+
+
+# ---- single-process watching of plain modules
+
+def _train(steps: int, watched: bool, nan_at: int = 0, unused: bool = False, tmp=None,
+           **settings):
+    import torch
+    from torch import nn
+
+    import ddpdoctor
+
+    class Net(nn.Sequential):
+        def forward(self, x):  # `extra` is registered but never used
+            return self[2](self[1](self[0](x)))
+
+    torch.manual_seed(0)
+    model = Net(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    if unused:
+        model.extra = nn.Linear(4, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    data = torch.Generator().manual_seed(1)
+    handle = None
+    if watched:
+        handle = ddpdoctor.watch(model, opt, every=1, events_path=str(tmp / "ev.jsonl"),
+                                 **settings)
+    losses = []
+    for step in range(1, steps + 1):
+        x = torch.randn(32, 8, generator=data)
+        loss = model(x).pow(2).mean()
+        if step == nan_at:
+            loss = loss * float("nan")
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return model, handle, losses
+
+
+def test_plain_module_unchanged_and_quiet(tmp_path):
+    _, _, base = _train(8, watched=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DDPDoctorWarning)
+        model, handle, watched = _train(8, watched=True, tmp=tmp_path)
+    assert [x.hex() for x in base] == [x.hex() for x in watched]  # bitwise
+    assert handle.findings == [] and handle.step == 8
+    handle.close()
+    assert not model._forward_pre_hooks and not model[2]._forward_hooks
+    assert not (tmp_path / "ev.jsonl").exists()
+
+
+def test_plain_module_nan_and_unused(tmp_path):
+    with pytest.warns(DDPDoctorWarning) as rec:
+        _, handle, _ = _train(5, watched=True, nan_at=3, unused=True, tmp=tmp_path)
+        handle.close()
+    ids = {str(w.message).split()[1] for w in rec}
+    assert ids == {"GRAD_NONFINITE", "DDP_UNUSED_PARAMETERS"}
+    ev = {e["id"]: e for e in read_events(str(tmp_path / "ev.jsonl"))}
+    nan = ev["GRAD_NONFINITE"]
+    assert nan["ranks"] == [0] and nan["evidence"]["step"] == 3
+    assert nan["evidence"]["source"].startswith("loss")
+    un = ev["DDP_UNUSED_PARAMETERS"]
+    assert un["evidence"]["parameters"] == ["extra.weight", "extra.bias"]
+    assert un["step"] == 1 and un["ranks"] == [0]
+
+
+def test_sampler_epoch_not_set_and_context_manager(tmp_path):
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    import ddpdoctor
+
+    ds = TensorDataset(torch.randn(16, 4))
+    loader = DataLoader(ds, batch_size=4, sampler=DistributedSampler(ds, num_replicas=2,
+                                                                     rank=0, shuffle=True))
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(DDPDoctorWarning, match="SAMPLER_EPOCH_NOT_SET"):
+        with ddpdoctor.watch(model, opt, loader, events_path=str(tmp_path / "e.jsonl")) as w:
+            for _epoch in range(2):  # set_epoch never called
+                for (x,) in loader:
+                    model(x).sum().backward()
+                    opt.step()
+                    opt.zero_grad()
+    assert w.closed and "_get_iterator" not in vars(loader)
+    [ev] = read_events(str(tmp_path / "e.jsonl"))
+    assert ev["id"] == "SAMPLER_EPOCH_NOT_SET" and ev["step"] == 3 and ev["ranks"] == [0]
+
+
+def test_memory_growth_on_a_leaking_loop(tmp_path):
+    import torch
+
+    keep = []
+    with pytest.warns(DDPDoctorWarning, match="MEMORY_GROWTH"):
+        model, handle, _ = _train(1, watched=True, tmp=tmp_path, memory_min_growth_mb=40,
+                                  memory_window=6, checks="memory")
+        opt = handle.optimizer
+        for _ in range(10):
+            keep.append(torch.ones(8 << 20 // 4 * 4))  # 32 MB kept every step
+            model(torch.randn(2, 8)).sum().backward()
+            opt.step()
+        handle.close()
+    [ev] = read_events(str(tmp_path / "ev.jsonl"))
+    assert ev["id"] == "MEMORY_GROWTH" and ev["ranks"] == [0]
+    assert ev["evidence"]["mb_per_step"] >= 25 and ev["evidence"]["largest_tensors"]
+
+
+# ---- import cost and the zero-code-change bootstrap
+
+def test_import_ddpdoctor_and_watch_package_without_torch():
+    code = ("import sys, ddpdoctor, ddpdoctor.watch; "
+            "assert callable(ddpdoctor.watch) and ddpdoctor.DDPDoctorWarning; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_bootstrap_chains_existing_sitecustomize_and_never_breaks(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['CHAINED'] = 'yes'\n")
+    code = ("import os, sys; from ddpdoctor.watch import autowatch; "
+            "print(os.environ.get('CHAINED'), autowatch._installed.get('done'), "
+            "'torch' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BOOTSTRAP), str(other)]),
+           "DDPDOCTOR_WATCH": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=env, cwd=tmp_path)
+    assert out.stdout.split() == ["yes", "True", "False"], out.stderr
+    # a broken shadowed sitecustomize is reported, the program still runs
+    (other / "sitecustomize.py").write_text("raise RuntimeError('boom')\n")
+    out = subprocess.run([sys.executable, "-c", "print('ran')"], capture_output=True,
+                         text=True, timeout=60, env=env, cwd=tmp_path)
+    assert out.stdout.strip() == "ran" and "boom" in out.stderr
+    assert json.dumps  # keep the import used
