@@ -127,7 +127,8 @@ def silent(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     a = launch(["--steps", "6", "--dataset-size", "48", "--inject", "desync@1:2",
                 "--inject", "straggler@1", "--inject", "leak@1", "--inject", "no-set-epoch"],
                2, tmp / "a")
-    b = launch(["--steps", "5", "--inject", "no-sampler", "--inject", "nan@1:4"], 2, tmp / "b")
+    b = launch(["--steps", "5", "--inject", "no-sampler", "--inject", "nan@1:4",
+                "--inject", "slow-data@0"], 2, tmp / "b")
     try:
         for run in (a, b):
             assert run.wait(150) == [0, 0], run.all_output()[-3000:]
@@ -150,6 +151,14 @@ def test_straggler_rank_computes_slower(silent: dict) -> None:
     for r in silent["a"]:
         fast, slow = r["rank_compute_s"]
         assert slow - fast > 0.8 * STRAGGLER_DELAY_S
+
+
+def test_slow_data_rank_waits_for_its_batches(silent: dict) -> None:
+    from ddpdoctor.train.injections import SLOW_DATA_PER_SAMPLE_S
+
+    for r in silent["b"][1:]:
+        slow, fast = r["rank_data_s"]
+        assert slow - fast > 4 * SLOW_DATA_PER_SAMPLE_S, r["rank_data_s"]
 
 
 def test_leak_grows_rss_on_its_rank(silent: dict) -> None:

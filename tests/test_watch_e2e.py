@@ -74,10 +74,24 @@ def test_desync_straggler_memory_growth(tmp_path):
     assert slow["ranks"] == [1] and slow["evidence"]["per_rank"]["1"]["slow_by_s"] > 0.25
     [leak] = _one(events, "MEMORY_GROWTH")
     assert leak["ranks"] == [0] and leak["rank"] == 0 and leak["evidence"]["mb_per_step"] >= 16
-    epoch = _one(events, "SAMPLER_EPOCH_NOT_SET")  # the 2nd epoch start the tap sees
-    assert sorted(e["rank"] for e in epoch) == [0, 1] and {e["step"] for e in epoch} == {9}
+    epoch = _one(events, "SAMPLER_EPOCH_NOT_SET")  # the 2nd epoch starts at step 5
+    assert sorted(e["rank"] for e in epoch) == [0, 1] and {e["step"] for e in epoch} == {5}
     assert {e["id"] for e in events} == {"PARAM_DESYNC", "STRAGGLER", "MEMORY_GROWTH",
                                          "SAMPLER_EPOCH_NOT_SET"}
+
+
+@pytest.mark.timeout(120)
+def test_slow_data_and_find_unused_overhead(tmp_path):
+    codes, out, _, events = _run(tmp_path, [
+        "--strategy", "ddp", "--steps", "8", "--watch", "--find-unused",
+        "--inject", "slow-data@1"])
+    assert codes == [0, 0], out
+    waits = _one(events, "DATALOADER_BOTTLENECK")
+    assert waits and all(e["ranks"] == [1] for e in waits)
+    assert waits[0]["evidence"]["data_share"]["1"] > 0.3
+    overhead = _one(events, "DDP_FIND_UNUSED_OVERHEAD")
+    assert sorted(e["rank"] for e in overhead) == [0, 1]
+    assert {e["id"] for e in events} == {"DATALOADER_BOTTLENECK", "DDP_FIND_UNUSED_OVERHEAD"}
 
 
 @pytest.mark.timeout(120)

@@ -62,6 +62,9 @@ INJECTIONS: dict[str, InjectionSpec] = {s.name: s for s in [
     InjectionSpec("straggler", "RANK sleeps 0.3 s in forward at every step from STEP on",
                   "all ranks' steps slow down; RANK's compute time is 0.3 s longer", "silent",
                   "STRAGGLER", default_step=1),
+    InjectionSpec("slow-data", "RANK's Dataset.__getitem__ sleeps 0.05 s per sample from "
+                  "STEP on", "all ranks' steps slow down; RANK waits for its data",
+                  "silent", "DATALOADER_BOTTLENECK", default_step=1),
     InjectionSpec("data-stall", "RANK's Dataset.__getitem__ sleeps forever at STEP",
                   "hang: RANK stuck in __getitem__ (_stall_forever), the others wait in a "
                   "collective", "hang", "HANG_DATALOADER"),
@@ -102,6 +105,7 @@ INJECTIONS: dict[str, InjectionSpec] = {s.name: s for s in [
 ]}
 
 STRAGGLER_DELAY_S = 0.3
+SLOW_DATA_PER_SAMPLE_S = 0.05
 LEAK_BYTES_PER_STEP = 16 << 20
 DESYNC_NOISE = 1e-3
 
@@ -280,6 +284,9 @@ class Injector:
                 epoch = (inj.step - 1) // steps_per_epoch
                 first = batches_of_step(inj.step)[0]
                 return _DataFault(name, epoch, first)
+        inj = self._get("slow-data")
+        if inj and inj.on(self.rank):
+            return _SlowData((inj.step - 1) // steps_per_epoch)
         return None
 
     # -- per-step hooks
@@ -338,6 +345,17 @@ class _DataFault:
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.name == "worker-bus":
             os.kill(os.getpid(), signal.SIGBUS)
+
+
+class _SlowData:
+    """Picklable: every sample from the epoch of STEP on takes a while to load."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __call__(self, epoch: int, index: int) -> None:
+        if epoch >= self.epoch:
+            time.sleep(SLOW_DATA_PER_SAMPLE_S)
 
 
 def _lone_all_reduce(t: Any, group: Any) -> None:

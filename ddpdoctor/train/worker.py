@@ -123,7 +123,9 @@ def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.devic
     if rcfg.resume:
         start = checkpoint.load(rcfg.checkpoint_dir, strategy)
         log.line(f"[{name}] resumed from step {start}")
-    batches.skip_to(start)
+    if start:
+        batches.skip_to(start)
+    # Before the first epoch's iterator exists, so a watcher sees every batch being loaded.
     handle = _watch(strategy, loader) if rcfg.watch else None
     tokens_per_step = rcfg.batch_size * mcfg.seq * strategy.dp_world
     nparams = sum(p.numel() for p in strategy.module.parameters())
