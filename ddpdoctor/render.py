@@ -109,6 +109,14 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         return
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
+    failed = [c.name for c in report.checks if report.check_status(c) == "error"
+              and not any(f.evidence.get("check") == c.name for f in report.findings)]
+    if failed and not errors:
+        # A check that failed without a finding (e.g. a job that hung with no readable
+        # stacks) is not "no issues".
+        console.print(Text(f"! {len(failed)} check(s) failed without a diagnosis: "
+                           f"{', '.join(failed)}", style="bold red"))
+        return
     if errors or warnings:
         style = "bold red" if errors else "bold yellow"
         console.print(Text(f"! {errors} error(s), {warnings} warning(s). "

@@ -169,3 +169,25 @@ def test_flight_recorder_mismatch_when_stacks_look_alike():
     found = analyze(alike, verdicts)
     assert ids(found) == [("HANG_COLLECTIVE_MISMATCH", [1])]
     assert "broadcast" in found[0].title
+
+
+def test_lone_collective_on_a_side_group_is_a_missing_collective_with_flight_recorder():
+    from ddpdoctor.attach.flight_recorder import PgVerdict
+
+    # ranks 0 and 2 wait in the step's all_gather; rank 1 alone in an all_reduce
+    st = states(rank(0, thread(in_collective("all_gather", 74))),
+                rank(1, thread(in_collective("all_reduce", 90))),
+                rank(2, thread(in_collective("all_gather", 74))))
+    assert [(f.id, f.ranks) for f in analyze(st)] == [("HANG_COLLECTIVE_MISMATCH", [1])]
+    # FR: no group where ranks disagree; rank 1 is behind on the default group, the others
+    # on the side group rank 1 alone entered
+    verdicts = [PgVerdict("0", "default_pg", 12, "all_gather", behind={1: 11},
+                          pending={"all_gather": [0, 2]}),
+                PgVerdict("1", "side", 3, "all_reduce", behind={0: 2, 2: 2},
+                          pending={"all_reduce": [1]})]
+    got = analyze(st, verdicts)
+    assert [(f.id, f.ranks) for f in got] == [("HANG_RANK_MISSING_COLLECTIVE", [1])]
+    # a real mismatch on one group stays a mismatch
+    clash = [PgVerdict("0", "default_pg", 12, "all_gather",
+                       pending={"all_gather": [0, 2], "all_reduce": [1]})]
+    assert [f.id for f in analyze(st, clash)] == ["HANG_COLLECTIVE_MISMATCH"]

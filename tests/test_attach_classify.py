@@ -133,3 +133,16 @@ def test_recorded_real_stacks(name, culprit, kind, op, where):
     assert (s.kind, s.op, s.where) == (kind, op, where)
     if name != "p2p-2ranks":
         assert states[0].kind == c.COLLECTIVE and states[0].where == "hang.py:65 in sync"
+
+
+def test_ddp_collective_run_from_cpp_in_pre_forward():
+    # DDP's 2nd forward rebuilds its buckets with a broadcast inside C++: the innermost
+    # Python frame is _pre_forward and the thread is idle.
+    frames = [f("DistributedDataParallel._pre_forward", f"{TORCH}/nn/parallel/distributed.py",
+                1775),
+              f("DistributedDataParallel.forward", f"{TORCH}/nn/parallel/distributed.py", 1880),
+              f("step", TRAIN, 40), f("main", TRAIN, 9)]
+    s = c.classify(rank(0, thread(frames, active=False)))
+    assert (s.kind, s.op, s.where) == (c.COLLECTIVE, "broadcast", "train.py:40 in step")
+    busy = c.classify(rank(0, thread(frames, active=True)))
+    assert busy.kind != c.COLLECTIVE

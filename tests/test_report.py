@@ -93,3 +93,11 @@ def test_report_round_trips_through_json():
     original = _report().finish()
     copy = Report.from_dict(json.loads(original.to_json()))
     assert copy.to_dict() == original.to_dict()
+
+
+def test_failed_check_without_finding_is_not_no_issues():
+    r = Report("run")
+    r.checks.append(Check("job", "hung; no stacks could be read", status="error"))
+    out = _text(r)
+    assert "No issues found" not in out
+    assert "1 check(s) failed without a diagnosis: job" in out

@@ -202,6 +202,19 @@ def _apply_flight_recorder(findings: list[Finding], states: list[RankState],
     lines = [line for v in verdicts for line in v.describe()]
     for f in findings:
         f.evidence["flight_recorder"] = lines
+    if not any(v.mismatch for v in verdicts):
+        # Stacks showed the odd ranks in another collective; the sequence numbers show no
+        # group where ranks disagree, only ranks behind: the odd ranks are in a collective
+        # of a group of their own (a rank-conditional collective) and never entered the
+        # one the others wait in. That is a missing collective, not a mismatch.
+        behind = {r for v in verdicts for r in v.behind}
+        for i, f in enumerate(findings):
+            if f.id == "HANG_COLLECTIVE_MISMATCH" and f.ranks and set(f.ranks) <= behind:
+                findings[i] = Finding(
+                    "HANG_RANK_MISSING_COLLECTIVE", f.title, ranks=f.ranks,
+                    evidence={**f.evidence, "why": "Flight Recorder: no process group where "
+                              "ranks disagree; these ranks are behind on the others' group "
+                              "and wait in a collective the others never entered"})
     if findings:
         return
     by_rank = {s.rank: s for s in states}

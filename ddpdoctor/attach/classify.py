@@ -49,6 +49,13 @@ _DDP_OPS = {
     "_sync_module_states": "broadcast",
     "_verify_param_shape_across_processes": "all_gather",
 }
+# DDP methods that run a collective inside C++ (no Python collective frame below them):
+# idle with one of these innermost, the rank waits in that collective.
+_DDP_CPP_OPS = {
+    "_pre_forward": "broadcast",  # reducer._rebuild_buckets() syncs bucket order (step 2)
+    "_sync_buffers": "broadcast",
+    "_check_global_requires_backward_grad_sync": "all_reduce",
+}
 _C10D_FILE = "torch/distributed/distributed_c10d.py"
 _FUTURE_COLLECTIVE = re.compile(r"^(all_|reduce|broadcast|barrier|gather|scatter)\w*$")
 _DDP_FILE = "torch/nn/parallel/distributed.py"
@@ -190,6 +197,10 @@ def _classify_thread(thread: ThreadStack) -> _ThreadVerdict:
         elif leaf in _BACKWARD:
             in_backward = True
     user = frames[first_user_index] if first_user_index >= 0 else None
+    inner = frames[0]
+    if (not op and not thread.active and inner.filename.endswith(_DDP_FILE)
+            and _leaf(inner.name) in _DDP_CPP_OPS):
+        op, op_index = _DDP_CPP_OPS[_leaf(inner.name)], 0
     if op:
         site = _first_user(frames, op_index + 1)
         kind = P2P if op in P2P_OPS else COLLECTIVE

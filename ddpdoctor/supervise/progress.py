@@ -1,0 +1,210 @@
+"""Is the job still moving? Three signals, read from outside the ranks:
+
+- output: any new line from the job;
+- CPU time: a rank (its process and its DataLoader workers) that used more than
+  ``cpu_rate`` of a core since the last sample is working; a rank blocked in a collective,
+  asleep or stuck on a lock uses (almost) none;
+- heartbeats: ``$DDPDOCTOR_HEARTBEAT_DIR/rank{R}.json`` written by ddpdoctor.watch (step,
+  last_progress). Once a rank's heartbeat says training began, it is that rank's signal and
+  its CPU time no longer counts: a rank can burn CPU without taking a step (a GPU rank
+  spin-waits on a stuck NCCL kernel).
+
+Sampling (psutil, files) is at the edge; :class:`ProgressTracker` is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+JOB = -1  # the unit when no process carries RANK (a plain script, mp.spawn, startup)
+DEFAULT_CPU_RATE = 0.05  # share of one core
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    pid: int
+    rank: int | None  # RANK in its environment; None for the launcher and non-rank helpers
+    cpu_s: float
+    created: float
+    zombie: bool = False
+    top: bool = True  # the rank's own process, not one of its workers
+
+
+@dataclass
+class TreeSample:
+    time: float
+    procs: list[ProcSample] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    rank: int
+    step: int
+    last_progress: float
+    time: float
+    phase: str = ""
+    status: str = ""
+
+    @property
+    def training(self) -> bool:
+        return self.status != "closed" and (self.step > 0 or self.phase not in ("", "starting"))
+
+
+def _rank_of(proc: Any) -> int | None:
+    import psutil
+
+    try:
+        value = proc.environ().get("RANK")
+    except (psutil.Error, OSError):
+        return None
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], int | None]
+                ) -> TreeSample:
+    """CPU time and RANK of the root and every descendant (environments read once)."""
+    import psutil
+
+    sample = TreeSample(now)
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return sample
+    pids = {p.pid for p in procs}
+    ranks: dict[int, int | None] = {}
+    rows = []
+    for p in procs:
+        try:
+            with p.oneshot():
+                created = p.create_time()
+                zombie = p.status() == psutil.STATUS_ZOMBIE
+                t = p.cpu_times()
+                cpu = t.user + t.system
+                ppid = p.ppid()
+        except psutil.Error:
+            continue
+        key = (p.pid, created)
+        if key not in rank_cache:
+            rank_cache[key] = None if zombie else _rank_of(p)
+        ranks[p.pid] = rank_cache[key]
+        rows.append((p.pid, cpu, created, zombie, ppid))
+    for pid, cpu, created, zombie, ppid in rows:
+        rank = ranks[pid]
+        top = not (ppid in pids and ranks.get(ppid) is not None and ranks.get(ppid) == rank)
+        sample.procs.append(ProcSample(pid, rank, cpu, created, zombie, top))
+    return sample
+
+
+def read_heartbeats(directory: str, not_before: float) -> dict[int, Heartbeat]:
+    """Heartbeats written since ``not_before`` (wall time); unreadable files are skipped."""
+    out: dict[int, Heartbeat] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return out
+    for name in names:
+        if not (name.startswith("rank") and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                data = json.loads(f.read(1 << 20))
+            hb = Heartbeat(int(data["rank"]), int(data.get("step") or 0),
+                           float(data.get("last_progress") or 0), float(data.get("time") or 0),
+                           str(data.get("phase") or ""), str(data.get("status") or ""))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if hb.time >= not_before:
+            out[hb.rank] = hb
+    return out
+
+
+@dataclass
+class RankExit:
+    rank: int
+    pid: int
+    time: float  # monotonic, when the sampler first saw it gone
+
+
+class ProgressTracker:
+    """Pure: samples in, "how long since anything moved" out (monotonic seconds)."""
+
+    def __init__(self, now: float, cpu_rate: float = DEFAULT_CPU_RATE) -> None:
+        self.cpu_rate = cpu_rate
+        self.last_progress = now
+        self.last_what = "start"
+        self.rank_last: dict[int, float] = {}
+        self.exits: list[RankExit] = []
+        self._lines = 0
+        self._prev: TreeSample | None = None
+        self._hb: dict[int, tuple[int, float]] = {}
+        self._rank_pids: dict[int, set[int]] = {}
+
+    def update(self, now: float, lines: int, sample: TreeSample,
+               heartbeats: dict[int, Heartbeat] | None = None) -> None:
+        heartbeats = heartbeats or {}
+        if lines != self._lines:
+            self._lines = lines
+            self._moved(now, "output", None)
+        hb_ranks = {r for r, hb in heartbeats.items() if hb.training}
+        for r, hb in heartbeats.items():
+            mark = (hb.step, hb.last_progress)
+            if self._hb.get(r) != mark:
+                if r in self._hb:
+                    self._moved(now, f"heartbeat of rank {r} (step {hb.step})", r)
+                self._hb[r] = mark
+        for unit, rate in self._cpu_rates(sample).items():
+            if unit in hb_ranks or rate < self.cpu_rate:
+                continue
+            who = "the job" if unit == JOB else f"rank {unit}"
+            self._moved(now, f"CPU time of {who} ({rate:.0%} of a core)",
+                        None if unit == JOB else unit)
+        self._track_exits(now, sample)
+        self._prev = sample
+
+    def stalled_for(self, now: float) -> float:
+        return max(0.0, now - self.last_progress)
+
+    def first_exit(self) -> RankExit | None:
+        return self.exits[0] if self.exits else None
+
+    def _moved(self, now: float, what: str, rank: int | None) -> None:
+        self.last_progress = now
+        self.last_what = what
+        if rank is not None:
+            self.rank_last[rank] = now
+
+    def _cpu_rates(self, sample: TreeSample) -> dict[int, float]:
+        """CPU share per unit since the previous sample; new processes count from zero."""
+        prev = self._prev
+        if prev is None or sample.time <= prev.time:
+            return {}
+        before = {(p.pid, p.created): p.cpu_s for p in prev.procs}
+        any_rank = any(p.rank is not None for p in sample.procs)
+        used: dict[int, float] = {}
+        for p in sample.procs:
+            if any_rank and p.rank is None:
+                continue  # the launcher's own polling is not the training's progress
+            unit = p.rank if any_rank and p.rank is not None else JOB
+            delta = p.cpu_s - before.get((p.pid, p.created), 0.0)
+            used[unit] = used.get(unit, 0.0) + max(0.0, delta)
+        dt = sample.time - prev.time
+        return {u: c / dt for u, c in used.items()}
+
+    def _track_exits(self, now: float, sample: TreeSample) -> None:
+        live: dict[int, set[int]] = {}
+        for p in sample.procs:
+            if p.rank is not None and p.top and not p.zombie:
+                live.setdefault(p.rank, set()).add(p.pid)
+        gone_already = {e.rank for e in self.exits}
+        for rank, pids in self._rank_pids.items():
+            if rank not in live and rank not in gone_already:
+                self.exits.append(RankExit(rank, min(pids), now))
+        for rank, pids in live.items():
+            self._rank_pids.setdefault(rank, set()).update(pids)

@@ -1,0 +1,63 @@
+"""A failed job: its kept output through logscan's triage, and what the sampler saw.
+
+The output copy holds every rank's lines in arrival order with torchrun's rank prefixes,
+so logscan can tell the first root cause from the cascade. When the output names no
+cause, the rank whose process went away first (the sampler watched them) is the lead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.findings import Finding
+from ddpdoctor.supervise.progress import RankExit
+
+CHECK = "crash triage"
+
+
+def exit_description(returncode: int) -> str:
+    if returncode < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    return f"exit code {returncode}"
+
+
+def first_exit(exits: list[RankExit]) -> RankExit | None:
+    """The rank that went away first, if only one went in the first sampling interval."""
+    if not exits:
+        return None
+    first = exits[0]
+    tied = [e for e in exits if abs(e.time - first.time) < 1e-6]
+    return first if len(tied) == 1 else None
+
+
+def triage_output(output_log: Path, exits: list[RankExit], returncode: int
+                  ) -> tuple[list[Finding], dict[str, Any]]:
+    """Findings (root cause first) for a job that exited with ``returncode``."""
+    from ddpdoctor.logscan import LogInput, diagnose_logs
+
+    info: dict[str, Any] = {"log": str(output_log)}
+    try:
+        findings, scan = diagnose_logs([LogInput(str(output_log))])
+        info["events"] = len(scan.events)
+    except OSError as e:
+        findings = []
+        info["error"] = f"cannot read {output_log}: {e.strerror or e}"
+    first = first_exit(exits)
+    if first is not None:
+        info["first_exit"] = {"rank": first.rank, "pid": first.pid}
+    if not findings and first is not None:
+        findings = [Finding(
+            "RANK_CRASHED",
+            f"rank {first.rank} (pid {first.pid}) exited first; the job then ended with "
+            f"{exit_description(returncode)}; its output names no cause",
+            ranks=[first.rank],
+            evidence={"pid": first.pid, "job_exit": returncode,
+                      "source": "process sampling (no error line in the output)"})]
+    return findings, info

@@ -1,0 +1,140 @@
+"""End to end: `ddpdoctor run` supervises real 2-rank gloo jobs with a planted fault.
+
+Hangs: run must notice by itself (no progress for --hang-timeout), diagnose (attach),
+stop the job and exit 1 with the HANG finding naming the culprit. Crashes: run passes
+the job's exit code on and names the first failing rank and the finding.
+
+Each case is its own torchrun launch (~5 s of CPU); the cases of one kind run side by
+side (a module fixture), so the wait for a hang or for torchrun's teardown overlaps.
+Whole file: ~2 min on 2 busy cores.
+"""
+
+from __future__ import annotations
+
+import json
+
+import psutil
+import pytest
+from run_helpers import RunJob, findings, run_all, trainer
+
+pytestmark = pytest.mark.slow
+
+HANG_TIMEOUT = 6.0
+SLACK = 4.0  # "within hang-timeout + a few seconds": poll interval, load, sampling
+
+# name -> (command, finding, culprit ranks), each a reference trainer injection.
+HANGS = {
+    # 3 ranks: ranks 0 and 2 wait in the step's all_gather, rank 1 alone in its all_reduce
+    "missing": (trainer("--steps", "50", "--inject", "lone-collective@1:2", nproc=3),
+                "HANG_RANK_MISSING_COLLECTIVE", [1]),
+    "compute": (trainer("--steps", "50", "--inject", "hang-compute@0:2"),
+                "HANG_RANK_MISSING_COLLECTIVE", [0]),
+    "data": (trainer("--steps", "50", "--inject", "data-stall@1:2"), "HANG_DATALOADER", [1]),
+    "mismatch": (trainer("--steps", "50", "--inject", "collective-order@1:2"),
+                 "HANG_COLLECTIVE_MISMATCH", [0, 1]),
+    "p2p": (trainer("--steps", "50", "--inject", "p2p-deadlock@0:2"),
+            "HANG_P2P_DEADLOCK", [0, 1]),
+}
+CRASHES = {
+    "exception": (trainer("--steps", "5", "--inject", "crash@1:2"), {"RANK_CRASHED"}, [1]),
+    "sigkill": (trainer("--steps", "5", "--inject", "oom-kill@1:2"),
+                {"RANK_CRASHED", "OOM"}, [1]),
+    "worker-killed": (trainer("--steps", "5", "--inject", "worker-kill@1:2"),
+                      {"DATALOADER_WORKER_FAILURE"}, [1]),
+    "unused": (trainer("--steps", "5", "--inject", "unused-branch@1:2"),
+               {"DDP_REDUCTION_NOT_FINISHED", "DDP_UNUSED_PARAMETERS"}, [1]),
+}
+
+
+@pytest.fixture(scope="module")
+def hang_runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("run-hangs")
+    jobs = {name: RunJob(name, base / name, cmd,
+                         ["--hang-timeout", str(HANG_TIMEOUT), "--kill-grace", "2"])
+            for name, (cmd, _, _) in HANGS.items()}
+    run_all(list(jobs.values()), deadline_s=200)
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def crash_runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("run-crashes")
+    jobs = {name: RunJob(name, base / name, cmd, ["--hang-timeout", "60"])
+            for name, (cmd, _, _) in CRASHES.items()}
+    # a healthy run rides along: the launches overlap
+    jobs["healthy"] = RunJob("healthy", base / "healthy", trainer("--steps", "3"),
+                             ["--hang-timeout", "60"])
+    run_all(list(jobs.values()), deadline_s=150)
+    return jobs
+
+
+def _hang_started(job: RunJob) -> float | None:
+    """When the job stopped moving, by the ranks' own account (wall time): the last
+    heartbeat progress (reference trainer, watched) or hang.py's ready files."""
+    times = []
+    for hb in (job.run_dir / "heartbeat").glob("rank*.json"):
+        times.append(json.loads(hb.read_text())["last_progress"])
+    times += [p.stat().st_mtime for p in job.ready_dir.glob("rank*.ready")]
+    return max(times) if times else None
+
+
+@pytest.mark.timeout(260)
+@pytest.mark.parametrize("name", list(HANGS))
+def test_run_catches_hang(hang_runs, name):
+    job = hang_runs[name]
+    _, finding, culprits = HANGS[name]
+    assert job.returncode == 1, f"{name}: rc {job.returncode}\n{job.output[-3000:]}"
+    report = job.report()
+    assert report["exit_code"] == 1
+    got = findings(report)
+    assert got and got[0][0] == finding, (got, job.output[-3000:])
+    assert got[0][1] == culprits, (got, job.output[-3000:])
+    hang = report["probes"]["hang"]["data"]
+    assert hang["stopped"] is True
+    assert HANG_TIMEOUT <= hang["no_progress_s"] <= HANG_TIMEOUT + SLACK
+    started = _hang_started(job)
+    assert started is not None, "no heartbeat / ready file: cannot time the detection"
+    assert hang["detected_at"] - started <= HANG_TIMEOUT + SLACK, (hang, started)
+    # stopped: no rank process of the job is left
+    for r in report["probes"]["ranks"]["data"]["ranks"]:
+        alive = psutil.pid_exists(r["pid"]) and \
+            psutil.Process(r["pid"]).status() != psutil.STATUS_ZOMBIE
+        assert not alive, f"rank {r['rank']} (pid {r['pid']}) survived the stop"
+    # the output went through to the terminal and a copy was kept
+    assert "no rank made progress" in job.output
+    assert (job.run_dir / "output.log").exists()
+
+
+@pytest.mark.timeout(260)
+@pytest.mark.parametrize("name", list(CRASHES))
+def test_run_triages_crash(crash_runs, name):
+    job = crash_runs[name]
+    _, ids, culprits = CRASHES[name]
+    # torchrun exits 1 when a rank fails; run passes that on
+    assert job.returncode == 1, f"{name}: rc {job.returncode}\n{job.output[-3000:]}"
+    report = job.report()
+    got = findings(report)
+    assert got, job.output[-3000:]
+    lead_id, lead_ranks = got[0]
+    assert lead_id in ids, (got, job.output[-3000:])
+    assert lead_ranks == culprits, (got, job.output[-3000:])
+    assert "hang" not in report["probes"]
+    assert report["probes"]["crash triage"]["summary"].startswith(
+        f"first failure: rank {culprits[0]}")
+    # the output went through (the trainer's own lines) and was kept
+    kept = (job.run_dir / "output.log").read_text(errors="replace")
+    assert "[ddp]" in job.output and "[ddp]" in kept
+
+
+@pytest.mark.timeout(260)
+def test_run_healthy_job_exit_code_and_watch(crash_runs):
+    """Exit 0 passed on, no findings, and watch switched on with no code change: every
+    rank wrote heartbeats (what run reads for progress)."""
+    job = crash_runs["healthy"]
+    assert job.returncode == 0, job.output[-3000:]
+    report = job.report()
+    assert findings(report) == []
+    assert report["exit_code"] == 0
+    assert report["probes"]["watch"]["status"] == "ok"
+    beats = sorted(p.name for p in (job.run_dir / "heartbeat").glob("rank*.json"))
+    assert beats == ["rank0.json", "rank1.json"], beats

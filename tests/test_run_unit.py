@@ -1,0 +1,300 @@
+"""`ddpdoctor run` without torch jobs: environment, progress decisions, tee, exit codes,
+crash triage of kept output, stop of a stuck non-Python job. Seconds in all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.supervise.env import job_environment, watch_bootstrap_dir
+from ddpdoctor.supervise.process import rank_of_line
+from ddpdoctor.supervise.progress import (
+    JOB,
+    Heartbeat,
+    ProcSample,
+    ProgressTracker,
+    TreeSample,
+    read_heartbeats,
+)
+from ddpdoctor.supervise.runner import job_exit_code
+from ddpdoctor.supervise.triage import first_exit, triage_output
+
+PY = sys.executable
+FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def run_doctor(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen([PY, "-m", "ddpdoctor", "run", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        from run_helpers import kill_tree
+
+        kill_tree(proc.pid)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode())
+
+
+# --- environment
+
+def test_env_adds_only_ddpdoctor_variables(tmp_path):
+    base = {"PATH": "/bin", "PYTHONPATH": "/user/lib", "RANK_HINT": "x"}
+    j = job_environment(base, tmp_path, watch=True, bootstrap_dir="/boot")
+    assert j.env["PYTHONPATH"] == os.pathsep.join(["/boot", "/user/lib"])
+    assert j.env["DDPDOCTOR_WATCH"] == "1" and j.watch
+    assert j.env["DDPDOCTOR_FR_DIR"] == str(tmp_path / "fr")
+    assert j.env["DDPDOCTOR_HEARTBEAT_DIR"] == str(tmp_path / "heartbeat")
+    assert j.env["PYTHONUNBUFFERED"] == "1"
+    assert {k: j.env[k] for k in ("PATH", "RANK_HINT")} == {"PATH": "/bin", "RANK_HINT": "x"}
+    assert base == {"PATH": "/bin", "PYTHONPATH": "/user/lib", "RANK_HINT": "x"}
+
+
+def test_env_keeps_user_choices_and_no_watch(tmp_path):
+    base = {"DDPDOCTOR_FR_DIR": "/mine", "PYTHONUNBUFFERED": "0"}
+    j = job_environment(base, tmp_path, watch=False, bootstrap_dir="/boot")
+    assert j.fr_dir == "/mine" and j.env["PYTHONUNBUFFERED"] == "0"
+    assert "DDPDOCTOR_WATCH" not in j.env and "PYTHONPATH" not in j.env and not j.watch
+    missing = job_environment({}, tmp_path, watch=True, bootstrap_dir=None)
+    assert not missing.watch and "no bootstrap" in missing.notes[0]
+
+
+def test_watch_bootstrap_is_found():
+    d = watch_bootstrap_dir()
+    assert d is not None and os.path.isfile(os.path.join(d, "sitecustomize.py"))
+
+
+# --- output split
+
+@pytest.mark.parametrize("line,rank", [
+    (b"[rank1]: Traceback (most recent call last):\n", 1),
+    (b"[default3]:step 4\n", 3),
+    (b"  [rank12]: x\n", 12),
+    (b"[ddp] step 1/3 loss 5.0\n", None),
+    (b"rank1: nothing\n", None),
+])
+def test_rank_of_line(line, rank):
+    assert rank_of_line(line) == rank
+
+
+# --- progress decisions (pure)
+
+def sample(t: float, *procs: tuple[int, int | None, float]) -> TreeSample:
+    return TreeSample(t, [ProcSample(pid, rank, cpu, created=1.0) for pid, rank, cpu in procs])
+
+
+def test_cpu_of_ranks_is_progress_launcher_polling_is_not():
+    tr = ProgressTracker(0.0)
+    tr.update(0.0, 0, sample(0.0, (10, None, 1.0), (11, 0, 2.0), (12, 1, 2.0)))
+    # rank 0 computes; the launcher (no RANK) polls busily: only rank 0 counts
+    tr.update(1.0, 0, sample(1.0, (10, None, 1.9), (11, 0, 2.5), (12, 1, 2.0)))
+    assert tr.stalled_for(1.0) == 0 and tr.last_what.startswith("CPU time of rank 0")
+    # every rank blocked in a collective: a trickle of CPU (heartbeat thread) is no progress
+    for t in range(2, 9):
+        tr.update(float(t), 0, sample(float(t), (10, None, 1.9 + t), (11, 0, 2.5 + 0.001 * t),
+                                      (12, 1, 2.0 + 0.002 * t)))
+    assert tr.stalled_for(8.0) == pytest.approx(7.0)
+    assert tr.rank_last == {0: 1.0}
+
+
+def test_output_line_is_progress_and_workers_count_for_their_rank():
+    tr = ProgressTracker(0.0)
+    tr.update(0.0, 0, sample(0.0, (11, 0, 1.0)))
+    tr.update(5.0, 3, sample(5.0, (11, 0, 1.0)))
+    assert tr.stalled_for(5.0) == 0 and tr.last_what == "output"
+    # a new DataLoader worker of rank 0 (RANK inherited) burning CPU
+    tr.update(6.0, 3, sample(6.0, (11, 0, 1.0), (20, 0, 0.5)))
+    assert tr.stalled_for(6.0) == 0 and 0 in tr.rank_last
+
+
+def test_no_rank_env_means_the_whole_tree_is_one_unit():
+    tr = ProgressTracker(0.0)
+    tr.update(0.0, 0, sample(0.0, (10, None, 0.0)))
+    tr.update(1.0, 0, sample(1.0, (10, None, 0.5)))
+    assert tr.stalled_for(1.0) == 0 and "the job" in tr.last_what
+    assert JOB not in tr.rank_last
+
+
+def test_heartbeat_of_a_training_rank_overrides_its_cpu():
+    """A GPU rank can spin at 100% CPU on a stuck NCCL kernel: once its heartbeat says it
+    trains, only a new step/progress mark counts."""
+    tr = ProgressTracker(0.0)
+    hb = {0: Heartbeat(0, 3, 100.0, 100.0, "step", "running")}
+    tr.update(0.0, 0, sample(0.0, (11, 0, 0.0)), hb)
+    for t in range(1, 6):
+        tr.update(float(t), 0, sample(float(t), (11, 0, float(t))), hb)  # 100% CPU
+    assert tr.stalled_for(5.0) == 5.0
+    tr.update(6.0, 0, sample(6.0, (11, 0, 6.0)), {0: Heartbeat(0, 4, 105.0, 105.0, "step")})
+    assert tr.stalled_for(6.0) == 0 and "heartbeat of rank 0 (step 4)" in tr.last_what
+    # before training starts (step 0, "starting") CPU still counts
+    tr2 = ProgressTracker(0.0)
+    early = {0: Heartbeat(0, 0, 1.0, 1.0, "starting", "running")}
+    tr2.update(0.0, 0, sample(0.0, (11, 0, 0.0)), early)
+    tr2.update(1.0, 0, sample(1.0, (11, 0, 1.0)), early)
+    assert tr2.stalled_for(1.0) == 0
+
+
+def test_rank_exit_order():
+    tr = ProgressTracker(0.0)
+    tr.update(0.0, 0, sample(0.0, (10, None, 0), (11, 0, 0), (12, 1, 0)))
+    tr.update(1.0, 0, sample(1.0, (10, None, 0), (11, 0, 0)))
+    tr.update(2.0, 0, sample(2.0, (10, None, 0)))
+    assert [(e.rank, e.pid) for e in tr.exits] == [(1, 12), (0, 11)]
+    assert first_exit(tr.exits).rank == 1
+    tr2 = ProgressTracker(0.0)
+    tr2.update(0.0, 0, sample(0.0, (11, 0, 0), (12, 1, 0)))
+    tr2.update(1.0, 0, sample(1.0, (10, None, 0)))
+    assert first_exit(tr2.exits) is None  # both went in one interval: no order claimed
+
+
+def test_read_heartbeats_skips_stale_and_garbage(tmp_path):
+    (tmp_path / "rank0.json").write_text(json.dumps(
+        {"rank": 0, "step": 2, "last_progress": 50.0, "time": 60.0, "phase": "step"}))
+    (tmp_path / "rank1.json").write_text(json.dumps(
+        {"rank": 1, "step": 9, "last_progress": 1.0, "time": 2.0}))  # an earlier run's
+    (tmp_path / "rank2.json").write_bytes(b"\x00garbage")
+    (tmp_path / "rank3.json.tmp5").write_text("{}")
+    got = read_heartbeats(str(tmp_path), not_before=10.0)
+    assert list(got) == [0] and got[0].step == 2 and got[0].training
+    assert read_heartbeats(str(tmp_path / "nope"), 0) == {}
+
+
+# --- triage of kept output (logscan), exit codes
+
+def test_triage_names_the_first_failing_rank_from_kept_output():
+    findings, info = triage_output(FIXTURE_LOGS / "exception.log", [], 1)
+    assert (findings[0].id, findings[0].ranks) == ("RANK_CRASHED", [1])
+    assert info["events"] > 0
+
+
+def test_triage_falls_back_to_the_rank_that_exited_first(tmp_path):
+    from ddpdoctor.supervise.progress import RankExit
+
+    log = tmp_path / "output.log"
+    log.write_bytes(b"step 1\nstep 2\n")
+    findings, _ = triage_output(log, [RankExit(1, 4242, 5.0), RankExit(0, 4241, 6.0)], -9)
+    assert (findings[0].id, findings[0].ranks) == ("RANK_CRASHED", [1])
+    assert "killed by SIGKILL" in findings[0].title
+    assert triage_output(log, [], 1)[0] == []
+
+
+def test_job_exit_code():
+    assert (job_exit_code(0), job_exit_code(3), job_exit_code(-9), job_exit_code(-15)) == (
+        0, 3, 137, 143)
+
+
+# --- the command, with small shell jobs
+
+def test_not_found_and_no_command(tmp_path):
+    r = run_doctor(tmp_path, "--", "ddpdoctor-no-such-command-xyz")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "ddpdoctor run: cannot start 'ddpdoctor-no-such-command-xyz': command not found"]
+    assert run_doctor(tmp_path).returncode == 2
+    script = tmp_path / "noexec.sh"
+    script.write_text("echo hi\n")
+    r = run_doctor(tmp_path, "--", str(script))
+    assert r.returncode == 2 and "permission denied" in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_tee_split_and_exit_code_passed_on(tmp_path):
+    script = ("import sys, os\n"
+              "print('hello out', flush=True)\n"
+              "sys.stderr.write('[rank1]: ValueError: bad batch\\n')\n"
+              "sys.stderr.write('[rank0]: fine\\n')\n"
+              "print(os.environ['DDPDOCTOR_FR_DIR'])\n"
+              "sys.stdout.write('no newline at end')\n"
+              "sys.exit(7)\n")
+    rd = tmp_path / "run"
+    r = run_doctor(tmp_path, "--no-watch", "--run-dir", str(rd), "--json", "r.json", "--",
+                   PY, "-c", script)
+    assert r.returncode == 7, r.stderr
+    assert "hello out" in r.stdout and "[rank1]: ValueError: bad batch" in r.stderr
+    assert (rd / "rank1.log").read_text() == "[rank1]: ValueError: bad batch\n"
+    assert (rd / "rank0.log").read_text() == "[rank0]: fine\n"
+    kept = (rd / "output.log").read_text()
+    assert "hello out\n" in kept and kept.endswith("no newline at end\n")
+    assert str(rd / "fr") in kept  # the job saw run's environment
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["exit_code"] == 7
+    assert report["probes"]["job"]["data"]["returncode"] == 7
+    assert report["probes"]["watch"]["summary"] == "off"
+
+
+@pytest.mark.timeout(60)
+def test_stuck_non_python_job_is_stopped_and_reported(tmp_path):
+    """No Python rank to read: the hang is still caught and the job (and a child that
+    ignores SIGTERM) stopped; exit 1; the reason the diagnosis is missing is given."""
+    t0 = time.monotonic()
+    r = run_doctor(tmp_path, "--hang-timeout", "2", "--kill-grace", "1", "--json", "r.json",
+                   "--", "sh", "-c", "trap '' TERM; sleep 300 & sleep 300")
+    took = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr
+    assert took < 20
+    report = json.loads((tmp_path / "r.json").read_text())
+    hang = report["probes"]["hang"]
+    assert hang["status"] == "error" and hang["data"]["stopped"] is True
+    assert 2.0 <= hang["data"]["no_progress_s"] <= 5.0
+    assert "not a Python process" in hang["summary"]
+    assert report["exit_code"] == 1
+
+
+@pytest.mark.timeout(60)
+def test_sigint_is_forwarded_to_the_job(tmp_path):
+    import signal
+
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGINT, lambda *a: (print('got SIGINT', flush=True),"
+              " sys.exit(5)))\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen([PY, "-m", "ddpdoctor", "run", "--no-watch", "--", PY, "-c",
+                             script], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == b"ready"
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert b"got SIGINT" in out
+        assert proc.returncode == 5
+    finally:
+        from run_helpers import kill_tree
+
+        kill_tree(proc.pid)
+
+
+def test_run_does_not_import_torch(tmp_path):
+    """The supervisor never imports torch (not even through attach, logscan or watch)."""
+    code = ("import sys\n"
+            "from click.testing import CliRunner\n"
+            "from ddpdoctor.cli import main\n"
+            "r = CliRunner().invoke(main, ['run', '--no-watch', '--hang-timeout', '2', '--',"
+            " 'sh', '-c', 'echo \"[rank1]: RuntimeError: boom\" >&2; exit 3'])\n"
+            "import ddpdoctor.supervise.hang, ddpdoctor.attach.diagnosis, ddpdoctor.logscan\n"
+            "import ddpdoctor.supervise.env as e; e.watch_bootstrap_dir()\n"
+            "print(r.exit_code, 'torch' in sys.modules)\n")
+    r = subprocess.run([PY, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.split() == ["3", "False"], r.stdout + r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_no_kill_keeps_the_job_running(tmp_path):
+    """--no-kill: the hang is reported at once, the job runs on to its own end, and the
+    exit code still says a hang was seen."""
+    r = run_doctor(tmp_path, "--no-kill", "--hang-timeout", "1", "--json", "r.json", "--",
+                   "sh", "-c", "sleep 4; echo finished")
+    assert "finished" in r.stdout
+    assert "no rank made progress" in r.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["probes"]["hang"]["data"]["stopped"] is False
+    assert report["probes"]["job"]["data"]["returncode"] == 0
+    assert r.returncode == 1 and report["exit_code"] == 1
