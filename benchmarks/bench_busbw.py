@@ -57,8 +57,8 @@ def main() -> int:
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--max-bytes", type=lambda s: int(float(s.rstrip("M")) * (1 << 20)),
                     default=16 << 20)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--iters", type=int, default=20)
     args = ap.parse_args()
     res = launch(measure, nproc=args.nproc, args=(args.max_bytes, args.rounds, args.iters),
                  backend="gloo", deadline_s=600)

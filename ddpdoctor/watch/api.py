@@ -119,6 +119,10 @@ class Watcher:
         self.add(optimizer=optimizer, dataloader=dataloader)
         for c in self.checks:
             c.attach(self)
+        # Per hook point, only the checks that act there: the hooks run every step.
+        self._at = {hook: [getattr(c, hook) for c in self.checks
+                           if getattr(type(c), hook) is not getattr(WatchCheck, hook)]
+                    for hook in ("forward_pre", "forward_out", "before_step", "step_end")}
         self.group = None
         self.meta: list[tuple[int, int]] = [(0, 0)]
         self.coll = [c for c in self.checks if c.name in COLLECTIVE_CHECKS]
@@ -249,8 +253,8 @@ class Watcher:
             if not self.loaders:
                 self.data_s += now - self.t_boundary
         self.monitor.progress(self.step, "forward")
-        for c in self.checks:
-            c.forward_pre(self, args, kwargs)
+        for fn in self._at["forward_pre"]:
+            fn(self, args, kwargs)
         if self.inner is self.model:
             self.t_fwd = time.perf_counter()
 
@@ -266,8 +270,8 @@ class Watcher:
         if not torch.is_grad_enabled():
             return
         self.fwd_s += time.perf_counter() - self.t_fwd
-        for c in self.checks:
-            c.forward_out(self, output)
+        for fn in self._at["forward_out"]:
+            fn(self, output)
         self.monitor.progress(self.step, "backward")
 
     def _owns(self, opt: Any) -> bool:
@@ -286,8 +290,8 @@ class Watcher:
         if not self._owns(opt):
             return
         self.monitor.progress(self.step, "optimizer")
-        for c in self.checks:
-            c.before_step(self, self.step + 1)
+        for fn in self._at["before_step"]:
+            fn(self, self.step + 1)
 
     def _on_post_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         if self._owns(opt):
@@ -312,8 +316,8 @@ class Watcher:
         self.in_step = False
         self.t_boundary = now
         self.monitor.progress(step, "data", step_s)
-        for c in self.checks:
-            c.step_end(self, step)
+        for fn in self._at["step_end"]:
+            fn(self, step)
         if self.group is not None and self.is_check_step(step):
             self._gather(step)
         elif self.world == 1 and self.coll and self.is_check_step(step):

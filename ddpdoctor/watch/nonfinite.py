@@ -1,7 +1,7 @@
 """GRAD_NONFINITE: NaN/Inf in the model output, the loss gradient or the parameter grads.
 
-Every step costs two tiny reductions and no synchronisation: ``isfinite(...).all()`` of the
-model output (forward) and of the gradient flowing into it (a tensor hook: this is where a
+Every step costs two tiny reductions and no synchronisation: the sum of the model output
+(forward) and of the gradient flowing into it (a tensor hook: this is where a
 NaN *loss* shows, before DDP's all-reduce spreads it to every rank). The flags are read
 only on check steps, together with one scan of the final gradients. The all_gather then
 tells which rank went non-finite first: after the all-reduce every rank's gradients are
@@ -10,7 +10,6 @@ NaN, but only the culprit's output or loss was.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from ddpdoctor.findings import Finding
@@ -43,6 +42,7 @@ class NonfiniteCheck(WatchCheck):
         self.flags: list[tuple[int, int, Any]] = []
         self.grad_bad: tuple[int, Any] | None = None
         self.done = False
+        self._hook_step = 0
 
     def forward_out(self, w: Any, output: Any) -> None:
         if self.done:
@@ -53,14 +53,17 @@ class NonfiniteCheck(WatchCheck):
         if t is None:
             return
         step = w.step + 1
-        self.flags.append((step, OUTPUT, ~torch.isfinite(t.detach()).all()))
+        # One reduction per step, read only on check steps: a NaN or Inf anywhere makes the
+        # sum non-finite (isfinite().all() would be three kernels; this is the hot path).
+        self.flags.append((step, OUTPUT, torch.sum(t.detach(), dtype=torch.float32)))
         if t.requires_grad and torch.is_grad_enabled():
-            t.register_hook(functools.partial(self._grad_hook, step))
+            self._hook_step = step
+            t.register_hook(self._grad_hook)
 
-    def _grad_hook(self, step: int, grad: Any) -> None:
+    def _grad_hook(self, grad: Any) -> None:
         import torch
 
-        self.flags.append((step, LOSS, ~torch.isfinite(grad.detach()).all()))
+        self.flags.append((self._hook_step, LOSS, torch.sum(grad.detach(), dtype=torch.float32)))
 
     def before_step(self, w: Any, step: int) -> None:
         if self.done or not w.is_check_step(step):
@@ -83,7 +86,7 @@ class NonfiniteCheck(WatchCheck):
 
         first, source, pidx = 0, 0, -1
         if self.flags and not self.done:
-            flags = torch.stack([f for _, _, f in self.flags]).cpu()
+            flags = ~torch.isfinite(torch.stack([f for _, _, f in self.flags]).cpu())
             hit = torch.nonzero(flags).flatten()
             if hit.numel():
                 first, source, _ = self.flags[int(hit[0])]
