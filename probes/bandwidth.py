@@ -117,9 +117,38 @@ def links(ctx: Any, opts: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def nic_towards(addr: str) -> dict[str, Any]:
+    """The interface this host uses to reach ``addr``, with its line rate when known.
+
+    The expected bandwidth of a link between nodes: sysfs reports the negotiated speed of
+    Ethernet NICs (-1 or nothing for loopback and many virtual devices).
+    """
+    import psutil
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((addr, 9))  # UDP connect sends nothing: it only picks the route
+            local = s.getsockname()[0]
+    except OSError:
+        return {}
+    name = next((n for n, addrs in psutil.net_if_addrs().items()
+                 if any(a.address == local for a in addrs)), None)
+    if name is None:
+        return {"address": local}
+    try:
+        with open(f"/sys/class/net/{name}/speed") as f:
+            speed = int(f.read().strip())
+    except (OSError, ValueError):
+        speed = -1
+    return {"name": name, "address": local, "speed_mbps": speed if speed > 0 else None}
+
+
 def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
+    import os
+
     opts = dict(opts)
     opts.setdefault("max_bytes", (256 << 20) if ctx.backend == "nccl" else (16 << 20))
     return {"host": socket.gethostname(), "world_size": ctx.world_size,
+            "nic": nic_towards(os.environ.get("MASTER_ADDR", "127.0.0.1")),
             "sweep": sweep(ctx, opts),
             "links_in": links(ctx, opts) if ctx.world_size > 1 else {}}

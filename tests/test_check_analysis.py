@@ -211,3 +211,17 @@ def test_rendezvous_findings():
         ("ENV_RENDEZVOUS_UNREACHABLE", [])]
     remote_ok = dict(remote_down, reachable=True, listening=False)
     assert rendezvous.analyze({0: remote_ok}, 2)[1] == []
+
+
+def test_bandwidth_between_nodes_below_the_nic_line_rate():
+    nic = {"name": "eth0", "speed_mbps": 100000}  # 12.5 GB/s line rate
+    per = {0: dict(_bw("a", {"1": 1.0}), nic=nic), 1: dict(_bw("b", {"0": 1.1}), nic=nic)}
+    assert bandwidth.analyze(per, 2, opts={"backend": "nccl"})[1] == []  # IB carries NCCL
+    _, findings = bandwidth.analyze(per, 2)
+    assert _ids(findings) == [("COMM_BANDWIDTH_LOW", [0, 1])]
+    assert findings[0].evidence["links"]["0->1"]["line_rate_gbps"] == 12.5
+    # at line rate, or with unknown speeds (virtual NICs), nothing to say
+    fast = {0: dict(_bw("a", {"1": 2.0}), nic=nic), 1: dict(_bw("b", {"0": 2.5}), nic=nic)}
+    assert bandwidth.analyze(fast, 2)[1] == []
+    unknown = {0: _bw("a", {"1": 1.0}), 1: _bw("b", {"0": 1.1})}
+    assert bandwidth.analyze(unknown, 2)[1] == []

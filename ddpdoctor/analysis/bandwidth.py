@@ -14,6 +14,9 @@ from ddpdoctor.report import Check
 SLOW_LINK_FACTOR = 4.0
 # Below this share of --expect-busbw, the fabric as a whole is slow.
 EXPECTED_SHARE = 0.5
+# One TCP stream (gloo) rarely reaches a fast NIC's line rate; below a tenth of it the link
+# is broken, not merely untuned (renegotiated down, wrong interface, throttled).
+LINE_RATE_SHARE = 0.1
 
 
 def table(per_rank: dict[int, dict[str, Any]], world_size: int) -> list[dict[str, Any]]:
@@ -85,11 +88,45 @@ def _link_findings(per_rank: dict[int, dict[str, Any]]) -> list[Finding]:
         ranks=senders, evidence=base)]
 
 
+def _line_rate_findings(per_rank: dict[int, dict[str, Any]], backend: str) -> list[Finding]:
+    """Links between nodes far below the line rate of the NICs at both ends.
+
+    Only for gloo: NCCL moves data over InfiniBand/RoCE when present, not the socket NIC.
+    """
+    if backend == "nccl":
+        return []
+    slow = {}
+    for (src, dst), bw in directed_links(per_rank).items():
+        a, b = per_rank[src], per_rank[dst]
+        if a["host"] == b["host"]:
+            continue
+        speeds = [d.get("nic", {}).get("speed_mbps") for d in (a, b)]
+        if not all(speeds):
+            continue
+        line_gbps = min(speeds) / 8 / 1000
+        if bw < LINE_RATE_SHARE * line_gbps:
+            slow[(src, dst)] = (bw, line_gbps)
+    if not slow:
+        return []
+    return [Finding(
+        "COMM_BANDWIDTH_LOW",
+        f"link(s) between nodes below {LINE_RATE_SHARE:.0%} of their NICs' line rate: "
+        + ", ".join(f"{s}->{t} {bw:.3f} of {line:.2f} GB/s" for (s, t), (bw, line)
+                    in sorted(slow.items())),
+        ranks=sorted({s for s, _ in slow}),
+        evidence={"links": {f"{s}->{t}": {"gbps": bw, "line_rate_gbps": line}
+                            for (s, t), (bw, line) in sorted(slow.items())},
+                  "nics": {str(r): d.get("nic") for r, d in sorted(per_rank.items())}})]
+
+
 def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
             opts: dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
     opts = opts or {}
     rows = table(per_rank, world_size)
-    findings = _link_findings(per_rank)
+    # A link slower than the others names itself; when all are equally slow, the NICs'
+    # line rate is the expectation (issue: "from the detected link type where known").
+    findings = (_link_findings(per_rank)
+                or _line_rate_findings(per_rank, opts.get("backend", "gloo")))
     ar = [r for r in rows if r["collective"] == "all_reduce"]
     peak = max(ar, key=lambda r: r["size"]) if ar else None
     expect = opts.get("expect_busbw")
