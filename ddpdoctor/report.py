@@ -51,6 +51,8 @@ class Report:
     duration_s: float | None = None
     # Set when the doctor itself could not do its job (exit 3); says why in one line.
     doctor_error: str = ""
+    # `run` passes the job's own exit code on instead of the findings' verdict.
+    exit_override: int | None = None
 
     def add(self, finding: Finding, check: str | None = None) -> None:
         """Add a finding; ``check`` names the check line it belongs to, if any."""
@@ -75,6 +77,8 @@ class Report:
 
     @property
     def exit_code(self) -> int:
+        if self.exit_override is not None:
+            return self.exit_override
         if self.doctor_error:
             return EXIT_DOCTOR_FAILED
         if any(f.severity == "error" for f in self.findings):

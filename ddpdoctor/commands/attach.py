@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ddpdoctor.commands.common import json_option
+from ddpdoctor.commands.common import finish, json_option
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
 
 
@@ -42,25 +42,17 @@ def command(pids: tuple[int, ...], native: bool, timeout: float, json_path: str 
         report.doctor_error = str(e)
     if diagnosis is not None:
         diagnosis.add_to(report)
-    _finish(report, json_path, diagnosis)
+    finish(report, json_path, after=_stack_view(diagnosis))
 
 
-def _finish(report: Report, json_path: str | None, diagnosis) -> None:  # noqa: ANN001
-    """commands.common.finish, with the merged stack view printed after the report."""
-    from ddpdoctor.render import render
+def _stack_view(diagnosis):  # noqa: ANN001, ANN202
+    """The merged stack view, printed after the report when there are stacks."""
+    if diagnosis is None or not diagnosis.groups:
+        return None
 
-    report.finish()
-    if json_path != "-":
-        render(report)
-        if diagnosis is not None and diagnosis.groups:
-            from ddpdoctor.attach.view import render_stack_groups
+    def show(_report: Report) -> None:
+        from ddpdoctor.attach.view import render_stack_groups
 
-            render_stack_groups(diagnosis.groups, diagnosis.culprits)
-    if json_path:
-        try:
-            report.write_json(json_path)
-        except OSError as e:
-            click.echo(f"ddpdoctor: cannot write JSON report to {json_path}: {e.strerror}",
-                       err=True)
-            sys.exit(EXIT_DOCTOR_FAILED)
-    sys.exit(report.exit_code)
+        render_stack_groups(diagnosis.groups, diagnosis.culprits)
+
+    return show

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ddpdoctor.commands.common import json_option
+from ddpdoctor.commands.common import finish, json_option
 from ddpdoctor.report import EXIT_DOCTOR_FAILED
 
 
@@ -63,32 +63,14 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool, nat
 
 
 def _finish(result, json_path: str | None) -> None:  # noqa: ANN001
-    from ddpdoctor.render import render
-
     report = result.report
-    report.finish()
-    if json_path != "-":
-        render(report)
-        hang = result.hang
-        if hang is not None and hang.stopped and hang.diagnosis is not None \
-                and hang.diagnosis.groups:
+    report.exit_override = result.exit_code  # the job's code is passed on
+    hang = result.hang
+    after = None
+    if hang is not None and hang.stopped and hang.diagnosis is not None \
+            and hang.diagnosis.groups:
+        def after(_report) -> None:  # noqa: ANN001
             from ddpdoctor.attach.view import render_stack_groups
 
             render_stack_groups(hang.diagnosis.groups, hang.diagnosis.culprits)
-    if json_path:
-        data = report.to_dict()
-        data["exit_code"] = result.exit_code  # the job's code is passed on, not the report's
-        try:
-            import json
-
-            text = json.dumps(data, indent=2, default=str) + "\n"
-            if json_path == "-":
-                sys.stdout.write(text)
-            else:
-                with open(json_path, "w") as f:
-                    f.write(text)
-        except OSError as e:
-            click.echo(f"ddpdoctor: cannot write JSON report to {json_path}: {e.strerror}",
-                       err=True)
-            sys.exit(EXIT_DOCTOR_FAILED)
-    sys.exit(result.exit_code)
+    finish(report, json_path, after=after)
