@@ -40,16 +40,24 @@ def _by_value(values: dict[int, Any]) -> dict[str, str]:
     return {v: format_ranks(rs) for v, rs in groups.items()}
 
 
-def _versions(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
+def _mismatches(per_rank: dict[int, dict], section: str, keys: list[str], finding_id: str,
+                title: str, key_name: str) -> list[Finding]:
+    """One finding per key of ``section`` whose value differs across ranks."""
     findings = []
-    keys = sorted({k for d in per_rank.values() for k in d["versions"]})
     for key in keys:
-        values = {r: d["versions"].get(key) for r, d in per_rank.items()}
+        values = {r: d[section].get(key) for r, d in per_rank.items()}
         odd = odd_ones_out(values)
         if odd:
             findings.append(Finding(
-                "ENV_VERSION_MISMATCH", f"{key} version differs across ranks", ranks=odd,
-                evidence={"what": key, "ranks_by_value": _by_value(values)}))
+                finding_id, title.format(key), ranks=odd,
+                evidence={key_name: key, "ranks_by_value": _by_value(values)}))
+    return findings
+
+
+def _versions(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
+    keys = sorted({k for d in per_rank.values() for k in d["versions"]})
+    findings = _mismatches(per_rank, "versions", keys, "ENV_VERSION_MISMATCH",
+                           "{} version differs across ranks", "what")
     v = per_rank[min(per_rank)]["versions"]
     summary = (f"Python {v['python']}, torch {v['torch']}, CUDA {v['cuda'] or '-'}, "
                f"NCCL {v['nccl'] or '-'}" + ("" if not findings else "; differs across ranks"))
@@ -57,15 +65,9 @@ def _versions(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
 
 
 def _env_vars(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
-    findings = []
     names = sorted({k for d in per_rank.values() for k in d["env"]} - PER_RANK_VARS)
-    for name in names:
-        values = {r: d["env"].get(name) for r, d in per_rank.items()}
-        odd = odd_ones_out(values)
-        if odd:
-            findings.append(Finding(
-                "ENV_VAR_MISMATCH", f"{name} differs across ranks", ranks=odd,
-                evidence={"variable": name, "ranks_by_value": _by_value(values)}))
+    findings = _mismatches(per_rank, "env", names, "ENV_VAR_MISMATCH",
+                           "{} differs across ranks", "variable")
     summary = f"{len(names)} NCCL/GLOO/TORCH/MASTER/OMP variables compared across ranks"
     return Check("env vars", summary, group=GROUP), findings
 
