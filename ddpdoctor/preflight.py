@@ -164,6 +164,7 @@ def assemble_report(result: Any, names: list[str], opts: dict[str, Any],
     for f in analyze_launch(result):
         report.add(f)
     _merge_duplicates(report)
+    _order_checks(report)
     if not per_rank and not report.findings:
         first = next((o.error for o in result.outcomes if o.error), "no rank reported back")
         report.doctor_error = f"no rank could run a probe: {first}"
@@ -185,3 +186,12 @@ def _merge_duplicates(report: Report) -> None:
         seen[key] = f
         kept.append(f)
     report.findings = kept
+
+
+GROUP_ORDER = ("Environment", "Communication", "Data", "GPU", "Topology")
+
+
+def _order_checks(report: Report) -> None:
+    """One heading per group, in a fixed order, whatever stage each probe ran in."""
+    rank = {g: i for i, g in enumerate(GROUP_ORDER)}
+    report.checks.sort(key=lambda c: rank.get(c.group, len(GROUP_ORDER)))

@@ -26,6 +26,8 @@ def test_check_two_cpu_ranks_is_healthy_with_every_probe_reported(tmp_path):
     assert proc.returncode == 0, stdout
     assert "[✓] connectivity: all-reduce on 2 ranks ok" in stdout
     assert "busbw (GB/s)" in stdout  # the nccl-tests-style table
+    for group in ("Environment", "Communication", "Data", "GPU", "Topology"):
+        assert stdout.count(f"\n{group}\n") == 1, f"{group} heading not exactly once"
     report = json.loads(out.read_text())
     assert report["schema"] == "ddpdoctor.report/1"
     assert report["command"] == "check"
