@@ -182,6 +182,10 @@ def _merge_duplicates(report: Report) -> None:
             first = seen[key]
             first.evidence.setdefault("also_seen_by", []).append(
                 {"check": f.evidence.get("check"), "title": f.title})
+            # The check that found it too keeps its mark (a failed dataloader stays red).
+            for check in report.checks:
+                if check.name == f.evidence.get("check") and check.status != "skipped":
+                    check.status = f.severity if f.severity != "info" else check.status
             continue
         seen[key] = f
         kept.append(f)

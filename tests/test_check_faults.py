@@ -52,6 +52,7 @@ def test_tiny_dev_shm(tmp_path):
     assert _ids(report) == [("ENV_SHM_TOO_SMALL", [0, 1])]
     also = report["findings"][0]["evidence"]["also_seen_by"]
     assert also[0]["check"] == "dataloader"  # the workers really failed, not just a number
+    assert report["probes"]["dataloader"]["status"] == "error"
 
 
 @pytest.mark.timeout(60)

@@ -42,7 +42,7 @@ def analyze(per_rank: dict[int, dict[str, Any]], world_size: int) -> tuple[Check
     d0 = per_rank[min(per_rank)]
     mib = d0["batch_bytes"] / (1 << 20)
     if failed:
-        summary = f"{d0['workers']} workers x {mib:.0f} MiB batches failed on rank " \
+        summary = f"{d0['workers']} workers x {mib:.0f} MiB batches failed on rank(s) " \
                   f"{format_ranks(sorted(failed))}"
     else:
         summary = (f"{d0['workers']} workers moved {d0['batches']} x {mib:.0f} MiB batches "

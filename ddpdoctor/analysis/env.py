@@ -91,7 +91,7 @@ def _shm(per_rank: dict[int, dict], shm_min_free: int) -> tuple[Check, list[Find
                f"{shm0.get('total', 0) / MiB:,.0f} MiB" if "free" in shm0
                else f"/dev/shm unreadable: {shm0.get('error')}")
     if small:
-        summary += f"; too small on rank {format_ranks(sorted(small))}"
+        summary += f"; too small on rank(s) {format_ranks(sorted(small))}"
     return Check("shm", summary, group=GROUP), findings
 
 
