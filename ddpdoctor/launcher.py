@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import pickle
+import shutil
 import signal
 import tempfile
 import time
@@ -262,8 +263,13 @@ def launch(
 
     logs = DefaultLogsSpecs(log_dir=str(work / "logs"), redirects=Std.ALL)
     with _quiet_torch_launcher():
-        return _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir,
-                    work, started, pre_init, on_progress)
+        result = _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir,
+                      work, started, pre_init, on_progress)
+    if log_dir is None:
+        # Everything worth keeping (return values, errors, stderr tails) is in the outcomes.
+        shutil.rmtree(work, ignore_errors=True)
+        result.log_dir = ""
+    return result
 
 
 @contextlib.contextmanager
@@ -316,12 +322,11 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
         pc.close(death_sig=signal.SIGTERM, timeout=2)
     elapsed = time.monotonic() - started
 
+    payloads = {r: pickle.loads((result_dir / f"rank{r}.pkl").read_bytes())
+                for r in range(nproc) if (result_dir / f"rank{r}.pkl").exists()}
+    first_failure_seen = bool(exitcodes) or any(p["status"] != STATUS_OK
+                                                for p in payloads.values())
     outcomes = []
-    first_failure_seen = any(
-        (result_dir / f"rank{r}.pkl").exists()
-        and pickle.loads((result_dir / f"rank{r}.pkl").read_bytes())["status"] != STATUS_OK
-        for r in range(nproc)
-    ) or bool(exitcodes)
     for r in range(nproc):
         res_file = result_dir / f"rank{r}.pkl"
         count, label = progress[r]
@@ -333,8 +338,8 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
         pre_file = res_file.with_suffix(".pre")
         if pre_file.exists():
             outcome.pre = pickle.loads(pre_file.read_bytes())
-        if res_file.exists():
-            payload = pickle.loads(res_file.read_bytes())
+        if r in payloads:
+            payload = payloads[r]
             outcome.status = payload["status"]
             outcome.value = payload.get("value")
             outcome.error = payload.get("error", "")
