@@ -28,3 +28,19 @@ def kill_tree(pid: int) -> None:
     from ddpdoctor.proctree import kill_tree as _kill_tree
 
     _kill_tree(pid)
+
+
+def run_job(cmd: list[str], timeout: float, env: dict | None = None,
+            cwd=None) -> tuple[int, str]:
+    """Run a job to completion (stdout and stderr merged); kill its whole tree if it does
+    not finish in ``timeout`` (the TimeoutExpired then fails the test)."""
+    import subprocess
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                            cwd=cwd, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc.pid)
+    return proc.returncode, out.decode("utf-8", "replace")

@@ -1,13 +1,11 @@
 """`ddpdoctor check` end to end through the CLI: the real pipeline on 2 CPU ranks."""
 
 import json
-import os
-import signal
 import subprocess
 
 import pytest
 
-from conftest import ddpdoctor_cmd
+from conftest import ddpdoctor_cmd, run_job
 
 pytestmark = [pytest.mark.slow]
 
@@ -15,15 +13,9 @@ pytestmark = [pytest.mark.slow]
 @pytest.mark.timeout(180)
 def test_check_two_cpu_ranks_is_healthy_with_every_probe_reported(tmp_path):
     out = tmp_path / "report.json"
-    proc = subprocess.Popen(ddpdoctor_cmd() + ["check", "--nproc", "2", "--json", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        stdout, _ = proc.communicate(timeout=170)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, stdout
+    rc, stdout = run_job(ddpdoctor_cmd() + ["check", "--nproc", "2", "--json", str(out)],
+                         timeout=170)
+    assert rc == 0, stdout
     assert "[✓] connectivity: all-reduce on 2 ranks ok" in stdout
     assert "busbw (GB/s)" in stdout  # the nccl-tests-style table
     for group in ("Environment", "Communication", "Data", "GPU", "Topology"):

@@ -8,7 +8,6 @@ stuck rank at its recognizable frame, then the test kills it (the deadline is th
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from ddpdoctor.train.testing import Launch, launch, py_spy_dump
 
-from conftest import kill_tree
+from conftest import run_job
 
 pytestmark = pytest.mark.slow
 
@@ -198,14 +197,6 @@ def test_oom_kill_through_torchrun(tmp_path: Path) -> None:
     """`ddpdoctor train` passes torchrun's failure on, with torchrun's SIGKILL report."""
     cmd = [sys.executable, "-m", "ddpdoctor", "train", "--steps", "3", "--inject",
            "oom-kill@1:2"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "TMPDIR": str(tmp_path)}, cwd=tmp_path,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=100)
-    finally:
-        if proc.poll() is None:
-            kill_tree(proc.pid)
-    text = out.decode("utf-8", "replace")
-    assert proc.returncode == 1, text[-3000:]
+    rc, text = run_job(cmd, 100, env={**os.environ, "TMPDIR": str(tmp_path)}, cwd=tmp_path)
+    assert rc == 1, text[-3000:]
     assert "Signal 9 (SIGKILL) received by PID" in text, text[-3000:]

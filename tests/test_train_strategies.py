@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 
 from ddpdoctor.train.testing import launch
 
-from conftest import kill_tree
+from conftest import run_job
 
 pytestmark = pytest.mark.slow
 
@@ -48,15 +47,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
            "--strategy", ",".join(TWO_RANK), *COMMON, "--json-log", str(jlog),
            "--checkpoint-dir", str(ckpt), "--save-every", "2"]
     env = {**os.environ, "TMPDIR": str(work)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                            cwd=work, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=150)
-    finally:
-        if proc.poll() is None:
-            kill_tree(proc.pid)
-    text = out.decode("utf-8", "replace")
-    return {"rc": proc.returncode, "out": text, "steps": _records(jlog, "step"),
+    rc, text = run_job(cmd, 150, env=env, cwd=work)
+    return {"rc": rc, "out": text, "steps": _records(jlog, "step"),
             "summary": _records(jlog, "summary"), "ckpt": ckpt, "work": work}
 
 
