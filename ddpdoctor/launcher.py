@@ -132,9 +132,6 @@ def _rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: s
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
     out = Path(result_dir) / f"rank{rank}.pkl"
-    # RANK is set inside this process by the spawn wrapper, so /proc/PID/environ does not
-    # show it; the pid file lets tools (and tests) find a given rank.
-    out.with_suffix(".pid").write_text(str(os.getpid()))
     device = "cpu"
     try:
         if backend == "nccl":
@@ -155,7 +152,9 @@ def _rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: s
             # Saved now: a rank torn down later (another rank failed) keeps its evidence.
             out.with_suffix(".pre").write_bytes(pickle.dumps(pre))
             # Nobody starts the process group (which may fail and tear every rank down)
-            # before every rank has saved its pre-init evidence.
+            # before every rank has saved its pre-init evidence. The mark comes first: a
+            # rank waiting here is ahead of one that never got here.
+            ctx.progress("pre_init done")
             store.set(f"ddpdoctor/pre_done/{rank}", "1")
             store.wait([f"ddpdoctor/pre_done/{r}" for r in range(world)], timeout)
         ctx.progress("init_process_group")

@@ -13,7 +13,7 @@ import pytest
 
 from ddpdoctor.preflight import run_check
 
-from conftest import ddpdoctor_cmd
+from conftest import ddpdoctor_cmd, run_job
 
 pytestmark = [pytest.mark.slow]
 
@@ -23,15 +23,9 @@ def _check(args, tmp_path, env=None, timeout=150, wrap=None):
     cmd = ddpdoctor_cmd() + ["check", "--nproc", "2", "--json", str(out)] + args
     if wrap:
         cmd = wrap(cmd)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
-    try:
-        stdout, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    rc, stdout = run_job(cmd, timeout, env={**os.environ, **(env or {})})
     assert out.exists(), stdout
-    return proc.returncode, json.loads(out.read_text()), stdout
+    return rc, json.loads(out.read_text()), stdout
 
 
 def _ids(report):
@@ -96,14 +90,22 @@ def test_a_rank_that_never_answers_sigstop(tmp_path):
     start = time.monotonic()
     stopped = None
     try:
-        # Freeze rank 1 the moment it exists, before it can join the process group.
+        # Freeze rank 1 the moment its process exists, before it has even imported torch
+        # (so it cannot have joined the process group). The launcher spawns rank 0, then
+        # rank 1: the second spawned child is rank 1 (the report's pids confirm it below).
         while stopped is None and time.monotonic() - start < 60:
-            for pid_file in tmp_path.glob("ddpdoctor-launch-*/results/rank1.pid"):
-                text = pid_file.read_text()
-                if text:
-                    stopped = int(text)
-                    os.kill(stopped, signal.SIGSTOP)
-            time.sleep(0.01)
+            spawned = []
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                try:
+                    if "--multiprocessing-fork" in child.cmdline():
+                        spawned.append(child)
+                except psutil.NoSuchProcess:
+                    continue
+            if len(spawned) >= 2:
+                rank1 = sorted(spawned, key=lambda c: (c.create_time(), c.pid))[1]
+                rank1.send_signal(signal.SIGSTOP)
+                stopped = rank1.pid
+            time.sleep(0.005)
         assert stopped, "rank 1 never started"
         stdout, _ = proc.communicate(timeout=deadline + 40)
     finally:
@@ -113,6 +115,6 @@ def test_a_rank_that_never_answers_sigstop(tmp_path):
     assert elapsed < deadline + 20, f"check took {elapsed:.0f} s for a {deadline} s deadline"
     assert proc.returncode == 1, stdout
     report = json.loads(out.read_text())
-    assert _ids(report) == [("COMM_CONNECTIVITY", [1])]
+    assert _ids(report) == [("COMM_CONNECTIVITY", [1])], report["findings"]
     assert report["findings"][0]["evidence"]["pids"]["1"] == stopped
     assert not psutil.pid_exists(stopped) or psutil.Process(stopped).status() == "zombie"
