@@ -1,4 +1,6 @@
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -44,3 +46,36 @@ def run_job(cmd: list[str], timeout: float, env: dict | None = None,
         if proc.poll() is None:
             kill_tree(proc.pid)
     return proc.returncode, out.decode("utf-8", "replace")
+
+
+# ---- two "nodes" on one machine: network namespaces joined by a veth pair
+
+needs_netns = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc")
+    or not shutil.which("unshare"), reason="needs root, iproute2 (ip, tc) and unshare")
+
+
+def sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def two_nodes():
+    """(namespaces, veth devices, addresses) keyed "a" and "b"; removed afterwards."""
+    tag = str(os.getpid() % 100000)
+    ns = {"a": f"ddpd-a-{tag}", "b": f"ddpd-b-{tag}"}
+    dev = {"a": f"ddpa{tag}", "b": f"ddpb{tag}"}
+    addr = {"a": "10.77.0.1", "b": "10.77.0.2"}  # inside namespaces this fixture creates
+    try:
+        for k in "ab":
+            sh("ip", "netns", "add", ns[k])
+        sh("ip", "link", "add", dev["a"], "type", "veth", "peer", "name", dev["b"])
+        for k in "ab":
+            sh("ip", "link", "set", dev[k], "netns", ns[k])
+            sh("ip", "-n", ns[k], "addr", "add", f"{addr[k]}/24", "dev", dev[k])
+            sh("ip", "-n", ns[k], "link", "set", dev[k], "up")
+            sh("ip", "-n", ns[k], "link", "set", "lo", "up")
+        yield ns, dev, addr
+    finally:
+        for k in "ab":
+            subprocess.run(["ip", "netns", "del", ns[k]], capture_output=True, timeout=30)

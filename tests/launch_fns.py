@@ -39,3 +39,25 @@ def sigkill_on(ctx, who):
     if ctx.rank == who:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(3600)
+
+
+def watched_link_probe(ctx, late_rank, late_s):
+    """Three optimizer steps of a watched model, probing links every step; ``late_rank``
+    reaches every step boundary ``late_s`` late. Returns each probe's incoming times."""
+    import torch
+
+    import ddpdoctor
+
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = ddpdoctor.watch(model, opt, every=1, link_every=1, warn=False, checks="links")
+    links = next(c for c in handle.checks if c.name == "links")
+    seen = []
+    for _ in range(3):
+        model(torch.ones(4, 8)).sum().backward()
+        if ctx.rank == late_rank:
+            time.sleep(late_s)
+        opt.step()
+        seen.append(list(links.last))
+    handle.close()
+    return {"times": seen, "findings": [f.id for f in handle.findings]}

@@ -60,6 +60,7 @@ class RunJob:
     tmp: Path
     cmd: list[str]
     args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     returncode: int | None = None
     took: float = 0.0
@@ -80,7 +81,7 @@ class RunJob:
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.ready_dir.mkdir(exist_ok=True)
         env = dict(os.environ, TMPDIR=str(self.tmp), OMP_NUM_THREADS="1",
-                   HANG_READY_DIR=str(self.ready_dir))
+                   HANG_READY_DIR=str(self.ready_dir), **self.env)
         self.t0 = time.monotonic()
         with open(self.tmp / "doctor.out", "wb") as out:
             self.proc = subprocess.Popen(

@@ -6,51 +6,20 @@ across both nodes and name node b's link as the slow one.
 
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
 
-from conftest import ddpdoctor_cmd, kill_tree
+from conftest import ddpdoctor_cmd, kill_tree, needs_netns, sh
 
 pytestmark = [pytest.mark.slow]
-
-needs_netns = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc")
-    or not shutil.which("unshare"), reason="needs root, iproute2 (ip, tc) and unshare")
-
-
-def _sh(*args):
-    subprocess.run(args, check=True, capture_output=True, timeout=30)
-
-
-@pytest.fixture
-def two_nodes():
-    tag = str(os.getpid() % 100000)
-    ns = {"a": f"ddpd-a-{tag}", "b": f"ddpd-b-{tag}"}
-    dev = {"a": f"ddpa{tag}", "b": f"ddpb{tag}"}
-    addr = {"a": "10.77.0.1", "b": "10.77.0.2"}  # inside namespaces this test creates
-    try:
-        for k in "ab":
-            _sh("ip", "netns", "add", ns[k])
-        _sh("ip", "link", "add", dev["a"], "type", "veth", "peer", "name", dev["b"])
-        for k in "ab":
-            _sh("ip", "link", "set", dev[k], "netns", ns[k])
-            _sh("ip", "-n", ns[k], "addr", "add", f"{addr[k]}/24", "dev", dev[k])
-            _sh("ip", "-n", ns[k], "link", "set", dev[k], "up")
-            _sh("ip", "-n", ns[k], "link", "set", "lo", "up")
-        yield ns, dev, addr
-    finally:
-        for k in "ab":
-            subprocess.run(["ip", "netns", "del", ns[k]], capture_output=True, timeout=30)
-
 
 @needs_netns
 @pytest.mark.timeout(240)
 def test_two_node_check_names_the_throttled_nodes_link(two_nodes, tmp_path):
     ns, dev, addr = two_nodes
     # Slow node b's outgoing traffic to 100 Mbit/s.
-    _sh("tc", "-n", ns["b"], "qdisc", "add", "dev", dev["b"], "root", "tbf", "rate", "100mbit",
+    sh("tc", "-n", ns["b"], "qdisc", "add", "dev", dev["b"], "root", "tbf", "rate", "100mbit",
         "burst", "32kbit", "latency", "400ms")
     out = tmp_path / "report.json"
     endpoint = f"{addr['a']}:29655"

@@ -54,6 +54,7 @@ CASES = [
       "logdir_exception/job42/attempt_0/1/stderr.log"], "RANK_CRASHED", [1], ["RANK_CRASHED"]),
     (["recorded/nccl_watchdog_desync.log"], "COLLECTIVE_TIMEOUT", [3], ["COLLECTIVE_TIMEOUT"]),
     (["recorded/cuda_oom.log"], "OOM", [2], ["OOM"]),
+    (["cpu_oom.log"], "OOM", [1], ["OOM"]),
     (["recorded/host_oom_train.log", "recorded/host_oom_dmesg.txt"], "OOM", [1], ["OOM"]),
     (["recorded/host_oom_train.log"], "RANK_CRASHED", [1], ["RANK_CRASHED"]),
 ]

@@ -39,6 +39,7 @@ CRASHES = {
     "exception": (trainer("--steps", "5", "--inject", "crash@1:2"), {"RANK_CRASHED"}, [1]),
     "sigkill": (trainer("--steps", "5", "--inject", "oom-kill@1:2"),
                 {"RANK_CRASHED", "OOM"}, [1]),
+    "oom": (trainer("--steps", "5", "--inject", "oom@1:2"), {"OOM"}, [1]),
     "worker-killed": (trainer("--steps", "5", "--inject", "worker-kill@1:2"),
                       {"DATALOADER_WORKER_FAILURE"}, [1]),
     "unused": (trainer("--steps", "5", "--inject", "unused-branch@1:2"),
@@ -64,6 +65,10 @@ def crash_runs(tmp_path_factory):
     # a healthy run rides along: the launches overlap
     jobs["healthy"] = RunJob("healthy", base / "healthy", trainer("--steps", "3"),
                              ["--hang-timeout", "60"])
+    # and a job that "succeeds" with NaN losses: only the in-training checks can tell
+    # (cross-rank checks every step: the job is shorter than the default 100)
+    jobs["nan"] = RunJob("nan", base / "nan", trainer("--steps", "4", "--inject", "nan@1:2"),
+                         ["--hang-timeout", "60"], env={"DDPDOCTOR_WATCH_EVERY": "1"})
     run_all(list(jobs.values()), deadline_s=150)
     return jobs
 
@@ -138,3 +143,28 @@ def test_run_healthy_job_exit_code_and_watch(crash_runs):
     assert report["probes"]["watch"]["status"] == "ok"
     beats = sorted(p.name for p in (job.run_dir / "heartbeat").glob("rank*.json"))
     assert beats == ["rank0.json", "rank1.json"], beats
+
+
+@pytest.mark.timeout(260)
+def test_run_reports_what_the_watch_found_in_a_job_that_exited_0(crash_runs):
+    job = crash_runs["nan"]
+    report = job.report()
+    assert report["probes"]["job"]["data"]["returncode"] == 0, job.output[-3000:]
+    # an error finding: exit 1, although the job itself exited 0
+    assert job.returncode == 1 and report["exit_code"] == 1, job.output[-3000:]
+    [nan] = [f for f in report["findings"] if f["id"] == "GRAD_NONFINITE"]
+    assert nan["ranks"] == [1] and nan["evidence"]["step"] == 2, nan
+    assert nan["evidence"]["check"] == "watch"
+    assert "found GRAD_NONFINITE" in report["probes"]["watch"]["summary"]
+
+
+@pytest.mark.timeout(260)
+def test_run_oom_carries_the_watchs_memory_evidence(crash_runs):
+    """The output names the CPU allocator's OOM; the watch adds the rank's memory history
+    and the host's free memory at that moment."""
+    report = crash_runs["oom"].report()
+    [oom] = [f for f in report["findings"] if f["id"] == "OOM"]
+    assert oom["ranks"] == [1] and oom["evidence"]["kind"] == "host (allocator)"
+    watch = oom["evidence"]["watch"]
+    assert watch["step"] == 2 and watch["kind"] == "host" and watch["history_mb"]
+    assert watch["host_available_mb"] > 0 and watch["requested_mb"] > watch["host_total_mb"]

@@ -162,3 +162,19 @@ def test_hang_watchdog_stacks_and_flight_recorder_on_signal(tmp_path):
     assert "_compute_forever" in stuck and all(e["step"] == 2 for e in stalls)
     beat = json.loads((tmp_path / "hb" / "rank1.json").read_text())
     assert beat["status"] == "stalled" and beat["step"] == 1
+
+
+@pytest.mark.timeout(120)
+def test_host_oom_names_rank_step_and_memory(tmp_path):
+    """A real CPU allocator failure in rank 1's forward at step 3: the watch reports it
+    from the exception on its way out, with the memory the rank had and the host had."""
+    codes, out, _, events = _run(tmp_path, ["--strategy", "ddp", "--steps", "6", "--watch",
+                                            "--inject", "oom@1:3"])
+    assert codes[1] == 1 and "can't allocate memory" in out, out
+    [oom] = _one(events, "OOM")
+    assert (oom["ranks"], oom["rank"], oom["step"]) == ([1], 1, 3)
+    ev = oom["evidence"]
+    assert ev["kind"] == "host" and "DefaultCPUAllocator" in ev["error"]
+    assert ev["requested_mb"] > ev["host_total_mb"] >= ev["host_available_mb"] > 0
+    assert [s for s, _ in ev["history_mb"]] == [1, 2, 3]  # sampled every step here
+    assert all(t["mb"] < 1 for t in ev["largest_tensors"])  # not the watch's own buffers

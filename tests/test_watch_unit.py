@@ -17,7 +17,7 @@ from ddpdoctor.watch.config import CHECKS, from_env, parse_checks
 from ddpdoctor.watch.desync import diverged
 from ddpdoctor.watch.device import local_mismatch, shared_devices
 from ddpdoctor.watch.events import DDPDoctorWarning, EventSink, read_events
-from ddpdoctor.watch.memory import growth
+from ddpdoctor.watch.memory import growth, oom_kind, requested_bytes
 from ddpdoctor.watch.nonfinite import GRADIENT, LOSS, OUTPUT, first_nonfinite
 from ddpdoctor.watch.sampler import epoch_not_advanced
 from ddpdoctor.watch.straggler import slow_ranks
@@ -210,6 +210,36 @@ def test_memory_growth_on_a_leaking_loop(tmp_path):
     [ev] = read_events(str(tmp_path / "ev.jsonl"))
     assert ev["id"] == "MEMORY_GROWTH" and ev["ranks"] == [0]
     assert ev["evidence"]["mb_per_step"] >= 25 and ev["evidence"]["largest_tensors"]
+
+
+def test_oom_rules():
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+                       "can't allocate memory: you tried to allocate 4398046511104 bytes. "
+                       "Error code 12 (Cannot allocate memory)")
+    assert oom_kind(cpu) == "host" and requested_bytes(str(cpu)) == 4 << 40
+    cuda = RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
+                        "capacity of 79.11 GiB of which 3.19 MiB is free.")
+    assert oom_kind(cuda) == "cuda" and requested_bytes(str(cuda)) == 20 << 20
+    assert oom_kind(MemoryError()) == "host"
+    assert oom_kind(RuntimeError("shape mismatch")) is None and oom_kind(ValueError()) is None
+
+
+def test_oom_leaving_a_with_block_is_reported_and_raised(tmp_path):
+    """The context-manager form sees the exception that leaves it: a real CPU allocator
+    failure gives OOM with the memory evidence, and the exception still propagates."""
+    import torch
+
+    model, handle, _ = _train(2, watched=True, tmp=tmp_path, checks="memory")
+    with pytest.warns(DDPDoctorWarning, match="OOM"), pytest.raises(RuntimeError,
+                                                                    match="allocate memory"):
+        with handle:
+            torch.empty(1 << 50, dtype=torch.uint8)  # 1 PiB: the allocator refuses
+    assert handle.closed
+    [ev] = read_events(str(tmp_path / "ev.jsonl"))
+    assert (ev["id"], ev["ranks"], ev["step"]) == ("OOM", [0], 3)
+    e = ev["evidence"]
+    assert e["kind"] == "host" and e["requested_mb"] == 2**30 and e["history_mb"][-1][0] == 3
+    assert e["rss_mb"] > 0 and e["host_total_mb"] > 0 and e["largest_tensors"]
 
 
 # ---- import cost and the zero-code-change bootstrap

@@ -132,6 +132,10 @@ RULES: list[Rule] = [
              **_size(m, "in_use", "reserved_unallocated"),
              "allocated_by_pytorch": m["allocated"] or m["allocated_old"],
          }),
+    Rule("cpu_oom", "can't allocate memory",
+         re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                    r"(?P<bytes>\d+) bytes"),
+         lambda m: {"tried_to_allocate_bytes": int(m["bytes"])}),
     Rule("host_oom", "of memory",
          re.compile(r"Out of memory: Killed process (?P<pid>\d+) \((?P<comm>[^)]*)\)"),
          lambda m: {"pid": int(m["pid"]), "process": m["comm"]}),
@@ -236,6 +240,7 @@ RULES: list[Rule] = [
 KEYWORDS: tuple[bytes, ...] = (
     b"rror", b"xception", b"raceback", b'File "', b"imed out", b"imeout", b"onnection",
     b"receive grad", b"shared memory", b"/dev/shm", b"of memory", b"oom", b"OOM",
+    b"allocate memory",
     b"lready in use", b"ollective", b"] started ", b"ranks", b"mismatch", b"monitoredBarrier",
     b"terminate called", b"exitcode", b"rank      :", b"host      :", b"traceback :",
     b"Root Cause", b"Failures:", b"======", b"Broken pipe", b"nan values", b"non-finite",

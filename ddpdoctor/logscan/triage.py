@@ -222,6 +222,13 @@ class _Triage:
                 msg += (f" on GPU {sizes.get('gpu', '?')} ({sizes.get('free', '?')} free of "
                         f"{sizes['total_capacity']})")
             self._add("OOM", msg, cuda, ev)
+        cpu = self.by_kind["cpu_oom"]
+        if cpu:
+            ev = self._evidence(cpu)
+            asked = cpu[0].data["tried_to_allocate_bytes"]
+            ev.update(kind="host (allocator)", tried_to_allocate_bytes=asked)
+            self._add("OOM", f"host out of memory: the CPU allocator could not get "
+                      f"{asked / 2**30:.2f} GiB", cpu, ev)
         host = self.by_kind["host_oom"]
         killed9 = [e for e in self.root_failures if e.data.get("exit_code") == -9]
         if host:

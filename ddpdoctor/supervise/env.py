@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+EVENTS = "DDPDOCTOR_EVENTS"
 FR_DIR = "DDPDOCTOR_FR_DIR"
 HEARTBEAT_DIR = "DDPDOCTOR_HEARTBEAT_DIR"
 WATCH = "DDPDOCTOR_WATCH"
@@ -21,6 +22,7 @@ class JobEnv:
     heartbeat_dir: str
     watch: bool
     notes: list[str] = field(default_factory=list)
+    events_path: str | None = None  # where the ranks' watch writes its findings
 
 
 def watch_bootstrap_dir() -> str | None:
@@ -60,5 +62,10 @@ def job_environment(base: Mapping[str, str], run_dir: str | Path, watch: bool,
                 parts.insert(0, bootstrap_dir)
             env["PYTHONPATH"] = os.pathsep.join(parts)
             env[WATCH] = "1"
+            env.setdefault(EVENTS, os.path.join(run_dir, "watch-events.jsonl"))
             on = True
-    return JobEnv(env, env[FR_DIR], env[HEARTBEAT_DIR], on, notes)
+    events = env.get(EVENTS) or None
+    if events and "{rank}" in events:
+        events = None  # one file per rank, the user's choice: not read back here
+        notes.append(f"{EVENTS} has a {{rank}} template: watch findings stay in those files")
+    return JobEnv(env, env[FR_DIR], env[HEARTBEAT_DIR], on, notes, events if on else None)

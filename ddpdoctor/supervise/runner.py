@@ -18,6 +18,7 @@ from ddpdoctor.supervise import triage as triage_mod
 from ddpdoctor.supervise.env import job_environment, watch_bootstrap_dir
 from ddpdoctor.supervise.process import Job
 from ddpdoctor.supervise.progress import ProgressTracker, read_heartbeats, sample_tree
+from ddpdoctor.supervise.watch_events import merge, watch_findings
 
 GROUP = "run"
 
@@ -157,16 +158,22 @@ def _on_hang(job: Job, tracker: ProgressTracker, stalled: float,
 def _build_report(result: RunResult, job: Job, tracker: ProgressTracker, jenv: Any,
                   opts: RunOptions, took: float) -> None:
     report = result.report
-    rc = result.returncode
     rank_paths = job.copy.rank_paths()
     ranks_seen = sorted({e.rank for e in tracker.exits} | set(tracker.rank_last))
     if ranks_seen:
         report.world.setdefault("ranks_seen", ranks_seen)
+    watched = watch_findings(jenv.events_path) if jenv.events_path else []
+    if jenv.watch:
+        found = (f"; found {', '.join(sorted({f.id for f in watched}))}" if watched
+                 else "; nothing found")
+        summary = ("in-training checks on (ddpdoctor.watch bootstrap, DDPDOCTOR_WATCH=1)"
+                   + (found if jenv.events_path else "") + "".join(f"; {n}" for n in jenv.notes))
+    else:
+        summary = "off" if not opts.watch else "; ".join(jenv.notes)
     report.checks.append(Check(
-        "watch", "in-training checks on (ddpdoctor.watch bootstrap, DDPDOCTOR_WATCH=1)"
-        if jenv.watch else ("off" if not opts.watch else "; ".join(jenv.notes)),
-        status="ok" if jenv.watch or not opts.watch else "skipped", group=GROUP,
-        data={"fr_dir": jenv.fr_dir, "heartbeat_dir": jenv.heartbeat_dir}))
+        "watch", summary, status="ok" if jenv.watch or not opts.watch else "skipped",
+        group=GROUP, data={"fr_dir": jenv.fr_dir, "heartbeat_dir": jenv.heartbeat_dir,
+                           "events": jenv.events_path}))
     report.checks.append(Check(
         "output", f"{job.copy.lines} lines kept in {job.copy.combined_path}"
         + (f"; per rank: {', '.join(str(p) for p in rank_paths.values())}"
@@ -174,6 +181,18 @@ def _build_report(result: RunResult, job: Job, tracker: ProgressTracker, jenv: A
         data={"combined": str(job.copy.combined_path),
               "ranks": {str(r): str(p) for r, p in rank_paths.items()}}))
 
+    _job_outcome(result, job, tracker, opts, took)
+    # After the outcome's own findings: the root cause of a crash or hang leads.
+    for f in merge(report.findings, watched):
+        report.add(f, check="watch")
+    if result.exit_code == 0 and any(f.severity == "error" for f in report.findings):
+        result.exit_code = EXIT_FINDINGS  # e.g. NaN losses in a job that "succeeded"
+
+
+def _job_outcome(result: RunResult, job: Job, tracker: ProgressTracker, opts: RunOptions,
+                 took: float) -> None:
+    report = result.report
+    rc = result.returncode
     if result.hang is not None:
         result.hang.add_to(report, opts.hang_timeout)
         if result.hang.stopped:

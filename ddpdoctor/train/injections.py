@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ALL_RANKS = -1
+SLOW_LINK_RATE = "100mbit"
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,11 @@ INJECTIONS: dict[str, InjectionSpec] = {s.name: s for s in [
     InjectionSpec("crash", "RANK raises RuntimeError at STEP",
                   "RuntimeError 'ddpdoctor injected crash: rank R at step S'; torchrun "
                   "tears the other ranks down", "error", "RANK_CRASHED"),
+    InjectionSpec("oom", "RANK asks for more memory than the host (CPU) or its GPU has, in "
+                  "the forward of STEP",
+                  "RuntimeError '... DefaultCPUAllocator: can't allocate memory: you tried to "
+                  "allocate N bytes' (CPU) / torch.OutOfMemoryError 'CUDA out of memory. "
+                  "Tried to allocate ...' (GPU)", "error", "OOM"),
     InjectionSpec("oom-kill", "RANK is SIGKILLed at STEP (like the host OOM killer)",
                   "torchrun: 'Signal 9 (SIGKILL) received by PID'", "error", "OOM"),
     InjectionSpec("lone-collective", "at the end of STEP, RANK alone all-reduces on a side "
@@ -96,6 +102,11 @@ INJECTIONS: dict[str, InjectionSpec] = {s.name: s for s in [
                   "recv before they send",
                   "hang: both ranks wait in recv (_exchange_with_peer)", "hang",
                   "HANG_P2P_DEADLOCK"),
+    InjectionSpec("slow-link", "from STEP on, RANK's network egress is throttled to "
+                  f"{SLOW_LINK_RATE} (tc tbf on GLOO_SOCKET_IFNAME; needs root and the rank "
+                  "in a network namespace of its own)",
+                  "every collective slows down on every rank; nothing in the output says "
+                  "which link", "silent", "COMM_SLOW_RANK"),
     InjectionSpec("leak", "from STEP on, RANK keeps 16 MB of tensors and the loss graph "
                   "every step", "RANK's RSS grows by >= 16 MB per step", "silent",
                   "MEMORY_GROWTH", default_step=1),
@@ -156,6 +167,56 @@ def parse_all(specs: list[str] | tuple[str, ...]) -> list[Injection]:
     return [parse(s) for s in specs]
 
 
+def check_host(injections: list[Injection], rank: int, device_type: str = "cpu",
+               env: dict[str, str] | None = None) -> None:
+    """Raise ValueError when this rank cannot plant a fault that touches the host.
+
+    ``slow-link`` rewrites a network interface's queueing: only allowed inside a named
+    network namespace (``ip netns add``, as tests make), never in the host's. ``oom`` on
+    CPU needs the kernel to refuse a huge allocation, which it does unless overcommit is
+    "always" (vm.overcommit_memory=1): then the memory would really be used.
+    """
+    oom = next((i for i in injections if i.name == "oom" and i.on(rank)), None)
+    if oom is not None and device_type == "cpu" and _overcommit_mode() == 1:
+        raise ValueError(f"--inject {oom}: vm.overcommit_memory is 1 (always), so the "
+                         "kernel would grant the allocation instead of failing it")
+    inj = next((i for i in injections if i.name == "slow-link" and i.on(rank)), None)
+    if inj is None:
+        return
+    env = os.environ if env is None else env
+    dev = env.get("GLOO_SOCKET_IFNAME", "")
+    if not dev or "," in dev or dev == "lo":
+        raise ValueError(f"--inject {inj}: set GLOO_SOCKET_IFNAME to the one interface "
+                         "(not lo) whose egress to throttle")
+    if os.geteuid() != 0:
+        raise ValueError(f"--inject {inj}: needs root (tc qdisc)")
+    if named_netns() is None:
+        raise ValueError(f"--inject {inj}: refusing to throttle the host's network; run "
+                         "this rank in a network namespace of its own (ip netns exec)")
+
+
+def _overcommit_mode() -> int | None:
+    try:
+        with open("/proc/sys/vm/overcommit_memory") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def named_netns() -> str | None:
+    """The ``ip netns`` name of this process's network namespace; None for the host's
+    (which is never bind-mounted under /run/netns) or when it cannot be told."""
+    try:
+        mine = os.stat("/proc/self/ns/net")
+        for name in os.listdir("/run/netns"):
+            st = os.stat(os.path.join("/run/netns", name))
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                return name
+    except OSError:
+        pass
+    return None
+
+
 def describe() -> str:
     """The text of ``--inject list``: one line per injection."""
     width = max(len(n) for n in INJECTIONS)
@@ -197,6 +258,31 @@ def _compute_forever() -> None:
 
 def _straggle(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def _allocate_activations(device: Any) -> None:
+    """One allocation larger than the device: the allocator's own out-of-memory error.
+
+    On CPU, 4x the host's RAM + swap: beyond what the kernel's overcommit heuristic grants
+    (check_host refuses where overcommit is "always", as nothing would fail then).
+    """
+    import torch
+
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+    else:
+        import psutil
+
+        total = psutil.virtual_memory().total + psutil.swap_memory().total
+    torch.empty(4 * total, dtype=torch.uint8, device=device)
+
+
+def _throttle_egress(dev: str, rate: str) -> None:
+    import subprocess
+
+    subprocess.run(["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+                    "burst", "32kbit", "latency", "400ms"], check=True, capture_output=True,
+                   timeout=30)
 
 
 class Injector:
@@ -266,12 +352,14 @@ class Injector:
                 return plain(block, x)
 
             block.forward = forward
-        if self._get("straggler") or self._get("hang-compute"):
+        if self._get("straggler") or self._get("hang-compute") or self._get("oom"):
             model.register_forward_pre_hook(self._forward_faults)
 
     def _forward_faults(self, module: Any, args: Any) -> None:
         if self._due("hang-compute"):
             _compute_forever()
+        if self._due("oom"):
+            _allocate_activations(next(module.parameters()).device)
         if self._due("straggler", from_step=True):
             _straggle(STRAGGLER_DELAY_S)
 
@@ -297,6 +385,8 @@ class Injector:
             raise RuntimeError(f"ddpdoctor injected crash: rank {self.rank} at step {step}")
         if self._due("oom-kill"):
             os.kill(os.getpid(), signal.SIGKILL)
+        if self._due("slow-link"):
+            _throttle_egress(os.environ["GLOO_SOCKET_IFNAME"], SLOW_LINK_RATE)
         if self._due("desync"):
             import torch
 

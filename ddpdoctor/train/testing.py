@@ -90,8 +90,14 @@ class Launch:
 
 
 def launch(args: list[str], nproc: int, workdir: Path, json_log: bool = True,
-           env: dict[str, str] | None = None) -> Launch:
-    """Start ``nproc`` ranks of ``python -m ddpdoctor.train ARGS`` in ``workdir``."""
+           env: dict[str, str] | None = None, master_addr: str = "127.0.0.1",
+           rank_env: dict[int, dict[str, str]] | None = None,
+           wrap: dict[int, list[str]] | None = None) -> Launch:
+    """Start ``nproc`` ranks of ``python -m ddpdoctor.train ARGS`` in ``workdir``.
+
+    ``rank_env`` adds variables to one rank; ``wrap`` prefixes one rank's command (e.g.
+    ``ip netns exec NS`` to run it on another "node"; the wrapper must exec the command).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     jpath = workdir / "train.jsonl" if json_log else None
@@ -102,13 +108,15 @@ def launch(args: list[str], nproc: int, workdir: Path, json_log: bool = True,
     for rank in range(nproc):
         e = dict(os.environ)
         e.update({"RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
-                  "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1",
+                  "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": master_addr,
                   "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", "TMPDIR": str(workdir),
                   "PYTHONUNBUFFERED": "1"})
         e.update(env or {})
+        e.update((rank_env or {}).get(rank, {}))
         log = workdir / f"rank{rank}.log"
+        cmd = [*(wrap or {}).get(rank, []), sys.executable, "-m", "ddpdoctor.train", *args]
         with open(log, "wb") as f:
-            procs.append(subprocess.Popen([sys.executable, "-m", "ddpdoctor.train", *args],
+            procs.append(subprocess.Popen(cmd,
                                           stdout=f, stderr=subprocess.STDOUT, env=e,
                                           cwd=workdir, start_new_session=True))
         logs.append(log)

@@ -219,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ddpdoctor.train: error: {e}", file=sys.stderr)
         return 2
     device = _device(rcfg.device, local_rank)
+    try:
+        injections.check_host(injs, rank, device.type)  # this rank's own machine
+    except ValueError as e:
+        print(f"ddpdoctor.train: error: rank {rank}: {e}", file=sys.stderr)
+        return 2
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=timedelta(seconds=rcfg.pg_timeout),
                             **({"device_id": device} if device.type == "cuda" else {}))

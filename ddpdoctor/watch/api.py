@@ -32,13 +32,14 @@ from ddpdoctor.watch.events import EventSink
 
 log = logging.getLogger("ddpdoctor.watch")
 _WATCHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_GROUP: dict[str, Any] = {}  # one watch process group per process, shared by watchers
+_GROUPS: dict[str, Any] = {}  # the watch's gloo groups, one of each per process
 _NAME_NOISE = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 
 
 def _check_classes() -> dict[str, type[WatchCheck]]:
     from ddpdoctor.watch.desync import DesyncCheck
     from ddpdoctor.watch.device import DeviceCheck
+    from ddpdoctor.watch.links import LinksCheck
     from ddpdoctor.watch.memory import MemoryCheck
     from ddpdoctor.watch.nonfinite import NonfiniteCheck
     from ddpdoctor.watch.sampler import SamplerCheck
@@ -47,7 +48,7 @@ def _check_classes() -> dict[str, type[WatchCheck]]:
 
     return {"unused": UnusedCheck, "nonfinite": NonfiniteCheck, "desync": DesyncCheck,
             "sampler": SamplerCheck, "straggler": StragglerCheck, "memory": MemoryCheck,
-            "device": DeviceCheck}
+            "device": DeviceCheck, "links": LinksCheck}
 
 
 def clean_name(name: str) -> str:
@@ -137,6 +138,7 @@ class Watcher:
                 on_dump=lambda p: self.sink.write({"kind": "fr_dump", "path": p}, self.step))
             flight_recorder.serve_requests(cfg.fr_dir, self.rank)
         _WATCHERS[model] = self
+        _install_excepthook()
 
     # -- set-up
 
@@ -160,10 +162,7 @@ class Watcher:
 
     def _setup_group(self, dist: Any, torch: Any) -> None:
         try:
-            if "group" not in _GROUP:
-                _GROUP["group"] = dist.new_group(
-                    backend="gloo", timeout=timedelta(seconds=self.cfg.collective_timeout_s))
-            group = _GROUP["group"]
+            group = self._make_group("gather")
             dp = _dp_ranks(self.model, self.ddp, dist, self.world)
             desync = next((c for c in self.coll if c.name == "desync"), None)
             names = "\n".join(f"{n}:{tuple(t.shape)}" for n, t in getattr(desync, "tensors", []))
@@ -182,6 +181,19 @@ class Watcher:
             self.group = group
         except Exception as e:  # noqa: BLE001 - local checks still work
             log.warning("ddpdoctor: no watch process group (%s); cross-rank checks off", e)
+            return
+        for c in self.coll:
+            c.group_ready(self, self._make_group)
+
+    def _make_group(self, name: str) -> Any:
+        # new_group is collective: every rank makes the same groups in the same order,
+        # which holds because the ranks just agreed on the settings.
+        if name not in _GROUPS:
+            import torch.distributed as dist
+
+            _GROUPS[name] = dist.new_group(
+                backend="gloo", timeout=timedelta(seconds=self.cfg.collective_timeout_s))
+        return _GROUPS[name]
 
     def width_without_desync(self) -> int:
         return sum(c.width for c in self.coll if c.name != "desync")
@@ -393,15 +405,50 @@ class Watcher:
         hang_watchdog.release(self.monitor)
         _WATCHERS.pop(self.model, None)
 
+    def exception(self, exc: BaseException) -> None:
+        """Let the checks look at an exception that is ending training (an OOM)."""
+        if self.disabled or self.closed:
+            return
+        for c in self.checks:
+            try:
+                c.on_exception(self, exc)
+            except Warning:
+                raise
+            except Exception as e:  # noqa: BLE001 - the user's exception matters more
+                log.debug("ddpdoctor: %s.on_exception failed: %r", c.name, e)
+
     def __enter__(self) -> Watcher:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is not None:
+            self.exception(exc)
         self.close()
 
     def __repr__(self) -> str:
         return (f"<ddpdoctor.watch {self.wrapper} rank={self.rank} step={self.step} "
                 f"checks={[c.name for c in self.checks]} findings={len(self.findings)}>")
+
+
+def _install_excepthook() -> None:
+    """Once per process: an uncaught exception is shown to the live watchers first (an
+    OOM gets its evidence while the memory is still there), then to the previous hook."""
+    import sys
+
+    if getattr(sys.excepthook, "_ddpdoctor", False):
+        return
+    previous = sys.excepthook
+
+    def hook(exc_type: Any, exc: BaseException, tb: Any) -> None:
+        for w in list(_WATCHERS.values()):
+            try:
+                w.exception(exc)
+            except Exception:  # noqa: BLE001, S110 - the user's traceback comes next
+                pass
+        previous(exc_type, exc, tb)
+
+    hook._ddpdoctor = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 def _all_gather(dist: Any) -> Any:

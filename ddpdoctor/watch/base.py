@@ -21,6 +21,11 @@ class WatchCheck:
     def attach(self, w: Any) -> None:
         pass
 
+    def group_ready(self, w: Any, make_group: Any) -> None:
+        """Once, on every rank, after the ranks agreed on the watch settings: collective
+        set-up goes here. ``make_group(name)`` returns this process's gloo group ``name``
+        (made on first use, shared by watchers)."""
+
     def forward_pre(self, w: Any, args: tuple, kwargs: dict) -> None:
         pass
 
@@ -40,6 +45,9 @@ class WatchCheck:
     def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
         """``rows``: float64 tensor [world, width], row r is rank r's ``pack``."""
         return []
+
+    def on_exception(self, w: Any, exc: BaseException) -> None:
+        """An exception ended the program or left the ``with watch(...)`` block."""
 
     def close(self, w: Any) -> None:
         pass

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 CHECKS: tuple[str, ...] = (
-    "unused", "nonfinite", "desync", "sampler", "straggler", "memory", "device", "hang",
+    "unused", "nonfinite", "desync", "sampler", "straggler", "links", "memory", "device",
+    "hang",
 )
 # Checks whose data travels in the every-K-steps all_gather.
-COLLECTIVE_CHECKS = frozenset({"nonfinite", "desync", "sampler", "straggler", "device"})
+COLLECTIVE_CHECKS = frozenset({"nonfinite", "desync", "sampler", "straggler", "device",
+                               "links"})
 
 
 @dataclass
@@ -37,6 +39,17 @@ class WatchConfig:
     straggler_fraction: float = 0.6
     straggler_min_steps: int = 3
     data_share: float = 0.3            # DATALOADER_BOTTLENECK above this share of a step
+    # links (COMM_SLOW_RANK): on the first link_confirm check steps and then on every
+    # link_every-th, link_bytes go round the ring both ways, best of link_reps; a link is
+    # slow at link_factor x the median of the others and link_min_excess_s more (loopback
+    # jitter on a busy host stays below both); reported once link_confirm probes agree
+    link_bytes: int = 1 << 20
+    link_reps: int = 3
+    link_factor: float = 4.0
+    link_min_excess_s: float = 0.005
+    link_confirm: int = 2
+    link_every: int = 10               # in check steps: 1000 optimizer steps by default
+    link_timeout_s: float = 30.0       # a peer that never joins the probe: probes stop
     # memory: growth over a window of steps after warm-up
     memory_warmup_steps: int = 2
     memory_window: int = 8             # samples
@@ -82,6 +95,7 @@ _ENV: dict[str, tuple[str, Any]] = {
     "DDPDOCTOR_WATCH_EVERY": ("every", int),
     "DDPDOCTOR_WATCH_CHECKS": ("checks", parse_checks),
     "DDPDOCTOR_EVENTS": ("events_path", str),
+    "DDPDOCTOR_WATCH_LINK_EVERY": ("link_every", int),
     "DDPDOCTOR_HANG_TIMEOUT": ("hang_timeout_s", float),
     "DDPDOCTOR_HEARTBEAT_DIR": ("heartbeat_dir", str),
     "DDPDOCTOR_FR_DIR": ("fr_dir", str),

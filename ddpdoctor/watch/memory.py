@@ -1,19 +1,24 @@
 """MEMORY_GROWTH and OOM.
 
-Each step boundary samples one number: CUDA allocated bytes (no sync) or the process RSS
-(one read of /proc/self/statm). Growth that is steady over a window of steps (most steps
-grow, and the window grew by a floor) is a leak or a kept graph; the finding carries the
-series and, once, the largest live tensors. A CUDA out-of-memory error triggers, through
-the allocator's OOM observer, a memory snapshot written next to the events file. A host
-OOM kill gives no chance to react: the RSS history is in the heartbeat file instead.
+Every few step boundaries one number is sampled: CUDA allocated bytes (no sync) or the
+process RSS (one read of /proc/self/statm). Growth that is steady over a window of steps
+(most steps grow, and the window grew by a floor) is a leak or a kept graph; the finding
+carries the series and, once, the largest live tensors. A CUDA out-of-memory error
+triggers, through the allocator's OOM observer, a memory snapshot written next to the
+events file. An out-of-memory exception (CUDA, or the CPU allocator's "can't allocate
+memory") that ends the program or leaves a ``with watch(...)`` block gives OOM with the
+recent memory history, the host's free memory and the largest live tensors. A host OOM
+*kill* (SIGKILL) gives no chance to react: ``ddpdoctor run`` and ``diagnose`` report it.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import re
 import time
 import warnings
+from collections import deque
 from typing import Any
 
 from ddpdoctor.findings import Finding
@@ -49,8 +54,9 @@ def growth(samples: list[tuple[int, int]], min_growth: float,
             "rising_steps": f"{sum(d > 0 for d in diffs)}/{len(diffs)}"}
 
 
-def largest_tensors(limit: int = 5) -> list[dict]:
-    """The biggest live tensors (a gc walk, ~50 ms: only when a finding is emitted)."""
+def largest_tensors(limit: int = 5, exclude: frozenset[int] = frozenset()) -> list[dict]:
+    """The biggest live tensors (a gc walk, ~50 ms: only when a finding is emitted);
+    ``exclude``: storage pointers not to list (the watch's own buffers)."""
     import torch
 
     seen: dict[int, dict] = {}
@@ -61,6 +67,8 @@ def largest_tensors(limit: int = 5) -> list[dict]:
         try:
             if isinstance(obj, torch.Tensor) and not obj.is_meta:
                 key = obj.untyped_storage().data_ptr()
+                if key in exclude:
+                    continue
                 size = obj.untyped_storage().nbytes()
                 if key not in seen or seen[key]["mb"] < size / 2**20:
                     seen[key] = {"shape": list(obj.shape), "dtype": str(obj.dtype),
@@ -71,6 +79,32 @@ def largest_tensors(limit: int = 5) -> list[dict]:
     return sorted(seen.values(), key=lambda d: -d["mb"])[:limit]
 
 
+_ASKED = re.compile(r"(?:tried to allocate|Tried to allocate) (?P<n>\d+(?:\.\d+)?) ?"
+                    r"(?P<unit>bytes|B|KiB|MiB|GiB|TiB)")
+_UNITS = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def oom_kind(exc: BaseException) -> str | None:
+    """"cuda" / "host" when ``exc`` is an out-of-memory error, else None."""
+    text = str(exc)
+    if type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in text:
+        return "cuda"
+    if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError)
+                                        and "can't allocate memory" in text):
+        return "host"
+    return None
+
+
+def requested_bytes(text: str) -> int | None:
+    m = _ASKED.search(text)
+    return int(float(m["n"]) * _UNITS[m["unit"]]) if m else None
+
+
+def own_storages(w: Any) -> frozenset[int]:
+    return frozenset(t.untyped_storage().data_ptr() for c in w.checks
+                     for t in getattr(c, "buffers", ()))
+
+
 class MemoryCheck(WatchCheck):
     name = "memory"
 
@@ -78,6 +112,7 @@ class MemoryCheck(WatchCheck):
         import torch
 
         self.samples: list[tuple[int, int]] = []
+        self.recent: deque = deque(maxlen=32)  # (step, bytes), for an OOM's evidence
         self.done = False
         self.device = w.device
         self.cuda = self.device is not None and self.device.type == "cuda"
@@ -98,6 +133,7 @@ class MemoryCheck(WatchCheck):
             return
         value = self.sample()
         w.monitor.memory(value)
+        self.recent.append((step, value))
         if self.done:
             return
         cfg = w.cfg
@@ -113,11 +149,37 @@ class MemoryCheck(WatchCheck):
         self.done = True
         ev.update(step=step, metric=self.kind,
                   series_mb=[round(b / 2**20, 1) for _, b in self.samples],
-                  largest_tensors=largest_tensors())
+                  largest_tensors=largest_tensors(exclude=own_storages(w)))
         w.emit(Finding("MEMORY_GROWTH",
                        f"{self.kind} grew {ev['growth_mb']} MB over steps {ev['from_step']}-"
                        f"{ev['to_step']} ({ev['mb_per_step']} MB/step) on rank {w.rank}",
                        ranks=[w.rank], evidence=ev), step)
+
+    def on_exception(self, w: Any, exc: BaseException) -> None:
+        kind = oom_kind(exc)
+        if kind is None:
+            return
+        import psutil
+
+        text = str(exc).strip()
+        asked = requested_bytes(text)
+        vm = psutil.virtual_memory()
+        ev: dict[str, Any] = {
+            "kind": kind, "error": text.splitlines()[0][:400] if text else type(exc).__name__,
+            "requested_mb": round(asked / 2**20, 1) if asked is not None else None,
+            "rss_mb": round(rss_bytes() / 2**20, 1),
+            "host_available_mb": round(vm.available / 2**20, 1),
+            "host_total_mb": round(vm.total / 2**20, 1),
+            "metric": self.kind,
+            # sampled every few steps, and now (the step that failed)
+            "history_mb": [[s, round(b / 2**20, 1)]
+                           for s, b in [*self.recent, (w.step + 1, self.sample())]],
+            "largest_tensors": largest_tensors(exclude=own_storages(w))}
+        where = "CUDA" if kind == "cuda" else "host"
+        asked_text = f"asked {asked / 2**30:.2f} GiB" if asked is not None else "an allocation"
+        w.emit(Finding("OOM", f"{where} out of memory on rank {w.rank} in step {w.step + 1}: "
+                       f"{asked_text}, {vm.available / 2**30:.1f} GiB of host memory "
+                       "available", ranks=[w.rank], evidence=ev), w.step + 1)
 
     def _attach_oom(self, w: Any, torch: Any) -> None:
         observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)

@@ -1,0 +1,232 @@
+"""COMM_SLOW_RANK during training: a short probe of every rank's links on check steps.
+
+Hook timings cannot name a slow link: in synchronous training every rank waits equally
+long in the collective the slow link delays. So on some check steps, at the step boundary
+and in the training thread (nothing is in flight when training resumes or the process
+exits), the ranks time ``link_bytes`` over every link of the ring, both ways, on a gloo
+group of the watch's own. The links go in rounds in which no rank both sends and receives:
+a rank's own outgoing data would otherwise queue ahead of the small messages that start
+another link's clock on a slow egress, and make a healthy link look slow. In each round,
+after a barrier, the sender says "ready", the receiver starts its clock and says "go", and
+stops it when the data has landed: a late sender is not counted. The minimum over
+``link_reps`` transfers is kept (contention only ever adds time). Each rank's incoming
+times ride in the all_gather; rank 0 compares every directed link with the median of the
+others, and names the rank all slow links leave (egress; else the rank they all reach,
+ingress) once the same verdict held for ``link_confirm`` probes in a row.
+
+On NCCL jobs the probe measures the host network path gloo uses, which is NCCL's data path
+only where NCCL itself runs over sockets; InfiniBand and NVLink are not measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from datetime import timedelta
+from typing import Any
+
+from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.watch.base import WatchCheck
+
+log = logging.getLogger("ddpdoctor.watch")
+Link = tuple[int, int]  # (sender, receiver)
+# "ready", "go" and the data between one pair: tags keep them apart.
+_READY, _GO, _DATA = 1, 2, 3
+
+
+def senders_to(rank: int, world: int) -> list[int]:
+    """The ranks whose link into ``rank`` is probed: its ring neighbours (one when N=2)."""
+    if world < 2:
+        return []
+    prev, nxt = (rank - 1) % world, (rank + 1) % world
+    return [prev] if prev == nxt else [prev, nxt]
+
+
+def rounds(world: int) -> list[list[Link]]:
+    """Every probed link, in rounds where no rank appears twice (a greedy matching:
+    2 rounds per ring direction for even N, 3 for odd)."""
+    todo = [((r - d) % world, r) for d in (1, -1) for r in range(world)]
+    todo = list(dict.fromkeys(link for link in todo if link[0] != link[1]))
+    out = []
+    while todo:
+        busy: set[int] = set()
+        this = []
+        for link in todo:
+            if not busy & set(link):
+                this.append(link)
+                busy |= set(link)
+        out.append(this)
+        todo = [link for link in todo if link not in this]
+    return out
+
+
+def link_times(rows: list[list[float]], world: int) -> dict[Link, float]:
+    """Each rank's seconds from each of ``senders_to`` it -> {(src, dst): seconds};
+    NaN entries (no probe) are left out."""
+    out: dict[Link, float] = {}
+    for dst, row in enumerate(rows):
+        for src, t in zip(senders_to(dst, world), row):
+            if not math.isnan(t):
+                out[(src, dst)] = t
+    return out
+
+
+def slow_links(times: dict[Link, float], factor: float, min_excess_s: float) -> dict[Link, float]:
+    """Links slower than ``factor`` x the median of the *other* links, by a real margin."""
+    slow = {}
+    for link, t in times.items():
+        others = [v for k, v in times.items() if k != link]
+        if not others:
+            continue
+        ref = statistics.median(others)
+        if t > factor * ref and t - ref > min_excess_s:
+            slow[link] = t
+    return slow
+
+
+def culprits(slow: dict[Link, float]) -> tuple[list[int], str] | None:
+    """The ranks the slow links point at, and how: one sender (egress) first, as a slow
+    egress is what a throttled or renegotiated NIC shows; then one receiver (ingress);
+    else every sender."""
+    if not slow:
+        return None
+    senders = sorted({s for s, _ in slow})
+    receivers = sorted({d for _, d in slow})
+    if len(senders) == 1:
+        return senders, "egress"
+    if len(receivers) == 1:
+        return receivers, "ingress"
+    return senders, "egress"
+
+
+def verdict(history: list[dict[Link, float]], factor: float, min_excess_s: float,
+            confirm: int) -> tuple[list[int], str, dict[Link, float]] | None:
+    """The last ``confirm`` probes all named the same ranks -> (ranks, direction, slow)."""
+    if len(history) < confirm:
+        return None
+    named = []
+    for times in history[-confirm:]:
+        slow = slow_links(times, factor, min_excess_s)
+        c = culprits(slow)
+        if c is None:
+            return None
+        named.append((tuple(c[0]), c[1], slow))
+    if len({(r, d) for r, d, _ in named}) != 1:
+        return None
+    ranks, direction, slow = named[-1]
+    return list(ranks), direction, slow
+
+
+class LinksCheck(WatchCheck):
+    name = "links"
+    width = 2
+
+    def attach(self, w: Any) -> None:
+        self.group = None
+        self.buffers: tuple = ()
+        self.last: list[float] = [math.nan, math.nan]
+        self.history: list[dict[Link, float]] = []
+        self.reported: set[tuple[int, ...]] = set()
+
+    def group_ready(self, w: Any, make_group: Any) -> None:
+        import torch
+
+        try:
+            self.group = make_group("links")
+        except Exception as e:  # noqa: BLE001 - the other checks still work
+            log.warning("ddpdoctor: no link-probe group (%s); link probes off", e)
+            return
+        n = max(1, int(w.cfg.link_bytes) // 4)
+        self.payload = torch.ones(n, dtype=torch.float32)
+        self.buf = torch.empty(n, dtype=torch.float32)
+        self.token = torch.zeros(1, dtype=torch.float32)
+        self.token_in = torch.zeros(1, dtype=torch.float32)
+        self.buffers = (self.payload, self.buf, self.token, self.token_in)
+
+    def step_end(self, w: Any, step: int) -> None:
+        self.last = [math.nan, math.nan]
+        if self.group is None or w.group is None or not w.is_check_step(step):
+            return
+        # The first check steps catch a link slow from the start; later, a probe every
+        # link_every-th check step keeps its cost (a few ms) far below the 1% budget.
+        n = step // w.cfg.every
+        if n > w.cfg.link_confirm and n % max(1, w.cfg.link_every):
+            return
+        try:
+            self.last = self.probe(w)
+        except Exception as e:  # noqa: BLE001 - a peer gone or late: stop probing here
+            log.warning("ddpdoctor: link probe failed at step %d (%s); link probes off",
+                        step, e)
+            self.group = None
+
+    def probe(self, w: Any) -> list[float]:
+        import torch.distributed as dist
+
+        timeout = timedelta(seconds=w.cfg.link_timeout_s)
+        got: dict[int, float] = {}
+        reps = max(1, w.cfg.link_reps)
+        for links in rounds(w.world):
+            dist.barrier(group=self.group, async_op=True).wait(timeout=timeout)
+            for src, dst in links:
+                if w.rank == src:
+                    for _ in range(reps):
+                        ready = dist.isend(self.token, dst, group=self.group, tag=_READY)
+                        dist.irecv(self.token_in, dst, group=self.group,
+                                   tag=_GO).wait(timeout=timeout)
+                        dist.isend(self.payload, dst, group=self.group,
+                                   tag=_DATA).wait(timeout=timeout)
+                        ready.wait(timeout=timeout)
+                elif w.rank == dst:
+                    best = math.inf
+                    for _ in range(reps):
+                        data = dist.irecv(self.buf, src, group=self.group, tag=_DATA)
+                        dist.irecv(self.token_in, src, group=self.group,
+                                   tag=_READY).wait(timeout=timeout)
+                        start = time.perf_counter()
+                        go = dist.isend(self.token, src, group=self.group, tag=_GO)
+                        data.wait(timeout=timeout)
+                        best = min(best, time.perf_counter() - start)
+                        go.wait(timeout=timeout)
+                    got[src] = best
+        times = [got.get(src, math.nan) for src in senders_to(w.rank, w.world)]
+        return times + [math.nan] * (self.width - len(times))
+
+    def pack(self, w: Any, step: int) -> Any:
+        import torch
+
+        return torch.tensor(self.last, dtype=torch.float64)
+
+    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+        times = link_times(rows.tolist(), w.world)
+        log.debug("ddpdoctor: link probe at step %d: %s", step, times)
+        if not times:
+            return []
+        cfg = w.cfg
+        self.history = (self.history + [times])[-cfg.link_confirm:]
+        found = verdict(self.history, cfg.link_factor, cfg.link_min_excess_s, cfg.link_confirm)
+        if found is None:
+            return []
+        ranks, direction, slow = found
+        if tuple(ranks) in self.reported:
+            return []
+        self.reported.add(tuple(ranks))
+        fast = [t for k, t in times.items() if k not in slow]
+        ref = statistics.median(fast) if fast else math.nan
+        mb = cfg.link_bytes / 2**20
+        worst = max(slow, key=slow.get)
+        way = "outgoing" if direction == "egress" else "incoming"
+        return [Finding(
+            "COMM_SLOW_RANK",
+            f"rank {format_ranks(ranks)}'s {way} link is slow: {worst[0]}->{worst[1]} took "
+            f"{slow[worst] * 1e3:.1f} ms for {mb:g} MiB vs {ref * 1e3:.1f} ms on the other "
+            f"links", ranks=ranks,
+            evidence={"step": step, "direction": direction, "payload_bytes": cfg.link_bytes,
+                      "slow_links_ms": {f"{s}->{d}": round(t * 1e3, 2)
+                                        for (s, d), t in sorted(slow.items())},
+                      "links_ms": {f"{s}->{d}": round(t * 1e3, 2)
+                                   for (s, d), t in sorted(times.items())},
+                      "slow_link_gbps": round(cfg.link_bytes / slow[worst] / 1e9, 4),
+                      "probes_confirmed": cfg.link_confirm,
+                      "measured": "gloo send/recv on the host network path"})]

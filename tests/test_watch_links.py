@@ -1,0 +1,78 @@
+"""COMM_SLOW_RANK in watch: the link-probe schedule and verdict rules (pure), and the probe
+itself on 3 real ranks. The planted slow link (tc tbf between two network namespaces) is
+in test_watch_multinode.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ddpdoctor.launcher import launch
+from ddpdoctor.watch.links import culprits, link_times, rounds, senders_to, slow_links, verdict
+
+import launch_fns
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 5, 8])
+def test_rounds_cover_every_ring_link_once_with_no_rank_twice(world):
+    plan = rounds(world)
+    links = [link for r in plan for link in r]
+    expected = {(s, d) for d in range(world) for s in senders_to(d, world)}
+    assert sorted(links) == sorted(expected) and len(links) == len(set(links))
+    for r in plan:
+        ranks = [x for link in r for x in link]
+        assert len(ranks) == len(set(ranks))  # nobody sends and receives in one round
+    assert len(plan) <= 6
+
+
+def test_link_times_from_rows():
+    assert link_times([[0.1, math.nan], [0.2, math.nan]], 2) == {(1, 0): 0.1, (0, 1): 0.2}
+    t = link_times([[1, 2], [3, 4], [5, 6]], 3)  # rank r: [from r-1, from r+1]
+    assert t == {(2, 0): 1, (1, 0): 2, (0, 1): 3, (2, 1): 4, (1, 2): 5, (0, 2): 6}
+    assert link_times([[math.nan, math.nan]] * 2, 2) == {}
+
+
+def test_slow_egress_of_one_rank():
+    fast = 0.001
+    times = {(s, d): fast for d in range(4) for s in senders_to(d, 4)}
+    times[(2, 1)] = times[(2, 3)] = 0.09  # both links out of rank 2
+    slow = slow_links(times, 4.0, 0.005)
+    assert set(slow) == {(2, 1), (2, 3)}
+    assert culprits(slow) == ([2], "egress")
+    times[(2, 3)] = fast
+    times[(0, 3)] = 0.09  # into 3, from 2 and 0: ingress of rank 3
+    times[(2, 3)] = 0.09
+    times[(2, 1)] = fast
+    assert culprits(slow_links(times, 4.0, 0.005)) == ([3], "ingress")
+
+
+def test_two_ranks_name_the_sender_and_small_or_even_times_are_not_slow():
+    assert culprits(slow_links({(1, 0): 0.088, (0, 1): 0.0008}, 4.0, 0.005)) == ([1], "egress")
+    # 4x slower but by 3 ms only: loopback jitter on a busy machine
+    assert slow_links({(1, 0): 0.004, (0, 1): 0.0008}, 4.0, 0.005) == {}
+    assert slow_links({(1, 0): 0.02, (0, 1): 0.01}, 4.0, 0.005) == {}
+
+
+def test_verdict_needs_the_same_culprit_in_consecutive_probes():
+    slow, ok = {(1, 0): 0.09, (0, 1): 0.001}, {(1, 0): 0.001, (0, 1): 0.001}
+    other = {(1, 0): 0.001, (0, 1): 0.09}
+    assert verdict([slow], 4.0, 0.005, 2) is None
+    assert verdict([slow, ok], 4.0, 0.005, 2) is None
+    assert verdict([slow, other], 4.0, 0.005, 2) is None
+    ranks, direction, links = verdict([ok, slow, slow], 4.0, 0.005, 2)
+    assert (ranks, direction, list(links)) == ([1], "egress", [(1, 0)])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_probe_on_three_ranks_ignores_a_late_rank():
+    """Rank 2 reaches each step boundary 0.3 s late: the probe's clock starts only once the
+    sender is there, so no link looks slow (a naive timer would see 300 ms)."""
+    res = launch(launch_fns.watched_link_probe, nproc=3, args=(2, 0.3), backend="gloo",
+                 deadline_s=90)
+    assert res.ok, res
+    for rank, value in res.values().items():
+        assert value["findings"] == []
+        for times in value["times"]:
+            assert len(times) == 2 and all(0 < t < 0.05 for t in times), (rank, times)
