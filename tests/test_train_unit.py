@@ -140,3 +140,25 @@ def test_single_process_reference_learns() -> None:
 
     losses = reference_losses(ModelConfig.preset("tiny"), RunConfig(steps=5), dp_world=2)
     assert losses[-1] < losses[0] - 0.3
+
+
+def test_host_faults_refuse_where_they_would_touch_the_host(monkeypatch) -> None:
+    monkeypatch.setattr(injections.os, "geteuid", lambda: 0)  # the same as root or not
+    slow = [parse("slow-link@1:3")]
+    injections.check_host(slow, 0, env={})  # not this rank's fault: nothing to check
+    with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME"):
+        injections.check_host(slow, 1, env={})
+    with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME"):
+        injections.check_host(slow, 1, env={"GLOO_SOCKET_IFNAME": "lo"})
+    monkeypatch.setattr(injections, "named_netns", lambda: None)
+    with pytest.raises(ValueError, match="refusing to throttle the host's network"):
+        injections.check_host(slow, 1, env={"GLOO_SOCKET_IFNAME": "eth0"})
+    monkeypatch.setattr(injections, "named_netns", lambda: "ddpd-b-1")
+    injections.check_host(slow, 1, env={"GLOO_SOCKET_IFNAME": "veth1"})  # allowed there
+    oom = [parse("oom@1:2")]
+    monkeypatch.setattr(injections, "_overcommit_mode", lambda: 1)
+    with pytest.raises(ValueError, match="overcommit"):
+        injections.check_host(oom, 1, "cpu")
+    injections.check_host(oom, 1, "cuda")  # the GPU allocator does not overcommit
+    monkeypatch.setattr(injections, "_overcommit_mode", lambda: 0)
+    injections.check_host(oom, 1, "cpu")

@@ -22,7 +22,8 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED
               show_default=True, metavar="S", help="Seconds between SIGTERM and SIGKILL.")
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Switch on ddpdoctor.watch's in-training checks in every rank "
-                   "(environment + import hook; no code change).")
+                   "(environment + import hook; no code change); their findings join "
+                   "the report.")
 @click.option("--native", is_flag=True, help="Add native frames to the hang diagnosis.")
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Where the output copy, heartbeats and Flight Recorder dumps go "
@@ -41,7 +42,9 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool, nat
     torchrun's [rankN]: prefix). When no rank makes progress for --hang-timeout seconds,
     every rank's stack is read (as `ddpdoctor attach`), the culprit is named and the job
     is stopped (exit 1). When the job fails, its output is triaged: the first rank that
-    failed and why. Otherwise the job's own exit code is passed on.
+    failed and why. What the in-training checks found (NaN, stragglers, a slow link,
+    desynced replicas, memory growth...) is added to the report. Otherwise the job's own
+    exit code is passed on; a job that exits 0 with an error finding exits 1.
     """
     from ddpdoctor.supervise.process import JobStartError
     from ddpdoctor.supervise.runner import RunOptions, supervise

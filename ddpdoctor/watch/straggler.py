@@ -86,11 +86,12 @@ class StragglerCheck(WatchCheck):
         import torch
 
         window = [t for t in w.window if t[0] > self.warmup][-self.k:]
-        out = torch.full((self.width,), float("nan"), dtype=torch.float64)
-        out[0], out[1] = len(window), float(bool(w.loaders))
-        for j, (_, step_s, data_s, fwd_s) in enumerate(window):
-            out[2 + j], out[2 + self.k + j], out[2 + 2 * self.k + j] = step_s, data_s, fwd_s
-        return out
+        pad = [float("nan")] * (self.k - len(window))
+        # One tensor from one list: element-wise writes cost ~4 us each, 300 per check.
+        values = [float(len(window)), float(bool(w.loaders))]
+        for col in (1, 2, 3):
+            values += [t[col] for t in window] + pad
+        return torch.tensor(values, dtype=torch.float64)
 
     def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
         keep = max(self.k, 16)
