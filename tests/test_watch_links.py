@@ -76,3 +76,17 @@ def test_probe_on_three_ranks_ignores_a_late_rank():
         assert value["findings"] == []
         for times in value["times"]:
             assert len(times) == 2 and all(0 < t < 0.05 for t in times), (rank, times)
+
+
+def test_links_between_hosts_are_compared_with_each_other_only():
+    """2 hosts x 2 ranks (hosts per rank: A A B B): loopback 0.3 ms, 1 GbE 9 ms is no
+    fault; node B's egress at 100 Mbit/s is."""
+    hosts = [7, 7, 9, 9]
+    times = {(s, d): 0.0003 for d in range(4) for s in senders_to(d, 4)}
+    for link in ((1, 2), (2, 1), (3, 0), (0, 3)):
+        times[link] = 0.009
+    assert slow_links(times, 4.0, 0.005, hosts) == {}
+    assert slow_links(times, 4.0, 0.005) != {}  # without host kinds: a false alarm
+    times[(2, 1)] = times[(3, 0)] = 0.085
+    slow = slow_links(times, 4.0, 0.005, hosts)
+    assert set(slow) == {(2, 1), (3, 0)} and culprits(slow) == ([2, 3], "egress")

@@ -16,6 +16,7 @@ error on purpose with ``-W error``).
 from __future__ import annotations
 
 import logging
+import socket
 import time
 import weakref
 import zlib
@@ -126,6 +127,7 @@ class Watcher:
                     for hook in ("forward_pre", "forward_out", "before_step", "step_end")}
         self.group = None
         self.meta: list[tuple[int, int]] = [(0, 0)]
+        self.hosts: list[int] = [0]  # per rank, a hash of its hostname
         self.coll = [c for c in self.checks if c.name in COLLECTIVE_CHECKS]
         if self.dist and self.world > 1 and self.coll:
             self._setup_group(dist, torch)
@@ -166,18 +168,20 @@ class Watcher:
             dp = _dp_ranks(self.model, self.ddp, dist, self.world)
             desync = next((c for c in self.coll if c.name == "desync"), None)
             names = "\n".join(f"{n}:{tuple(t.shape)}" for n, t in getattr(desync, "tensors", []))
+            host = zlib.crc32(socket.gethostname().encode())
             mine = torch.tensor([min(dp), zlib.crc32(names.encode()),
-                                 desync.width if desync else 0, self.width_without_desync()],
-                                dtype=torch.float64)
-            out = torch.empty(self.world * 4, dtype=torch.float64)
+                                 desync.width if desync else 0, self.width_without_desync(),
+                                 host], dtype=torch.float64)
+            out = torch.empty(self.world * 5, dtype=torch.float64)
             _all_gather(dist)(out, mine, group=group)
-            rows = out.view(self.world, 4).tolist()
+            rows = out.view(self.world, 5).tolist()
             if len({int(r[3]) for r in rows}) != 1:
                 log.warning("ddpdoctor: ranks disagree on watch settings; cross-rank checks off")
                 return
             if desync is not None:
                 desync.width = max(int(r[2]) for r in rows)
             self.meta = [(int(r[0]), int(r[1])) for r in rows]
+            self.hosts = [int(r[4]) for r in rows]
             self.group = group
         except Exception as e:  # noqa: BLE001 - local checks still work
             log.warning("ddpdoctor: no watch process group (%s); cross-rank checks off", e)

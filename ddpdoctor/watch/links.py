@@ -11,8 +11,9 @@ after a barrier, the sender says "ready", the receiver starts its clock and says
 stops it when the data has landed: a late sender is not counted. The minimum over
 ``link_reps`` transfers is kept (contention only ever adds time). Each rank's incoming
 times ride in the all_gather; rank 0 compares every directed link with the median of the
-others, and names the rank all slow links leave (egress; else the rank they all reach,
-ingress) once the same verdict held for ``link_confirm`` probes in a row.
+others of its kind (within a host, or between hosts: loopback beats any NIC), and names
+the rank all slow links leave (egress; else the rank they all reach, ingress) once the
+same verdict held for ``link_confirm`` probes in a row.
 
 On NCCL jobs the probe measures the host network path gloo uses, which is NCCL's data path
 only where NCCL itself runs over sockets; InfiniBand and NVLink are not measured.
@@ -73,16 +74,26 @@ def link_times(rows: list[list[float]], world: int) -> dict[Link, float]:
     return out
 
 
-def slow_links(times: dict[Link, float], factor: float, min_excess_s: float) -> dict[Link, float]:
-    """Links slower than ``factor`` x the median of the *other* links, by a real margin."""
+def slow_links(times: dict[Link, float], factor: float, min_excess_s: float,
+               hosts: list[int] | None = None) -> dict[Link, float]:
+    """Links slower than ``factor`` x the median of the *other* links of their kind, by a
+    real margin. With ``hosts`` (per rank), links within a host and links between hosts
+    are different kinds: loopback is always faster than a NIC, and that is no fault."""
+    def kind(link: Link) -> bool:
+        return hosts is not None and hosts[link[0]] == hosts[link[1]]
+
     slow = {}
-    for link, t in times.items():
-        others = [v for k, v in times.items() if k != link]
-        if not others:
-            continue
-        ref = statistics.median(others)
-        if t > factor * ref and t - ref > min_excess_s:
-            slow[link] = t
+    for same_host in {kind(k) for k in times}:
+        group = {k: v for k, v in times.items() if kind(k) == same_host}
+        values = sorted(group.values())
+        for link, t in group.items():
+            if len(values) < 2:
+                continue
+            # the median of the others: exact for a few links, the whole median for many
+            ref = (statistics.median([v for k, v in group.items() if k != link])
+                   if len(values) <= 16 else statistics.median(values))
+            if t > factor * ref and t - ref > min_excess_s:
+                slow[link] = t
     return slow
 
 
@@ -102,13 +113,14 @@ def culprits(slow: dict[Link, float]) -> tuple[list[int], str] | None:
 
 
 def verdict(history: list[dict[Link, float]], factor: float, min_excess_s: float,
-            confirm: int) -> tuple[list[int], str, dict[Link, float]] | None:
+            confirm: int, hosts: list[int] | None = None
+            ) -> tuple[list[int], str, dict[Link, float]] | None:
     """The last ``confirm`` probes all named the same ranks -> (ranks, direction, slow)."""
     if len(history) < confirm:
         return None
     named = []
     for times in history[-confirm:]:
-        slow = slow_links(times, factor, min_excess_s)
+        slow = slow_links(times, factor, min_excess_s, hosts)
         c = culprits(slow)
         if c is None:
             return None
@@ -205,17 +217,21 @@ class LinksCheck(WatchCheck):
             return []
         cfg = w.cfg
         self.history = (self.history + [times])[-cfg.link_confirm:]
-        found = verdict(self.history, cfg.link_factor, cfg.link_min_excess_s, cfg.link_confirm)
+        hosts = w.hosts if len(w.hosts) == w.world else None
+        found = verdict(self.history, cfg.link_factor, cfg.link_min_excess_s, cfg.link_confirm,
+                        hosts)
         if found is None:
             return []
         ranks, direction, slow = found
         if tuple(ranks) in self.reported:
             return []
         self.reported.add(tuple(ranks))
-        fast = [t for k, t in times.items() if k not in slow]
+        worst = max(slow, key=slow.get)
+        kind = hosts is None or hosts[worst[0]] == hosts[worst[1]]
+        fast = [t for k, t in times.items() if k not in slow
+                and (hosts is None or (hosts[k[0]] == hosts[k[1]]) == kind)]
         ref = statistics.median(fast) if fast else math.nan
         mb = cfg.link_bytes / 2**20
-        worst = max(slow, key=slow.get)
         way = "outgoing" if direction == "egress" else "incoming"
         return [Finding(
             "COMM_SLOW_RANK",
