@@ -65,10 +65,10 @@ def crash_runs(tmp_path_factory):
     # a healthy run rides along: the launches overlap
     jobs["healthy"] = RunJob("healthy", base / "healthy", trainer("--steps", "3"),
                              ["--hang-timeout", "60"])
-    # and a job that "succeeds" with NaN losses: only the in-training checks can tell
-    # (cross-rank checks every step: the job is shorter than the default 100)
-    jobs["nan"] = RunJob("nan", base / "nan", trainer("--steps", "4", "--inject", "nan@1:2"),
-                         ["--hang-timeout", "60"], env={"DDPDOCTOR_WATCH_EVERY": "1"})
+    # and a job that "succeeds" with NaN losses: only the in-training checks can tell (the
+    # defaults: the first check step is step 10)
+    jobs["nan"] = RunJob("nan", base / "nan", trainer("--steps", "11", "--inject", "nan@1:2"),
+                         ["--hang-timeout", "60"])
     run_all(list(jobs.values()), deadline_s=150)
     return jobs
 
@@ -154,6 +154,7 @@ def test_run_reports_what_the_watch_found_in_a_job_that_exited_0(crash_runs):
     assert job.returncode == 1 and report["exit_code"] == 1, job.output[-3000:]
     [nan] = [f for f in report["findings"] if f["id"] == "GRAD_NONFINITE"]
     assert nan["ranks"] == [1] and nan["evidence"]["step"] == 2, nan
+    assert nan["evidence"]["detected_at_step"] == 10
     assert nan["evidence"]["check"] == "watch"
     assert "found GRAD_NONFINITE" in report["probes"]["watch"]["summary"]
 

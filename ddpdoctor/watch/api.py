@@ -226,7 +226,7 @@ class Watcher:
     # -- helpers for checks
 
     def is_check_step(self, step: int) -> bool:
-        return step % self.cfg.every == 0
+        return step % self.cfg.every == 0 or step in self.cfg.early_checks
 
     def peer_groups(self, same_model: bool = False) -> list[list[int]]:
         """Ranks grouped by data-parallel group (and identical model, if asked)."""

@@ -26,6 +26,9 @@ class WatchConfig:
     # parameter, grad norms, one all_gather) cost a few ms per check step; at 100 the
     # whole watch stays within 1% of a 20 ms step (benchmarks/bench_watch_overhead.py)
     every: int = 100
+    # and early ones, so a short run (a smoke test) hears about NaN, a missing sampler or
+    # desynced replicas in its first minutes: 2 extra check steps in all
+    early_checks: tuple[int, ...] = (10, 50)
     checks: tuple[str, ...] = CHECKS
     events_path: str | None = None     # JSON lines; "{rank}" in the path is replaced
     warn: bool = True                  # emit Python warnings (DDPDoctorWarning)

@@ -81,11 +81,14 @@ class StragglerCheck(WatchCheck):
         self.width = 2 + 3 * self.k
         self.history: dict[int, deque] = {}
         self.warmup = 1  # step 1 carries one-time costs (bucket building, lazy init)
+        self.sent = 0  # the last step whose times were packed
 
     def pack(self, w: Any, step: int) -> Any:
         import torch
 
-        window = [t for t in w.window if t[0] > self.warmup][-self.k:]
+        # the steps since the last check step (check steps are not evenly spaced)
+        window = [t for t in w.window if t[0] > max(self.warmup, self.sent)][-self.k:]
+        self.sent = step
         pad = [float("nan")] * (self.k - len(window))
         # One tensor from one list: element-wise writes cost ~4 us each, 300 per check.
         values = [float(len(window)), float(bool(w.loaders))]
