@@ -63,7 +63,10 @@ class EventSink:
             log.log(level, text)
         if self.warn:
             # A user who turned DDPDoctorWarning into errors gets the exception here.
-            warnings.warn(text, DDPDoctorWarning, stacklevel=2)
+            # Raised from a hook deep inside torch: no frame of the caller's means anything,
+            # so the warning names the watch, the rank and (as its "line") the step.
+            warnings.warn_explicit(text, DDPDoctorWarning, f"ddpdoctor.watch rank {self.rank}",
+                                   step, module="ddpdoctor.watch")
         return True
 
     def event(self, kind: str, step: int, **data: Any) -> None:
