@@ -68,7 +68,7 @@ def crash_runs(tmp_path_factory):
     # and a job that "succeeds" with NaN losses: only the in-training checks can tell (the
     # defaults: the first check step is step 10)
     jobs["nan"] = RunJob("nan", base / "nan", trainer("--steps", "11", "--inject", "nan@1:2"),
-                         ["--hang-timeout", "60"])
+                         ["--hang-timeout", "60", "--fail-on-findings"])
     run_all(list(jobs.values()), deadline_s=150)
     return jobs
 
@@ -150,7 +150,7 @@ def test_run_reports_what_the_watch_found_in_a_job_that_exited_0(crash_runs):
     job = crash_runs["nan"]
     report = job.report()
     assert report["probes"]["job"]["data"]["returncode"] == 0, job.output[-3000:]
-    # an error finding: exit 1, although the job itself exited 0
+    # an error finding and --fail-on-findings: exit 1, although the job itself exited 0
     assert job.returncode == 1 and report["exit_code"] == 1, job.output[-3000:]
     [nan] = [f for f in report["findings"] if f["id"] == "GRAD_NONFINITE"]
     assert nan["ranks"] == [1] and nan["evidence"]["step"] == 2, nan

@@ -298,3 +298,33 @@ def test_no_kill_keeps_the_job_running(tmp_path):
     assert report["probes"]["hang"]["data"]["stopped"] is False
     assert report["probes"]["job"]["data"]["returncode"] == 0
     assert r.returncode == 1 and report["exit_code"] == 1
+
+
+def test_watch_findings_from_this_job_only_once_each_and_merged(tmp_path):
+    import json
+
+    from ddpdoctor.findings import Finding
+    from ddpdoctor.supervise.watch_events import merge, watch_findings
+
+    path = tmp_path / "watch-events.jsonl"
+
+    def line(rank, step, t, fid, ranks, **ev):
+        return json.dumps({"kind": "finding", "rank": rank, "step": step, "time": t,
+                           "id": fid, "title": f"{fid} on {ranks}", "ranks": ranks,
+                           "evidence": ev}) + "\n"
+    path.write_text(
+        line(0, 5, 100.0, "STRAGGLER", [1])        # an earlier job's: before `since`
+        + line(0, 20, 205.0, "GRAD_NONFINITE", [1], source="loss")
+        + line(1, 10, 201.0, "GRAD_NONFINITE", [1], source="loss")  # same id+ranks, earlier
+        + line(1, 3, 202.0, "OOM", [1], kind="host", rss_mb=300.0)
+        + '{"kind": "finding", "id": "NOT_AN_ID", "title": "x", "time": 300}\n'
+        + "torn line\n")
+    found = watch_findings(path, since=200.0)
+    assert [(f.id, f.ranks, f.evidence["step"]) for f in found] == [
+        ("OOM", [1], 3), ("GRAD_NONFINITE", [1], 10)]
+    assert found[1].evidence["source"] == "loss"  # the check's own evidence is kept
+    assert watch_findings(tmp_path / "missing.jsonl") == []
+    triaged = [Finding("OOM", "host out of memory", ranks=[1], evidence={"kind": "host"})]
+    new = merge(triaged, found)
+    assert [f.id for f in new] == ["GRAD_NONFINITE"]
+    assert triaged[0].evidence["watch"]["rss_mb"] == 300.0

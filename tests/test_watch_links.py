@@ -90,3 +90,10 @@ def test_links_between_hosts_are_compared_with_each_other_only():
     times[(2, 1)] = times[(3, 0)] = 0.085
     slow = slow_links(times, 4.0, 0.005, hosts)
     assert set(slow) == {(2, 1), (3, 0)} and culprits(slow) == ([2, 3], "egress")
+
+
+def test_a_rank_slow_both_ways_is_named_itself():
+    times = {(s, d): 0.001 for d in range(4) for s in senders_to(d, 4)}
+    for link in ((2, 1), (2, 3), (1, 2), (3, 2)):
+        times[link] = 0.09
+    assert culprits(slow_links(times, 4.0, 0.005)) == ([2], "both")

@@ -212,6 +212,42 @@ def test_memory_growth_on_a_leaking_loop(tmp_path):
     assert ev["evidence"]["mb_per_step"] >= 25 and ev["evidence"]["largest_tensors"]
 
 
+def test_gradscaler_skipped_step_is_no_nonfinite_but_accumulated_nan_is(tmp_path):
+    """fp16 training's routine overflow: GradScaler finds inf gradients, skips the
+    optimizer step, lowers its scale; the gradients are cleared. Not a fault. A NaN in
+    the first micro-batch of an accumulated step still is."""
+    import torch
+    from torch import nn
+
+    import ddpdoctor
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    events = tmp_path / "ev.jsonl"
+    handle = ddpdoctor.watch(model, opt, every=1, events_path=str(events), checks="nonfinite")
+    x = torch.randn(16, 4)
+    for it in range(4):
+        loss = model(x).pow(2).mean()
+        if it == 1:
+            loss = loss * float("inf")  # the scaled loss overflowed
+        scaler.scale(loss).backward()
+        scaler.step(opt)  # skipped when it == 1
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+    assert handle.step == 3 and handle.checks[0].skipped == 1
+    assert not events.exists()
+    for micro in range(2):  # accumulation: two forwards, one optimizer step
+        loss = model(x).pow(2).mean()
+        (loss * float("nan") if micro == 0 else loss).backward()
+    with pytest.warns(DDPDoctorWarning, match="GRAD_NONFINITE"):
+        opt.step()
+    handle.close()
+    [ev] = read_events(str(events))
+    assert ev["id"] == "GRAD_NONFINITE" and ev["evidence"]["step"] == 4
+
+
 def test_oom_rules():
     cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
                        "can't allocate memory: you tried to allocate 4398046511104 bytes. "
@@ -240,6 +276,33 @@ def test_oom_leaving_a_with_block_is_reported_and_raised(tmp_path):
     e = ev["evidence"]
     assert e["kind"] == "host" and e["requested_mb"] == 2**30 and e["history_mb"][-1][0] == 3
     assert e["rss_mb"] > 0 and e["host_total_mb"] > 0 and e["largest_tensors"]
+
+
+def test_cuda_oom_observer_writes_the_snapshot_and_one_finding(tmp_path):
+    """The CUDA path with a stand-in for torch's allocator hooks (no GPU here): the
+    observer fires with the allocator's real arguments before the exception exists; the
+    snapshot lands next to the events file; the exception that follows adds no repeat."""
+    import pickle
+    from types import SimpleNamespace
+
+    _, handle, _ = _train(2, watched=True, tmp=tmp_path, checks="memory")
+    [mem] = handle.checks
+    seen = {}
+    fake = SimpleNamespace(
+        _C=SimpleNamespace(_cuda_attach_out_of_memory_observer=lambda fn: seen.update(fn=fn)),
+        cuda=SimpleNamespace(memory=SimpleNamespace(_snapshot=lambda: {"segments": []})))
+    mem._attach_oom(handle, fake)
+    with pytest.warns(DDPDoctorWarning, match="CUDA out of memory on rank 0 in step 3"):
+        seen["fn"](0, 2 << 30, 78 << 30, 1 << 30)  # device, asked, allocated, free
+    err = RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                       "capacity of 79.10 GiB of which 1.00 GiB is free.")
+    handle.exception(err)
+    [ev] = read_events(str(tmp_path / "ev.jsonl"))
+    e = ev["evidence"]
+    assert (ev["id"], ev["ranks"], e["kind"], e["requested_mb"]) == ("OOM", [0], "cuda", 2048)
+    assert e["gpu_free_mb"] == 1024 and e["device"] == 0 and e["history_mb"]
+    assert pickle.loads(open(e["snapshot"], "rb").read()) == {"segments": []}
+    handle.close()
 
 
 # ---- import cost and the zero-code-change bootstrap

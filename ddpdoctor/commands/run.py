@@ -24,14 +24,18 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED
               help="Switch on ddpdoctor.watch's in-training checks in every rank "
                    "(environment + import hook; no code change); their findings join "
                    "the report.")
+@click.option("--fail-on-findings", is_flag=True,
+              help="Exit 1 when the job exits 0 but an error was found (NaN losses, "
+                   "desynced replicas...). Off: the job's code is passed on.")
 @click.option("--native", is_flag=True, help="Add native frames to the hang diagnosis.")
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Where the output copy, heartbeats and Flight Recorder dumps go "
                    "(default: a new ddpdoctor-run-* directory under $TMPDIR).")
 @json_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
-def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool, native: bool,
-            run_dir: str | None, json_path: str | None, cmd: tuple[str, ...]) -> None:
+def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
+            fail_on_findings: bool, native: bool, run_dir: str | None, json_path: str | None,
+            cmd: tuple[str, ...]) -> None:
     """Run any launch command unchanged, supervised: catch hangs, triage crashes.
 
     \b
@@ -44,7 +48,8 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool, nat
     is stopped (exit 1). When the job fails, its output is triaged: the first rank that
     failed and why. What the in-training checks found (NaN, stragglers, a slow link,
     desynced replicas, memory growth...) is added to the report. Otherwise the job's own
-    exit code is passed on; a job that exits 0 with an error finding exits 1.
+    exit code is passed on (with --fail-on-findings, a job that exits 0 with an error
+    finding exits 1).
     """
     from ddpdoctor.supervise.process import JobStartError
     from ddpdoctor.supervise.runner import RunOptions, supervise
@@ -52,7 +57,7 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool, nat
     if not cmd:
         raise click.UsageError("no command given: ddpdoctor run [OPTIONS] -- CMD...")
     opts = RunOptions(hang_timeout=hang_timeout, kill=kill, watch=watch, run_dir=run_dir,
-                      native=native, grace=kill_grace)
+                      native=native, grace=kill_grace, fail_on_findings=fail_on_findings)
     try:
         result = supervise(list(cmd), opts)
     except JobStartError as e:

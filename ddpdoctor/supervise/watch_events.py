@@ -14,8 +14,10 @@ from typing import Any
 from ddpdoctor.findings import Finding
 
 
-def watch_findings(path: str | os.PathLike) -> list[Finding]:
-    """The findings in ``path`` (missing or unreadable file: none), first step first."""
+def watch_findings(path: str | os.PathLike, since: float = 0.0) -> list[Finding]:
+    """The findings in ``path`` written at ``since`` (wall time) or later (missing or
+    unreadable file: none), first step first. The file is only ever appended to: a reused
+    run directory or a fixed ``DDPDOCTOR_EVENTS`` still holds earlier jobs' findings."""
     from ddpdoctor.watch.events import read_events
 
     try:
@@ -23,7 +25,9 @@ def watch_findings(path: str | os.PathLike) -> list[Finding]:
     except OSError:
         return []
     seen: dict[tuple[str, tuple[int, ...]], Finding] = {}
-    for ev in sorted((e for e in events if e.get("kind") == "finding" and "id" in e),
+    fresh = (e for e in events if e.get("kind") == "finding" and "id" in e
+             and float(e.get("time") or 0) >= since)
+    for ev in sorted(fresh,
                      key=lambda e: (e.get("step", 0), e.get("time", 0))):
         try:
             f = Finding.from_dict(ev)
@@ -33,7 +37,7 @@ def watch_findings(path: str | os.PathLike) -> list[Finding]:
         if key in seen:
             continue
         f.evidence.setdefault("step", ev.get("step"))
-        f.evidence["source"] = f"ddpdoctor.watch on rank {ev.get('rank')}"
+        f.evidence["reported_by"] = f"ddpdoctor.watch on rank {ev.get('rank')}"
         seen[key] = f
     return list(seen.values())
 

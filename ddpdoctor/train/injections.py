@@ -208,6 +208,12 @@ def named_netns() -> str | None:
     (which is never bind-mounted under /run/netns) or when it cannot be told."""
     try:
         mine = os.stat("/proc/self/ns/net")
+        try:
+            host = os.stat("/proc/1/ns/net")  # unreadable in some sandboxes
+            if (host.st_dev, host.st_ino) == (mine.st_dev, mine.st_ino):
+                return None  # `ip netns attach NAME 1` names the host's own namespace
+        except OSError:
+            pass
         for name in os.listdir("/run/netns"):
             st = os.stat(os.path.join("/run/netns", name))
             if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
@@ -280,9 +286,11 @@ def _allocate_activations(device: Any) -> None:
 def _throttle_egress(dev: str, rate: str) -> None:
     import subprocess
 
-    subprocess.run(["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
-                    "burst", "32kbit", "latency", "400ms"], check=True, capture_output=True,
-                   timeout=30)
+    r = subprocess.run(["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+                        "burst", "32kbit", "latency", "400ms"], capture_output=True, text=True,
+                       timeout=30)
+    if r.returncode:
+        raise RuntimeError(f"tc could not throttle {dev}: {r.stderr.strip()}")
 
 
 class Injector:

@@ -168,7 +168,7 @@ class Watcher:
             dp = _dp_ranks(self.model, self.ddp, dist, self.world)
             desync = next((c for c in self.coll if c.name == "desync"), None)
             names = "\n".join(f"{n}:{tuple(t.shape)}" for n, t in getattr(desync, "tensors", []))
-            host = zlib.crc32(socket.gethostname().encode())
+            host = _host_id()
             mine = torch.tensor([min(dp), zlib.crc32(names.encode()),
                                  desync.width if desync else 0, self.width_without_desync(),
                                  host], dtype=torch.float64)
@@ -425,13 +425,27 @@ class Watcher:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc is not None:
-            self.exception(exc)
-        self.close()
+        try:
+            if exc is not None:
+                self.exception(exc)
+        finally:
+            self.close()
 
     def __repr__(self) -> str:
         return (f"<ddpdoctor.watch {self.wrapper} rank={self.rank} step={self.step} "
                 f"checks={[c.name for c in self.checks]} findings={len(self.findings)}>")
+
+
+def _host_id() -> int:
+    """Ranks with the same id share a host and a network namespace (their links are
+    loopback). A hostname alone is not enough: containers and namespaces share one."""
+    import os
+
+    try:
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        netns = 0
+    return zlib.crc32(f"{socket.gethostname()}/{netns}".encode())
 
 
 def _install_excepthook() -> None:

@@ -52,7 +52,7 @@ class WatchConfig:
     link_min_excess_s: float = 0.005
     link_confirm: int = 2
     link_every: int = 10               # in check steps: 1000 optimizer steps by default
-    link_timeout_s: float = 30.0       # a peer that never joins the probe: probes stop
+    link_timeout_s: float = 10.0       # a peer that never joins the probe: probes stop
     # memory: growth over a window of steps after warm-up
     memory_warmup_steps: int = 2
     memory_window: int = 8             # samples
@@ -79,6 +79,8 @@ class WatchConfig:
             raise ValueError(f"unknown watch checks {unknown}; choose from {', '.join(CHECKS)}")
         if self.every < 1:
             raise ValueError("every must be >= 1")
+        if self.link_confirm < 1 or self.link_every < 1:
+            raise ValueError("link_confirm and link_every must be >= 1")
 
 
 def parse_checks(text: str, base: tuple[str, ...] = CHECKS) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ only where NCCL itself runs over sockets; InfiniBand and NVLink are not measured
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import statistics
@@ -45,7 +46,8 @@ def senders_to(rank: int, world: int) -> list[int]:
     return [prev] if prev == nxt else [prev, nxt]
 
 
-def rounds(world: int) -> list[list[Link]]:
+@functools.lru_cache(maxsize=8)
+def rounds(world: int) -> tuple[tuple[Link, ...], ...]:
     """Every probed link, in rounds where no rank appears twice (a greedy matching:
     2 rounds per ring direction for even N, 3 for odd)."""
     todo = [((r - d) % world, r) for d in (1, -1) for r in range(world)]
@@ -55,12 +57,13 @@ def rounds(world: int) -> list[list[Link]]:
         busy: set[int] = set()
         this = []
         for link in todo:
-            if not busy & set(link):
+            if link[0] not in busy and link[1] not in busy:
                 this.append(link)
-                busy |= set(link)
-        out.append(this)
-        todo = [link for link in todo if link not in this]
-    return out
+                busy.update(link)
+        out.append(tuple(this))
+        taken = set(this)
+        todo = [link for link in todo if link not in taken]
+    return tuple(out)
 
 
 def link_times(rows: list[list[float]], world: int) -> dict[Link, float]:
@@ -100,7 +103,9 @@ def slow_links(times: dict[Link, float], factor: float, min_excess_s: float,
 def culprits(slow: dict[Link, float]) -> tuple[list[int], str] | None:
     """The ranks the slow links point at, and how: one sender (egress) first, as a slow
     egress is what a throttled or renegotiated NIC shows; then one receiver (ingress);
-    else every sender."""
+    then the one rank every slow link touches (both ways); else every sender. With two
+    ranks one slow link cannot tell the sender's egress from the receiver's ingress: the
+    sender is named and the evidence says which link."""
     if not slow:
         return None
     senders = sorted({s for s, _ in slow})
@@ -109,6 +114,9 @@ def culprits(slow: dict[Link, float]) -> tuple[list[int], str] | None:
         return senders, "egress"
     if len(receivers) == 1:
         return receivers, "ingress"
+    common = set.intersection(*({s, d} for s, d in slow))
+    if len(common) == 1:
+        return sorted(common), "both"
     return senders, "egress"
 
 
@@ -232,7 +240,7 @@ class LinksCheck(WatchCheck):
                 and (hosts is None or (hosts[k[0]] == hosts[k[1]]) == kind)]
         ref = statistics.median(fast) if fast else math.nan
         mb = cfg.link_bytes / 2**20
-        way = "outgoing" if direction == "egress" else "incoming"
+        way = {"egress": "outgoing", "ingress": "incoming"}.get(direction, "outgoing and incoming")
         return [Finding(
             "COMM_SLOW_RANK",
             f"rank {format_ranks(ranks)}'s {way} link is slow: {worst[0]}->{worst[1]} took "

@@ -159,13 +159,19 @@ class MemoryCheck(WatchCheck):
         kind = oom_kind(exc)
         if kind is None:
             return
+        text = str(exc).strip()
+        self._emit_oom(w, kind, requested_bytes(text),
+                       {"error": text.splitlines()[0][:400] if text else type(exc).__name__})
+
+    def _emit_oom(self, w: Any, kind: str, asked: int | None, extra: dict[str, Any],
+                  gpu_free: int | None = None) -> None:
+        """One OOM finding with the memory evidence; a CUDA OOM's first report (the
+        allocator's observer, before the exception exists) is the one that counts."""
         import psutil
 
-        text = str(exc).strip()
-        asked = requested_bytes(text)
         vm = psutil.virtual_memory()
         ev: dict[str, Any] = {
-            "kind": kind, "error": text.splitlines()[0][:400] if text else type(exc).__name__,
+            "kind": kind,
             "requested_mb": round(asked / 2**20, 1) if asked is not None else None,
             "rss_mb": round(rss_bytes() / 2**20, 1),
             "host_available_mb": round(vm.available / 2**20, 1),
@@ -174,12 +180,17 @@ class MemoryCheck(WatchCheck):
             # sampled every few steps, and now (the step that failed)
             "history_mb": [[s, round(b / 2**20, 1)]
                            for s, b in [*self.recent, (w.step + 1, self.sample())]],
-            "largest_tensors": largest_tensors(exclude=own_storages(w))}
-        where = "CUDA" if kind == "cuda" else "host"
+            "largest_tensors": largest_tensors(exclude=own_storages(w)), **extra}
         asked_text = f"asked {asked / 2**30:.2f} GiB" if asked is not None else "an allocation"
-        w.emit(Finding("OOM", f"{where} out of memory on rank {w.rank} in step {w.step + 1}: "
-                       f"{asked_text}, {vm.available / 2**30:.1f} GiB of host memory "
-                       "available", ranks=[w.rank], evidence=ev), w.step + 1)
+        if kind == "cuda":
+            free = (f"{gpu_free / 2**30:.2f} GiB free on the GPU" if gpu_free is not None
+                    else "see the error for the GPU's free memory")
+            title = (f"CUDA out of memory on rank {w.rank} in step {w.step + 1}: "
+                     f"{asked_text}, {free}")
+        else:
+            title = (f"host out of memory on rank {w.rank} in step {w.step + 1}: {asked_text}, "
+                     f"{vm.available / 2**30:.1f} GiB of host memory available")
+        w.emit(Finding("OOM", title, ranks=[w.rank], evidence=ev), w.step + 1)
 
     def _attach_oom(self, w: Any, torch: Any) -> None:
         observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
@@ -194,13 +205,10 @@ class MemoryCheck(WatchCheck):
         def on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> None:
             try:
                 path = self._snapshot(w, torch)
-                w.emit(Finding("OOM", f"CUDA out of memory on rank {w.rank} "
-                               f"(asked {alloc / 2**20:.0f} MB, {device_free / 2**20:.0f} MB "
-                               "free)", ranks=[w.rank],
-                               evidence={"device": device, "requested_mb": alloc / 2**20,
-                                         "allocated_mb": device_alloc / 2**20,
-                                         "free_mb": device_free / 2**20,
-                                         "snapshot": path}), w.step + 1)
+                self._emit_oom(w, "cuda", alloc, {
+                    "device": device, "allocated_mb": round(device_alloc / 2**20, 1),
+                    "gpu_free_mb": round(device_free / 2**20, 1), "snapshot": path},
+                    gpu_free=device_free)
             except Exception:  # noqa: BLE001 - never turn an OOM into a different error
                 pass
 

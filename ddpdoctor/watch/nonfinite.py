@@ -5,7 +5,9 @@ Every step costs two tiny reductions and no synchronisation: the sum of the mode
 NaN *loss* shows, before DDP's all-reduce spreads it to every rank). The flags are read
 only on check steps, together with one scan of the final gradients. The all_gather then
 tells which rank went non-finite first: after the all-reduce every rank's gradients are
-NaN, but only the culprit's output or loss was.
+NaN, but only the culprit's output or loss was. An iteration whose optimizer step was
+skipped and whose gradients were then cleared (fp16 GradScaler overflow, routine while the
+scale grows) is forgotten.
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ class NonfiniteCheck(WatchCheck):
         self.grad_bad: tuple[int, Any] | None = None
         self.done = False
         self._hook_step = 0
+        self.skipped = 0  # iterations whose optimizer step never ran (GradScaler overflow)
+        params = [p for _, p in w.named_params if p.requires_grad]
+        # three witnesses of "zero_grad() ran": one could be an unused parameter
+        self.witnesses = list({id(p): p for p in (params[:1] + params[len(params) // 2:][:1]
+                                                  + params[-1:])}.values())
 
     def forward_out(self, w: Any, output: Any) -> None:
         if self.done:
@@ -53,12 +60,22 @@ class NonfiniteCheck(WatchCheck):
         if t is None:
             return
         step = w.step + 1
+        if self.flags and self.flags[-1][0] == step and self._grads_cleared():
+            # The last iteration backpropagated, its optimizer step never ran, and its
+            # gradients were cleared: a skipped step (a GradScaler that found inf in fp16
+            # gradients and lowered its scale). Its flags say nothing about the model.
+            # Gradient accumulation keeps its gradients between forwards: not this.
+            self.flags = [f for f in self.flags if f[0] != step]
+            self.skipped += 1
         # One reduction per step, read only on check steps: a NaN or Inf anywhere makes the
         # sum non-finite (isfinite().all() would be three kernels; this is the hot path).
         self.flags.append((step, OUTPUT, torch.sum(t.detach(), dtype=torch.float32)))
         if t.requires_grad and torch.is_grad_enabled():
             self._hook_step = step
             t.register_hook(self._grad_hook)
+
+    def _grads_cleared(self) -> bool:
+        return bool(self.witnesses) and all(p.grad is None for p in self.witnesses)
 
     def _grad_hook(self, grad: Any) -> None:
         import torch

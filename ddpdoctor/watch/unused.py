@@ -51,8 +51,9 @@ class UnusedCheck(WatchCheck):
                     f"{len(missing)} parameter(s) got no gradient on rank {w.rank}: "
                     f"{', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}",
                     ranks=[w.rank],
-                    # with find_unused_parameters=True DDP copes: a warning, not an error
-                    severity="warning" if find_unused else "",
+                    # DDP without find_unused_parameters fails on them: an error; DDP with
+                    # it, FSDP or a plain module cope: a warning (wasted parameters)
+                    severity="" if w.ddp is not None and not find_unused else "warning",
                     evidence={"step": step, "parameters": missing[:50], "count": len(missing),
                               "find_unused_parameters": find_unused,
                               "wrapper": w.wrapper}), step)
