@@ -248,6 +248,29 @@ def test_gradscaler_skipped_step_is_no_nonfinite_but_accumulated_nan_is(tmp_path
     assert ev["id"] == "GRAD_NONFINITE" and ev["evidence"]["step"] == 4
 
 
+def test_straggler_packs_each_step_once_with_uneven_check_steps():
+    """Check steps at 10, 50, 100 (early ones, then every 100): each pack holds the steps
+    since the previous one, never a step twice."""
+    import math
+    from types import SimpleNamespace
+
+    from ddpdoctor.watch.config import WatchConfig
+    from ddpdoctor.watch.straggler import StragglerCheck
+
+    w = SimpleNamespace(cfg=WatchConfig(), window=[], loaders=[])
+    check = StragglerCheck()
+    check.attach(w)
+    packed = []
+    for step in range(1, 101):
+        w.window = (w.window + [(step, 0.1, 0.01, 0.02)])[-w.cfg.every:]
+        if step in (10, 50, 100):
+            row = check.pack(w, step).tolist()
+            n = int(row[0])
+            assert all(math.isnan(v) for v in row[2 + n:2 + check.k])
+            packed.append(n)
+    assert packed == [9, 40, 50]  # step 1 is warm-up; then 11-50 and 51-100
+
+
 def test_oom_rules():
     cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
                        "can't allocate memory: you tried to allocate 4398046511104 bytes. "
