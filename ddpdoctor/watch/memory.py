@@ -18,7 +18,6 @@ import os
 import re
 import time
 import warnings
-from collections import deque
 from typing import Any
 
 from ddpdoctor.findings import Finding
@@ -112,7 +111,6 @@ class MemoryCheck(WatchCheck):
         import torch
 
         self.samples: list[tuple[int, int]] = []
-        self.recent: deque = deque(maxlen=32)  # (step, bytes), for an OOM's evidence
         self.done = False
         self.device = w.device
         self.cuda = self.device is not None and self.device.type == "cuda"
@@ -133,7 +131,6 @@ class MemoryCheck(WatchCheck):
             return
         value = self.sample()
         w.monitor.memory(value)
-        self.recent.append((step, value))
         if self.done:
             return
         cfg = w.cfg
@@ -177,9 +174,9 @@ class MemoryCheck(WatchCheck):
             "host_available_mb": round(vm.available / 2**20, 1),
             "host_total_mb": round(vm.total / 2**20, 1),
             "metric": self.kind,
-            # sampled every few steps, and now (the step that failed)
-            "history_mb": [[s, round(b / 2**20, 1)]
-                           for s, b in [*self.recent, (w.step + 1, self.sample())]],
+            # sampled every few steps (the heartbeat's history), and now (the failed step)
+            "history_mb": [[s, round(b / 2**20, 1)] for s, b in
+                           [*w.monitor.mem_history, (w.step + 1, self.sample())]],
             "largest_tensors": largest_tensors(exclude=own_storages(w)), **extra}
         asked_text = f"asked {asked / 2**30:.2f} GiB" if asked is not None else "an allocation"
         if kind == "cuda":
