@@ -499,8 +499,21 @@ def _unavailable_reason(nvml: Any, e: Exception) -> str:
     return f"NVML could not start ({type(e).__name__}: {text})"
 
 
+def snapshot_into(data: dict[str, Any], topology: bool, xids: bool) -> NvmlSnapshot | None:
+    """A probe's NVML part: ``data["nvml"]`` gets the snapshot, or None with
+    ``data["skipped"]`` saying why NVML cannot be used here (then None is returned)."""
+    try:
+        snap = read_snapshot(topology=topology, xids=xids)
+    except NvmlUnavailable as e:
+        data["skipped"] = str(e)
+        data["nvml"] = None
+        return None
+    data["nvml"] = snap.to_dict()
+    return snap
+
+
 __all__ = [
     "BENIGN_CLOCK_REASONS", "DeviceInfo", "NvLinkInfo", "NvmlSnapshot", "NvmlUnavailable",
     "PairInfo", "ProcessInfo", "XidEvent", "decode_clock_event_reasons", "parse_xid_line",
-    "pci_key", "read_kernel_xids", "read_snapshot",
+    "pci_key", "read_kernel_xids", "read_snapshot", "snapshot_into",
 ]

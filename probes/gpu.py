@@ -53,13 +53,9 @@ def _process_name(pid: int) -> str | None:
 
 def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
     data = rank_identity(ctx)
-    try:
-        snap = nvml.read_snapshot(topology=False, xids=True)
-    except nvml.NvmlUnavailable as e:
-        data["skipped"] = str(e)
-        data["nvml"] = None
+    snap = nvml.snapshot_into(data, topology=False, xids=True)
+    if snap is None:
         return data
-    data["nvml"] = snap.to_dict()
     pids = {p.pid for d in snap.devices for p in d.processes or []}
     data["process_names"] = {str(pid): _process_name(pid) for pid in sorted(pids)}
     return data

@@ -83,12 +83,8 @@ def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
     data = rank_identity(ctx)
     data["numa"] = numa_nodes()
     data["nics"] = nics()
-    try:
-        snap = nvml.read_snapshot(topology=True, xids=False)
-    except nvml.NvmlUnavailable as e:
-        data["skipped"] = str(e)
-        data["nvml"] = None
+    snap = nvml.snapshot_into(data, topology=True, xids=False)
+    if snap is None:
         return data
-    data["nvml"] = snap.to_dict()
     data["gpu_numa"] = {str(d.index): gpu_numa_node(d.pci_bus_id) for d in snap.devices}
     return data
