@@ -92,44 +92,44 @@ def _watch(model: Any) -> None:
         log.warning("ddpdoctor autowatch: not watching %s: %s", type(model).__name__, e)
 
 
-def _patch_ddp() -> None:
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    original = DDP.__init__
+def _after_init(cls: type, then: Any) -> None:
+    """Patch ``cls`` (once) so that every new instance is passed to ``then`` right after
+    its own ``__init__`` returned."""
+    original = cls.__init__
     if getattr(original, "_ddpdoctor", False):
         return
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        _watch(self)
+        then(self)
 
     __init__._ddpdoctor = True  # type: ignore[attr-defined]
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    DDP.__init__ = __init__
+    cls.__init__ = __init__
+
+
+def _patch_ddp() -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    _after_init(DistributedDataParallel, _watch)
 
 
 def _patch_dataloader() -> None:
     from torch.utils.data import DataLoader
 
-    original = DataLoader.__init__
-    if getattr(original, "_ddpdoctor", False):
-        return
+    _after_init(DataLoader, _new_loader)
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        try:
-            _loaders.add(self)
-            from ddpdoctor.watch.api import _WATCHERS
 
-            for w in list(_WATCHERS.values()):  # models watched before their loader existed
-                if getattr(w, "auto", False) and not w.closed:
-                    w.add(dataloader=self)
-        except Exception as e:  # noqa: BLE001
-            log.debug("ddpdoctor autowatch: loader not watched: %s", e)
+def _new_loader(loader: Any) -> None:
+    try:
+        _loaders.add(loader)
+        from ddpdoctor.watch.api import _WATCHERS
 
-    __init__._ddpdoctor = True  # type: ignore[attr-defined]
-    __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    DataLoader.__init__ = __init__
+        for w in list(_WATCHERS.values()):  # models watched before their loader existed
+            if getattr(w, "auto", False) and not w.closed:
+                w.add(dataloader=loader)
+    except Exception as e:  # noqa: BLE001
+        log.debug("ddpdoctor autowatch: loader not watched: %s", e)
 
 
 def _patch_fully_shard() -> None:
