@@ -77,17 +77,19 @@ def link_times(rows: list[list[float]], world: int) -> dict[Link, float]:
     return out
 
 
+def same_host(link: Link, hosts: list[int] | None) -> bool:
+    """Both ends on one host (False when hosts are unknown: one kind for all links)."""
+    return hosts is not None and hosts[link[0]] == hosts[link[1]]
+
+
 def slow_links(times: dict[Link, float], factor: float, min_excess_s: float,
                hosts: list[int] | None = None) -> dict[Link, float]:
     """Links slower than ``factor`` x the median of the *other* links of their kind, by a
     real margin. With ``hosts`` (per rank), links within a host and links between hosts
     are different kinds: loopback is always faster than a NIC, and that is no fault."""
-    def kind(link: Link) -> bool:
-        return hosts is not None and hosts[link[0]] == hosts[link[1]]
-
     slow = {}
-    for same_host in {kind(k) for k in times}:
-        group = {k: v for k, v in times.items() if kind(k) == same_host}
+    for kind in {same_host(k, hosts) for k in times}:
+        group = {k: v for k, v in times.items() if same_host(k, hosts) == kind}
         values = sorted(group.values())
         for link, t in group.items():
             if len(values) < 2:
@@ -172,7 +174,7 @@ class LinksCheck(WatchCheck):
         # The first check steps catch a link slow from the start; later, a probe every
         # link_every-th check step keeps its cost (a few ms) far below the 1% budget.
         n = step // w.cfg.every
-        if n > w.cfg.link_confirm and n % max(1, w.cfg.link_every):
+        if n > w.cfg.link_confirm and n % w.cfg.link_every:
             return
         try:
             self.last = self.probe(w)
@@ -235,9 +237,8 @@ class LinksCheck(WatchCheck):
             return []
         self.reported.add(tuple(ranks))
         worst = max(slow, key=slow.get)
-        kind = hosts is None or hosts[worst[0]] == hosts[worst[1]]
-        fast = [t for k, t in times.items() if k not in slow
-                and (hosts is None or (hosts[k[0]] == hosts[k[1]]) == kind)]
+        kind = same_host(worst, hosts)
+        fast = [t for k, t in times.items() if k not in slow and same_host(k, hosts) == kind]
         ref = statistics.median(fast) if fast else math.nan
         mb = cfg.link_bytes / 2**20
         way = {"egress": "outgoing", "ingress": "incoming"}.get(direction, "outgoing and incoming")
