@@ -205,7 +205,7 @@ def _overcommit_mode() -> int | None:
 
 def named_netns() -> str | None:
     """The ``ip netns`` name of this process's network namespace; None for the host's
-    (which is never bind-mounted under /run/netns) or when it cannot be told."""
+    (even when ``ip netns attach`` named it) or when it cannot be told."""
     try:
         mine = os.stat("/proc/self/ns/net")
         try:
