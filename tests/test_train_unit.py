@@ -64,6 +64,19 @@ def test_usage_errors_exit_2_before_launch(args: list[str], why: str) -> None:
     assert why in result.output
 
 
+def test_host_fault_refused_once_before_launch(monkeypatch) -> None:
+    """All ranks of `ddpdoctor train` share this environment: the refusal comes from the
+    CLI in one line (exit 2), not from a rank behind torchrun's failure report."""
+    from ddpdoctor.commands.train import command
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    result = CliRunner().invoke(command, ["--inject", "slow-link@1:2", "--dry-run"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "ddpdoctor train: --inject slow-link@1:2: set GLOO_SOCKET_IFNAME to the one "
+        "interface (not lo) whose egress to throttle"]
+
+
 def test_dry_run_builds_torchrun_command() -> None:
     from ddpdoctor.commands.train import command
 

@@ -88,6 +88,11 @@ def command(nproc: int | None, dry_run: bool, **values: Any) -> None:
         check_world(mcfg, rcfg, world)
         for name in rcfg.strategies:
             injections.check_compatible(injs, name, world)
+        # Every rank runs here, in this environment: say a refusal once, before torchrun.
+        # With --device auto the device is not known yet (no torch here): the rank checks.
+        device = rcfg.device if rcfg.device == "cpu" else "cuda"
+        for rank in range(world):
+            injections.check_host(injs, rank, device)
     except ValueError as e:
         click.echo(f"ddpdoctor train: {e}", err=True)
         sys.exit(EXIT_USAGE)
