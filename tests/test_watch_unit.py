@@ -357,3 +357,36 @@ def test_bootstrap_chains_existing_sitecustomize_and_never_breaks(tmp_path):
                          text=True, timeout=60, env=env, cwd=tmp_path)
     assert out.stdout.strip() == "ran" and "boom" in out.stderr
     assert json.dumps  # keep the import used
+
+
+def test_nonfinite_tells_forward_from_loss_and_ignores_huge_finite_gradients(tmp_path):
+    """The loop holds the output (as nearly every loop does): a NaN made by the forward is
+    named as such. Gradients of ~1e20 overflow the 2-norm used on check steps but are
+    finite: no finding."""
+    import torch
+    from torch import nn
+
+    import ddpdoctor
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    events = tmp_path / "ev.jsonl"
+    handle = ddpdoctor.watch(model, opt, every=1, events_path=str(events), checks="nonfinite")
+    x = torch.randn(16, 4)
+    for _ in range(2):
+        out = model(x)
+        (out.pow(2).mean() * 1e20).backward()  # gradients ~1e20: finite, 2-norm inf
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    assert not events.exists()
+    bad = x.clone()
+    bad[3, 1] = float("nan")  # a bad sample: the forward makes the NaN
+    out = model(bad)
+    out.pow(2).mean().backward()
+    with pytest.warns(DDPDoctorWarning, match="GRAD_NONFINITE"):
+        opt.step()
+    handle.close()
+    [ev] = read_events(str(events))
+    assert ev["id"] == "GRAD_NONFINITE" and ev["step"] == 3 and ev["ranks"] == [0]
+    assert ev["evidence"]["source"] == "model output (forward)"

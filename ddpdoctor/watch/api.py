@@ -124,7 +124,8 @@ class Watcher:
         # Per hook point, only the checks that act there: the hooks run every step.
         self._at = {hook: [getattr(c, hook) for c in self.checks
                            if getattr(type(c), hook) is not getattr(WatchCheck, hook)]
-                    for hook in ("forward_pre", "forward_out", "before_step", "step_end")}
+                    for hook in ("forward_pre", "forward_out", "before_check", "step_end",
+                                 "at_check")}
         self.group = None
         self.meta: list[tuple[int, int]] = [(0, 0)]
         self.hosts: list[int] = [0]  # per rank, a hash of its hostname
@@ -235,6 +236,11 @@ class Watcher:
             groups.setdefault((dp, crc) if same_model else (dp,), []).append(r)
         return sorted(groups.values())
 
+    def unsubscribe(self, check: WatchCheck, hook: str) -> None:
+        """``check`` is done with ``hook``: the hot path stops calling it."""
+        self._at[hook] = [fn for fn in self._at[hook] if getattr(fn, "__self__", None)
+                          is not check]
+
     def emit(self, finding: Finding, step: int) -> None:
         if self.sink.finding(finding, step):
             self.findings.append(finding)
@@ -306,8 +312,9 @@ class Watcher:
         if not self._owns(opt):
             return
         self.monitor.progress(self.step, "optimizer")
-        for fn in self._at["before_step"]:
-            fn(self, self.step + 1)
+        if self._at["before_check"] and self.is_check_step(self.step + 1):
+            for fn in self._at["before_check"]:
+                fn(self, self.step + 1)
 
     def _on_post_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         if self._owns(opt):
@@ -331,14 +338,18 @@ class Watcher:
         self.data_s = self.fwd_s = 0.0
         self.in_step = False
         self.t_boundary = now
-        self.monitor.progress(step, "data", step_s)
+        self.monitor.boundary(step, step_s)
         for fn in self._at["step_end"]:
             fn(self, step)
-        if self.group is not None and self.is_check_step(step):
-            self._gather(step)
-        elif self.world == 1 and self.coll and self.is_check_step(step):
-            self._analyze(step, self._pack(step).view(1, -1))  # one process: no gather
-        self._poll()
+        if self.coll and self.is_check_step(step):
+            for fn in self._at["at_check"]:
+                fn(self, step)
+            if self.group is not None:
+                self._gather(step)
+            elif self.world == 1:
+                self._analyze(step, self._pack(step).view(1, -1))  # one process: no gather
+        if self.pending:
+            self._poll()
         self.t_boundary = time.perf_counter()  # the watcher's own time is not data wait
 
     def _gather(self, step: int) -> None:

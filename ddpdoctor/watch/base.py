@@ -1,10 +1,13 @@
 """The small interface every watch check implements; the watcher calls what is defined.
 
 Hook points, in the order a training step meets them: ``forward_pre`` (before the model's
-forward, outer module), ``forward_out`` (after the inner module's forward), ``before_step``
-(optimizer pre-hook: gradients are final), ``step_end`` (optimizer post-hook: the step
-boundary). Checks that need other ranks' data declare a fixed ``width`` and ``pack`` that
-many float64 values on check steps; ``analyze`` then sees every rank's values.
+forward, outer module), ``forward_out`` (after the inner module's forward), ``before_check``
+(optimizer pre-hook of a check step: gradients are final), ``step_end`` (optimizer
+post-hook: the step boundary), ``at_check`` (the boundary of a check step, on every rank,
+before ``pack``). The watcher calls only the hooks a check defines, and the check-step
+ones only on check steps: every call on the hot path costs time in each step. Checks that
+need other ranks' data declare a fixed ``width`` and ``pack`` that many float64 values on
+check steps; ``analyze`` then sees every rank's values.
 """
 
 from __future__ import annotations
@@ -32,11 +35,14 @@ class WatchCheck:
     def forward_out(self, w: Any, output: Any) -> None:
         pass
 
-    def before_step(self, w: Any, step: int) -> None:
+    def before_check(self, w: Any, step: int) -> None:
         pass
 
     def step_end(self, w: Any, step: int) -> None:
         pass
+
+    def at_check(self, w: Any, step: int) -> None:
+        """Collective work of a check step (every rank calls it in the same order)."""
 
     def pack(self, w: Any, step: int) -> Any:
         """A float64 CPU tensor of exactly ``width`` values (check steps only)."""

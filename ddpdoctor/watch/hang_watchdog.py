@@ -1,7 +1,8 @@
 """The hang watchdog and the heartbeat file: one background thread per process.
 
-Watchers report progress (a step boundary, a forward) with two attribute writes; the
-thread does everything else: every ``heartbeat_interval_s`` it rewrites
+Watchers report progress (a step boundary, a forward) with a few attribute writes, no
+clock read; the thread does everything else: it turns a changed tick count into the time
+of the last progress, and every ``heartbeat_interval_s`` it rewrites
 ``$DDPDOCTOR_HEARTBEAT_DIR/rank{R}.json`` (step, time, phase, memory; what ``ddpdoctor
 run`` reads for progress), and when no progress came for ``hang_timeout_s`` it dumps every
 thread's Python stack of this rank (and a Flight Recorder trace when enabled) and emits a
@@ -34,6 +35,8 @@ class Monitor:
         self.rank, self.cfg, self.sink = rank, cfg, sink
         self.step = 0
         self.phase = "starting"
+        self.ticks = 0  # progress calls so far: the thread compares, the hot path only counts
+        self._seen: tuple[int, int] = (0, 0)  # (ticks, step) at the thread's last look
         self.last_progress = time.time()
         self.last_step_time: float | None = None
         self.step_s: float | None = None
@@ -48,14 +51,14 @@ class Monitor:
         self.heartbeat_path = (os.path.join(cfg.heartbeat_dir, f"rank{rank}.json")
                                if cfg.heartbeat_dir else None)
 
-    # -- called from the training thread: attribute writes only
-    def progress(self, step: int, phase: str, step_s: float | None = None) -> None:
-        now = time.time()
-        if step != self.step:
-            self.last_step_time = now
-        self.step, self.phase, self.last_progress, self.started = step, phase, now, True
-        if step_s is not None:
-            self.step_s = step_s
+    # -- called from the training thread: attribute writes only (they run every step)
+    def progress(self, step: int, phase: str) -> None:
+        self.step, self.phase = step, phase
+        self.ticks += 1
+
+    def boundary(self, step: int, step_s: float) -> None:
+        self.step, self.phase, self.step_s = step, "data", step_s
+        self.ticks += 1
 
     def memory(self, value: int) -> None:
         self.mem = value
@@ -81,10 +84,22 @@ class Monitor:
         self._stop.set()
         self._heartbeat()
 
+    def _observe(self) -> None:
+        """Progress times, to the thread's interval: the training thread reads no clock."""
+        ticks, step = self.ticks, self.step
+        if ticks == self._seen[0]:
+            return
+        now = time.time()
+        self.last_progress, self.started = now, True
+        if step != self._seen[1]:
+            self.last_step_time = now
+        self._seen = (ticks, step)
+
     def _run(self) -> None:
         interval = max(0.05, min(self.cfg.heartbeat_interval_s, self.cfg.hang_timeout_s / 4))
         while not self._stop.wait(interval):
             try:
+                self._observe()
                 self._check_stall()
                 self._heartbeat()
             except Exception:  # noqa: BLE001 - the watchdog must never take a rank down
@@ -125,6 +140,7 @@ class Monitor:
     def _heartbeat(self) -> None:
         if not self.heartbeat_path:
             return
+        self._observe()
         if self.status == "stalled" and time.time() - self.last_progress < 1:
             self.status = "running"
         write_json_atomic(self.heartbeat_path, {

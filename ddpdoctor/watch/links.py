@@ -167,9 +167,9 @@ class LinksCheck(WatchCheck):
         self.token_in = torch.zeros(1, dtype=torch.float32)
         self.buffers = (self.payload, self.buf, self.token, self.token_in)
 
-    def step_end(self, w: Any, step: int) -> None:
+    def at_check(self, w: Any, step: int) -> None:
         self.last = [math.nan, math.nan]
-        if self.group is None or w.group is None or not w.is_check_step(step):
+        if self.group is None or w.group is None:
             return
         # The first check steps catch a link slow from the start; later, a probe every
         # link_every-th check step keeps its cost (a few ms) far below the 1% budget.

@@ -1,17 +1,22 @@
 """GRAD_NONFINITE: NaN/Inf in the model output, the loss gradient or the parameter grads.
 
-Every step costs two tiny reductions and no synchronisation: the sum of the model output
-(forward) and of the gradient flowing into it (a tensor hook: this is where a
-NaN *loss* shows, before DDP's all-reduce spreads it to every rank). The flags are read
-only on check steps, together with one scan of the final gradients. The all_gather then
-tells which rank went non-finite first: after the all-reduce every rank's gradients are
-NaN, but only the culprit's output or loss was. An iteration whose optimizer step was
-skipped and whose gradients were then cleared (fp16 GradScaler overflow, routine while the
-scale grows) is forgotten.
+Every step costs one tensor hook on the model output and, when backward reaches it, one
+or two tiny reductions, with no synchronisation: the sum of the gradient flowing into the
+output (where a NaN *loss* shows, before DDP's all-reduce spreads it to every rank) and,
+while the training loop still holds the output (almost every loop does, in a variable),
+the sum of the output itself, so a NaN made by the forward is told from one made by the
+loss. Nothing is done in the forward: the first op after a large forward is the costly
+one on a CPU. The flags are read only on check steps, together with one norm of the final
+gradients. The all_gather then tells which rank went non-finite first: after the
+all-reduce every rank's gradients are NaN, but only the culprit's output or loss was. An
+iteration whose optimizer step was skipped and whose gradients were then cleared (fp16
+GradScaler overflow, routine while the scale grows) is forgotten.
 """
 
 from __future__ import annotations
 
+import weakref
+from functools import partial
 from typing import Any
 
 from ddpdoctor.findings import Finding
@@ -44,7 +49,6 @@ class NonfiniteCheck(WatchCheck):
         self.flags: list[tuple[int, int, Any]] = []
         self.grad_bad: tuple[int, Any] | None = None
         self.done = False
-        self._hook_step = 0
         self.skipped = 0  # iterations whose optimizer step never ran (GradScaler overflow)
         params = [p for _, p in w.named_params if p.requires_grad]
         # three witnesses of "zero_grad() ran": one could be an unused parameter
@@ -54,10 +58,8 @@ class NonfiniteCheck(WatchCheck):
     def forward_out(self, w: Any, output: Any) -> None:
         if self.done:
             return
-        import torch
-
         t = first_tensor(output, floating=True)
-        if t is None:
+        if t is None or not t.requires_grad:
             return
         step = w.step + 1
         if self.flags and self.flags[-1][0] == step and self._grads_cleared():
@@ -67,35 +69,40 @@ class NonfiniteCheck(WatchCheck):
             # Gradient accumulation keeps its gradients between forwards: not this.
             self.flags = [f for f in self.flags if f[0] != step]
             self.skipped += 1
-        # One reduction per step, read only on check steps: a NaN or Inf anywhere makes the
-        # sum non-finite (isfinite().all() would be three kernels; this is the hot path).
-        self.flags.append((step, OUTPUT, torch.sum(t.detach(), dtype=torch.float32)))
-        if t.requires_grad and torch.is_grad_enabled():
-            self._hook_step = step
-            t.register_hook(self._grad_hook)
+        # A weak reference: holding the output until backward could raise peak memory by
+        # one output (an LLM's logits); the loop's own variable keeps it alive instead.
+        t.register_hook(partial(self._grad_hook, step, weakref.ref(t)))
 
     def _grads_cleared(self) -> bool:
         return bool(self.witnesses) and all(p.grad is None for p in self.witnesses)
 
-    def _grad_hook(self, grad: Any) -> None:
+    def _grad_hook(self, step: int, output_ref: Any, grad: Any) -> None:
         import torch
 
-        self.flags.append((self._hook_step, LOSS, torch.sum(grad.detach(), dtype=torch.float32)))
+        # Sums, read on check steps only: a NaN or Inf anywhere makes them non-finite
+        # (isfinite().all() would be three kernels per tensor on the hot path).
+        output = output_ref()
+        if output is not None:
+            self.flags.append((step, OUTPUT, torch.sum(output.detach(), dtype=torch.float32)))
+        self.flags.append((step, LOSS, torch.sum(grad.detach(), dtype=torch.float32)))
 
-    def before_step(self, w: Any, step: int) -> None:
-        if self.done or not w.is_check_step(step):
+    def before_check(self, w: Any, step: int) -> None:
+        if self.done:
             return
         import torch
 
-        grads = [local(p.grad).detach() for _, p in w.named_params if p.grad is not None]
         index = [i for i, (_, p) in enumerate(w.named_params) if p.grad is not None]
+        grads = [local(w.named_params[i][1].grad).detach() for i in index]
         if not grads:
             return
+        # The 2-norm has a fast kernel (the inf-norm is 20x slower on CPU); a NaN or Inf
+        # makes it non-finite, and so can a finite gradient above ~1e19, which pack()
+        # checks element-wise before it is called non-finite.
         try:
-            norms = torch._foreach_norm(grads, float("inf"))
+            norms = torch._foreach_norm(grads, 2, dtype=torch.float32)
         except (AttributeError, RuntimeError, TypeError):
-            norms = [g.abs().max() if g.numel() else g.new_zeros(()) for g in grads]
-        bad = ~torch.isfinite(torch.stack([n.float().reshape(()) for n in norms]))
+            norms = [torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]
+        bad = ~torch.isfinite(torch.stack([n.reshape(()) for n in norms]))
         self.grad_bad = (step, bad, index)
 
     def pack(self, w: Any, step: int) -> Any:
@@ -109,11 +116,13 @@ class NonfiniteCheck(WatchCheck):
                 first, source, _ = self.flags[int(hit[0])]
         if self.grad_bad is not None:
             gstep, bad, index = self.grad_bad
-            bad = bad.cpu()
-            if bool(bad.any()):
-                pidx = index[int(torch.nonzero(bad).flatten()[0])]
-                if not first:
-                    first, source = gstep, GRADIENT
+            for i in torch.nonzero(bad.cpu()).flatten().tolist():
+                grad = w.named_params[index[i]][1].grad
+                if grad is None or not bool(torch.isfinite(local(grad)).all()):
+                    pidx = index[i]
+                    break
+            if pidx >= 0 and not first:
+                first, source = gstep, GRADIENT
         self.flags, self.grad_bad = [], None
         return torch.tensor([first, source, pidx], dtype=torch.float64)
 

@@ -57,7 +57,7 @@ class UnusedCheck(WatchCheck):
                     evidence={"step": step, "parameters": missing[:50], "count": len(missing),
                               "find_unused_parameters": find_unused,
                               "wrapper": w.wrapper}), step)
-                self._finish()
+                self._finish(w)
                 return
             self.all_used_steps += 1
         self.used = set()
@@ -69,13 +69,14 @@ class UnusedCheck(WatchCheck):
                     f"first {self.all_used_steps} step(s): an extra graph walk every step",
                     ranks=[w.rank], evidence={"step": step, "steps_checked": self.all_used_steps}),
                     step)
-            self._finish()
+            self._finish(w)
 
-    def _finish(self) -> None:
+    def _finish(self, w: Any) -> None:
         self.done = True
+        w.unsubscribe(self, "step_end")
         for h in self.handles:
             h.remove()
         self.handles = []
 
     def close(self, w: Any) -> None:
-        self._finish()
+        self._finish(w)
