@@ -128,7 +128,7 @@ class Watcher:
                                  "at_check")}
         self.group = None
         self.meta: list[tuple[int, int]] = [(0, 0)]
-        self.hosts: list[int] = [0]  # per rank, a hash of its hostname
+        self.hosts: list[int] = [0]  # per rank, _host_id(): hostname and network namespace
         self.coll = [c for c in self.checks if c.name in COLLECTIVE_CHECKS]
         if self.dist and self.world > 1 and self.coll:
             self._setup_group(dist, torch)

@@ -82,6 +82,7 @@ class Monitor:
             return
         self.status = "closed"
         self._stop.set()
+        self._observe()  # the last beat carries the last step
         self._heartbeat()
 
     def _observe(self) -> None:
@@ -140,7 +141,6 @@ class Monitor:
     def _heartbeat(self) -> None:
         if not self.heartbeat_path:
             return
-        self._observe()
         if self.status == "stalled" and time.time() - self.last_progress < 1:
             self.status = "running"
         write_json_atomic(self.heartbeat_path, {
