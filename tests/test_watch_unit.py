@@ -212,7 +212,8 @@ def test_memory_growth_on_a_leaking_loop(tmp_path):
     assert ev["evidence"]["mb_per_step"] >= 25 and ev["evidence"]["largest_tensors"]
 
 
-def test_gradscaler_skipped_step_is_no_nonfinite_but_accumulated_nan_is(tmp_path):
+@pytest.mark.parametrize("by_output", [False, True])
+def test_gradscaler_skipped_step_is_no_nonfinite_but_accumulated_nan_is(tmp_path, by_output):
     """fp16 training's routine overflow: GradScaler finds inf gradients, skips the
     optimizer step, lowers its scale; the gradients are cleared. Not a fault. A NaN in
     the first micro-batch of an accumulated step still is."""
@@ -226,7 +227,8 @@ def test_gradscaler_skipped_step_is_no_nonfinite_but_accumulated_nan_is(tmp_path
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
     events = tmp_path / "ev.jsonl"
-    handle = ddpdoctor.watch(model, opt, every=1, events_path=str(events), checks="nonfinite")
+    handle = ddpdoctor.watch(model, opt, every=1, events_path=str(events), checks="nonfinite",
+                             nonfinite_output=by_output)
     x = torch.randn(16, 4)
     for it in range(4):
         loss = model(x).pow(2).mean()
@@ -359,9 +361,14 @@ def test_bootstrap_chains_existing_sitecustomize_and_never_breaks(tmp_path):
     assert json.dumps  # keep the import used
 
 
-def test_nonfinite_tells_forward_from_loss_and_ignores_huge_finite_gradients(tmp_path):
-    """The loop holds the output (as nearly every loop does): a NaN made by the forward is
-    named as such. Gradients of ~1e20 overflow the 2-norm used on check steps but are
+@pytest.mark.parametrize("by_output, source", [
+    (True, "model output (forward)"),
+    (False, "loss or model output (the first gradient of the backward, 1.bias)")])
+def test_nonfinite_source_and_huge_finite_gradients(tmp_path, by_output, source):
+    """By default the signal is the first gradient of the backward (here the last layer's
+    bias: the smallest of the first three). With nonfinite_output the output is summed
+    too, and while the loop holds it (as nearly every loop does) a NaN made by the forward
+    is named as such. Gradients of ~1e20 overflow the 2-norm used on check steps but are
     finite: no finding."""
     import torch
     from torch import nn
@@ -372,7 +379,8 @@ def test_nonfinite_tells_forward_from_loss_and_ignores_huge_finite_gradients(tmp
     model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     events = tmp_path / "ev.jsonl"
-    handle = ddpdoctor.watch(model, opt, every=1, events_path=str(events), checks="nonfinite")
+    handle = ddpdoctor.watch(model, opt, every=1, events_path=str(events), checks="nonfinite",
+                             nonfinite_output=by_output)
     x = torch.randn(16, 4)
     for _ in range(2):
         out = model(x)
@@ -389,4 +397,70 @@ def test_nonfinite_tells_forward_from_loss_and_ignores_huge_finite_gradients(tmp
     handle.close()
     [ev] = read_events(str(events))
     assert ev["id"] == "GRAD_NONFINITE" and ev["step"] == 3 and ev["ranks"] == [0]
-    assert ev["evidence"]["source"] == "model output (forward)"
+    assert ev["evidence"]["source"] == source
+    assert ev["evidence"]["parameter"] == "0.weight"  # the first non-finite in model order
+
+
+# ---- the first gradient: the hot path without module hooks
+
+def test_first_gradient_pick_prefers_the_small_tensor_near_the_loss():
+    from ddpdoctor.watch.first_grad import pick
+
+    # arrival order: head weight (huge), final norm (small), ..., repeats ignored
+    assert pick([7, 6, 7, 5, 1, 0], numel=[10, 10, 10, 10, 10, 3, 64, 10**6]) == 5
+    assert pick([2], numel=[1, 1, 4]) == 2
+
+
+def test_hot_path_keeps_one_gradient_hook_and_module_hooks_only_on_check_steps(tmp_path):
+    """After the first backward one parameter keeps one tensor hook and the module hooks
+    come off; they come back for the steps the straggler check times (the last
+    ``straggler_samples`` before a check step) and for a check step's forward (the sampler
+    fingerprints the input there). Only timed steps enter the window, with their data
+    wait (a 30 ms sleep before each forward) measured."""
+    import time
+
+    import torch
+    from torch import nn
+
+    import ddpdoctor
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    handle = ddpdoctor.watch(model, opt, every=4, early_checks=(), straggler_samples=2,
+                             events_path=str(tmp_path / "ev.jsonl"))
+    hooked_at_forward = []
+    for _ in range(8):
+        time.sleep(0.03)
+        hooked_at_forward.append(bool(model._forward_pre_hooks))
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    # step 1 learns the model; then the 2 steps up to each check step (4 and 8)
+    assert hooked_at_forward == [True, False, True, True, False, False, True, True]
+    hooks = [len(p._backward_hooks or {}) for p in model.parameters()]
+    assert sorted(hooks) == [0, 0, 0, 1] and model[2].bias._backward_hooks
+    assert handle.first_grad.name == "2.bias"
+    assert [t[0] for t in handle.window] == [3, 4, 7, 8]  # timed steps (the last `every`)
+    assert min(t[2] for t in handle.window) >= 0.03  # data wait: the gap before forward
+    handle.close()
+    assert all(not p._backward_hooks for p in model.parameters())
+    assert not model._forward_pre_hooks and not model[2]._forward_hooks
+
+
+def test_module_hooks_stay_when_a_check_needs_the_output(tmp_path):
+    import torch
+    from torch import nn
+
+    import ddpdoctor
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    handle = ddpdoctor.watch(model, opt, every=100, nonfinite_output=True,
+                             events_path=str(tmp_path / "ev.jsonl"))
+    for _ in range(3):
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert model._forward_hooks and model._forward_pre_hooks
+    handle.close()

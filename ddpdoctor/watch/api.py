@@ -1,8 +1,11 @@
 """``ddpdoctor.watch(model, optimizer=None, dataloader=None, ...)``: in-training checks.
 
-The watcher only reads: module forward hooks, a tensor hook on the model output,
-optimizer step pre/post hooks (the optimizer's own, or the global ones bound to the
-first optimizer that steps this model's parameters) and instance-level DataLoader taps.
+The watcher only reads: a tensor hook on the parameter whose gradient comes first in
+backward (``first_grad``: before any all-reduce), optimizer step pre/post hooks (the
+optimizer's own, or the global ones bound to the first optimizer that steps this model's
+parameters), instance-level DataLoader taps, and module forward hooks, the last only on
+the steps that need them where the first gradient is seen (each costs ~20 us a step on a
+busy CPU), on every step for FSDP and tensor-parallel models.
 The step boundary is the optimizer post-hook (the next forward when there is none).
 Cross-rank checks pack their few values into one float64 all_gather every ``every`` steps,
 issued at the step boundary on every rank in the same order, asynchronously on a gloo group
@@ -87,6 +90,7 @@ class Watcher:
         self.disabled = False
         self.findings: list[Finding] = []
         self._hooks: list[Any] = []
+        self._module_hooks: list[Any] = []
         self._taps: list[Any] = []
         self.loaders: list[Any] = []
         self.pending: deque = deque()
@@ -116,6 +120,12 @@ class Watcher:
         self.device = _local(first).device if first is not None else torch.device("cpu")
 
         self.monitor = hang_watchdog.acquire(self.rank, cfg, self.sink)
+        from ddpdoctor.watch import first_grad
+
+        trainable = [p for _, p in self.named_params if p.requires_grad]
+        self.first_grad = (first_grad.FirstGradient(self.named_params, self._on_first_grad,
+                                                    self._safe)
+                           if first_grad.usable(self.wrapper, trainable) else None)
         classes = _check_classes()
         self.checks: list[WatchCheck] = [classes[n]() for n in classes if cfg.enabled(n)]
         self.add(optimizer=optimizer, dataloader=dataloader)
@@ -123,13 +133,15 @@ class Watcher:
             c.attach(self)
         # Per hook point, only the checks that act there: the hooks run every step.
         self._at = {hook: [getattr(c, hook) for c in self.checks
-                           if getattr(type(c), hook) is not getattr(WatchCheck, hook)]
-                    for hook in ("forward_pre", "forward_out", "before_check", "step_end",
-                                 "at_check")}
+                           if getattr(type(c), hook) is not getattr(WatchCheck, hook)
+                           and hook not in c.skip]
+                    for hook in ("forward_pre", "forward_out", "first_grad", "before_check",
+                                 "step_end", "at_check")}
         self.group = None
         self.meta: list[tuple[int, int]] = [(0, 0)]
         self.hosts: list[int] = [0]  # per rank, _host_id(): hostname and network namespace
         self.coll = [c for c in self.checks if c.name in COLLECTIVE_CHECKS]
+        self.timed = cfg.enabled("straggler")  # per-step times are wanted
         if self.dist and self.world > 1 and self.coll:
             self._setup_group(dist, torch)
         self._register_hooks()
@@ -204,15 +216,7 @@ class Watcher:
         return sum(c.width for c in self.coll if c.name != "desync")
 
     def _register_hooks(self) -> None:
-        import torch
-
-        outer, inner = self.model, self.inner
-        self._hooks.append(outer.register_forward_pre_hook(
-            self._safe(self._on_forward_pre), prepend=True, with_kwargs=True))
-        if inner is not outer:
-            self._hooks.append(inner.register_forward_pre_hook(
-                self._safe(self._on_inner_pre), prepend=True))
-        self._hooks.append(inner.register_forward_hook(self._safe(self._on_inner_out)))
+        self._set_module_hooks(True)
         if self.optimizer is None:  # the global hooks bind to whichever optimizer steps us
             from torch.optim.optimizer import (
                 register_optimizer_step_post_hook,
@@ -222,7 +226,37 @@ class Watcher:
             self._hooks.append(register_optimizer_step_pre_hook(self._safe(self._on_pre_step)))
             self._hooks.append(register_optimizer_step_post_hook(
                 self._safe(self._on_post_step)))
-        del torch
+
+    def _set_module_hooks(self, on: bool) -> None:
+        if on == bool(self._module_hooks):
+            return
+        if not on:
+            for h in self._module_hooks:
+                h.remove()
+            self._module_hooks = []
+            return
+        outer, inner = self.model, self.inner
+        self._module_hooks.append(outer.register_forward_pre_hook(
+            self._safe(self._on_forward_pre), prepend=True, with_kwargs=True))
+        if inner is not outer:
+            self._module_hooks.append(inner.register_forward_pre_hook(
+                self._safe(self._on_inner_pre), prepend=True))
+        self._module_hooks.append(inner.register_forward_hook(self._safe(self._on_inner_out)))
+
+    def _module_hooks_needed(self, step: int) -> bool:
+        """Whether step ``step`` needs the module forward hooks (see base.py)."""
+        if self.first_grad is None or not self.first_grad.settled or self._at["forward_out"]:
+            return True
+        if self.optimizer is None and self._no_opt():
+            return True  # the forward is the step boundary until an optimizer steps
+        if self.timed and self._next_check(step) - step < self.cfg.straggler_samples:
+            return True  # the straggler check compares forward times of these steps
+        return bool(self._at["forward_pre"]) and self.is_check_step(step)
+
+    def _next_check(self, step: int) -> int:
+        """The first check step at or after ``step``."""
+        regular = -(-step // self.cfg.every) * self.cfg.every
+        return min([regular] + [s for s in self.cfg.early_checks if s >= step])
 
     # -- helpers for checks
 
@@ -308,6 +342,11 @@ class Watcher:
                 id(p) in self.param_ids for g in opt.param_groups for p in g["params"])
         return self._owns_cache[key]
 
+    def _on_first_grad(self, grad: Any) -> None:
+        self.monitor.progress(self.step, "backward")
+        for fn in self._at["first_grad"]:
+            fn(self, grad)
+
     def _on_pre_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         if not self._owns(opt):
             return
@@ -334,7 +373,8 @@ class Watcher:
         self.step += 1
         step = self.step
         step_s = now - self.t_boundary
-        self.window.append((step, step_s, self.data_s, self.fwd_s))
+        if self._module_hooks:  # a timed step: its forward ran under the module hooks
+            self.window.append((step, step_s, self.data_s, self.fwd_s))
         self.data_s = self.fwd_s = 0.0
         self.in_step = False
         self.t_boundary = now
@@ -350,6 +390,8 @@ class Watcher:
                 self._analyze(step, self._pack(step).view(1, -1))  # one process: no gather
         if self.pending:
             self._poll()
+        if self.first_grad is not None and self.first_grad.settle():
+            self._set_module_hooks(self._module_hooks_needed(step + 1))
         self.t_boundary = time.perf_counter()  # the watcher's own time is not data wait
 
     def _gather(self, step: int) -> None:
@@ -413,6 +455,9 @@ class Watcher:
             log.debug("ddpdoctor: final poll failed: %s", e)
         for h in self._hooks:
             h.remove()
+        self._set_module_hooks(False)
+        if self.first_grad is not None:
+            self.first_grad.remove()
         for tap in self._taps:
             tap.remove()
         for c in self.checks:

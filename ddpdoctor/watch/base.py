@@ -1,11 +1,15 @@
 """The small interface every watch check implements; the watcher calls what is defined.
 
 Hook points, in the order a training step meets them: ``forward_pre`` (before the model's
-forward, outer module), ``forward_out`` (after the inner module's forward), ``before_check``
+forward, outer module), ``forward_out`` (after the inner module's forward), ``first_grad``
+(the first gradient of each backward, before any all-reduce), ``before_check``
 (optimizer pre-hook of a check step: gradients are final), ``step_end`` (optimizer
 post-hook: the step boundary), ``at_check`` (the boundary of a check step, on every rank,
 before ``pack``). The watcher calls only the hooks a check defines, and the check-step
-ones only on check steps: every call on the hot path costs time in each step. Checks that
+ones only on check steps: every call on the hot path costs time in each step. Where the
+first gradient is seen (DDP, plain modules: ``w.first_grad``), the module hooks run only
+on the steps that need them: while the watch learns the model, on check steps when a
+check defines ``forward_pre``, always when one defines ``forward_out``. Checks that
 need other ranks' data declare a fixed ``width`` and ``pack`` that many float64 values on
 check steps; ``analyze`` then sees every rank's values.
 """
@@ -20,6 +24,9 @@ from ddpdoctor.findings import Finding
 class WatchCheck:
     name = ""
     width = 0  # float64 values this check adds to the every-K-steps all_gather
+    # hook points this instance does not use although its class defines them (set in
+    # attach: a check with two ways of working subscribes to one)
+    skip: frozenset[str] = frozenset()
 
     def attach(self, w: Any) -> None:
         pass
@@ -34,6 +41,9 @@ class WatchCheck:
 
     def forward_out(self, w: Any, output: Any) -> None:
         pass
+
+    def first_grad(self, w: Any, grad: Any) -> None:
+        """This rank's own first gradient of a backward (not yet all-reduced)."""
 
     def before_check(self, w: Any, step: int) -> None:
         pass

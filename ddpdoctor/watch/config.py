@@ -42,6 +42,10 @@ class WatchConfig:
     straggler_fraction: float = 0.6
     straggler_min_steps: int = 3
     data_share: float = 0.3            # DATALOADER_BOTTLENECK above this share of a step
+    # the steps timed for it: the last N before each check step (module forward hooks,
+    # ~20 us a step each on a busy CPU, run on those steps only where the watch sees the
+    # first gradient, i.e. DDP and plain modules; FSDP and TP models time every step)
+    straggler_samples: int = 10
     # links (COMM_SLOW_RANK): on the first link_confirm check steps and then on every
     # link_every-th, link_bytes go round the ring both ways, best of link_reps; a link is
     # slow at link_factor x the median of the others and link_min_excess_s more (loopback
@@ -53,6 +57,10 @@ class WatchConfig:
     link_confirm: int = 2
     link_every: int = 10               # in check steps: 1000 optimizer steps by default
     link_timeout_s: float = 10.0       # a peer that never joins the probe: probes stop
+    # nonfinite: also sum the model output every step, to tell a NaN made by the forward
+    # from one made by the loss (one reduction over the output, an LLM's logits, per step;
+    # FSDP and tensor-parallel models always work this way)
+    nonfinite_output: bool = False
     # memory: growth over a window of steps after warm-up
     memory_warmup_steps: int = 2
     memory_window: int = 8             # samples
@@ -79,6 +87,8 @@ class WatchConfig:
             raise ValueError(f"unknown watch checks {unknown}; choose from {', '.join(CHECKS)}")
         if self.every < 1:
             raise ValueError("every must be >= 1")
+        if self.straggler_samples < 1:
+            raise ValueError("straggler_samples must be >= 1")
         if self.link_confirm < 1 or self.link_every < 1:
             raise ValueError("link_confirm and link_every must be >= 1")
 
@@ -96,6 +106,10 @@ def parse_checks(text: str, base: tuple[str, ...] = CHECKS) -> tuple[str, ...]:
     return tuple(i.lstrip("+") for i in items)
 
 
+def _flag(value: str) -> bool:
+    return value.lower() not in ("0", "false", "no", "off")
+
+
 _ENV: dict[str, tuple[str, Any]] = {
     "DDPDOCTOR_WATCH_EVERY": ("every", int),
     "DDPDOCTOR_WATCH_CHECKS": ("checks", parse_checks),
@@ -104,7 +118,8 @@ _ENV: dict[str, tuple[str, Any]] = {
     "DDPDOCTOR_HANG_TIMEOUT": ("hang_timeout_s", float),
     "DDPDOCTOR_HEARTBEAT_DIR": ("heartbeat_dir", str),
     "DDPDOCTOR_FR_DIR": ("fr_dir", str),
-    "DDPDOCTOR_WATCH_WARN": ("warn", lambda v: v.lower() not in ("0", "false", "no")),
+    "DDPDOCTOR_WATCH_WARN": ("warn", _flag),
+    "DDPDOCTOR_WATCH_NONFINITE_OUTPUT": ("nonfinite_output", _flag),
 }
 
 

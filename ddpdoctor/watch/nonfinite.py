@@ -1,16 +1,21 @@
-"""GRAD_NONFINITE: NaN/Inf in the model output, the loss gradient or the parameter grads.
+"""GRAD_NONFINITE: NaN/Inf in the loss, the model output or the gradients.
 
-Every step costs one tensor hook on the model output and, when backward reaches it, one
-or two tiny reductions, with no synchronisation: the sum of the gradient flowing into the
-output (where a NaN *loss* shows, before DDP's all-reduce spreads it to every rank) and,
-while the training loop still holds the output (almost every loop does, in a variable),
-the sum of the output itself, so a NaN made by the forward is told from one made by the
-loss. Nothing is done in the forward: the first op after a large forward is the costly
-one on a CPU. The flags are read only on check steps, together with one norm of the final
-gradients. The all_gather then tells which rank went non-finite first: after the
-all-reduce every rank's gradients are NaN, but only the culprit's output or loss was. An
-iteration whose optimizer step was skipped and whose gradients were then cleared (fp16
-GradScaler overflow, routine while the scale grows) is forgotten.
+Every step costs one tiny reduction with no synchronisation; the flags are read only on
+check steps, together with one norm of the final gradients, and the all_gather then tells
+which rank went non-finite first: after the all-reduce every rank's gradients are NaN,
+but only the culprit's own backward made them.
+
+Where a parameter's gradient arrives before DDP's all-reduce (DDP, plain modules, ZeRO),
+the step's signal is the sum of the first gradient of the backward (a persistent hook on
+the parameter nearest the loss, found in the first backward; the smallest of the first
+three, so an LLM's head is not summed): a NaN loss or a NaN output shows there first.
+Where it does not (FSDP reduce-scatters before a sharded parameter sees its gradient;
+tensor parallel), or when ``nonfinite_output`` asks for it, a tensor hook on the model
+output sums the gradient flowing into the output and, while the loop still holds the
+output, the output itself, so a NaN made by the forward is told from one made by the loss;
+that costs a hook registration and a reduction over the output every step. An iteration
+whose optimizer step was skipped and whose gradients were then cleared (fp16 GradScaler
+overflow, routine while the scale grows) is forgotten.
 """
 
 from __future__ import annotations
@@ -46,14 +51,46 @@ class NonfiniteCheck(WatchCheck):
     width = 3
 
     def attach(self, w: Any) -> None:
+        import torch
+
+        self.sum, self.f32 = torch.sum, torch.float32
         self.flags: list[tuple[int, int, Any]] = []
         self.grad_bad: tuple[int, Any] | None = None
         self.done = False
         self.skipped = 0  # iterations whose optimizer step never ran (GradScaler overflow)
+        self.by_grad = w.first_grad is not None and not w.cfg.nonfinite_output
+        if self.by_grad:
+            self.skip = frozenset({"forward_out"})
+            self.cleared = w.first_grad.grads_cleared
+            return
+        self.skip = frozenset({"first_grad"})
         params = [p for _, p in w.named_params if p.requires_grad]
         # three witnesses of "zero_grad() ran": one could be an unused parameter
-        self.witnesses = list({id(p): p for p in (params[:1] + params[len(params) // 2:][:1]
-                                                  + params[-1:])}.values())
+        witnesses = list({id(p): p for p in (params[:1] + params[len(params) // 2:][:1]
+                                             + params[-1:])}.values())
+        self.cleared = lambda: bool(witnesses) and all(p.grad is None for p in witnesses)
+
+    def source_name(self, w: Any, source: int) -> str:
+        if source == LOSS and self.by_grad:
+            return (f"loss or model output (the first gradient of the backward, "
+                    f"{w.first_grad.name})")
+        return SOURCE_NAMES[source]
+
+    # -- by the first gradient of the backward (DDP, plain modules)
+
+    def first_grad(self, w: Any, grad: Any) -> None:
+        if self.done:
+            return
+        step = w.step + 1
+        if self.flags and self.flags[-1][0] == step and self.cleared():
+            self._forget_skipped(step)
+        # A sum, read on check steps only: a NaN or Inf anywhere makes it non-finite
+        # (isfinite().all() would be three kernels per tensor on the hot path).
+        if grad.requires_grad:  # create_graph=True
+            grad = grad.detach()
+        self.flags.append((step, LOSS, self.sum(grad, dtype=self.f32)))
+
+    # -- by the model output (FSDP, tensor parallel, or nonfinite_output=True)
 
     def forward_out(self, w: Any, output: Any) -> None:
         if self.done:
@@ -62,29 +99,27 @@ class NonfiniteCheck(WatchCheck):
         if t is None or not t.requires_grad:
             return
         step = w.step + 1
-        if self.flags and self.flags[-1][0] == step and self._grads_cleared():
-            # The last iteration backpropagated, its optimizer step never ran, and its
-            # gradients were cleared: a skipped step (a GradScaler that found inf in fp16
-            # gradients and lowered its scale). Its flags say nothing about the model.
-            # Gradient accumulation keeps its gradients between forwards: not this.
-            self.flags = [f for f in self.flags if f[0] != step]
-            self.skipped += 1
+        if self.flags and self.flags[-1][0] == step and self.cleared():
+            self._forget_skipped(step)
         # A weak reference: holding the output until backward could raise peak memory by
         # one output (an LLM's logits); the loop's own variable keeps it alive instead.
-        t.register_hook(partial(self._grad_hook, step, weakref.ref(t)))
+        t.register_hook(partial(self._output_hook, step, weakref.ref(t)))
 
-    def _grads_cleared(self) -> bool:
-        return bool(self.witnesses) and all(p.grad is None for p in self.witnesses)
-
-    def _grad_hook(self, step: int, output_ref: Any, grad: Any) -> None:
-        import torch
-
-        # Sums, read on check steps only: a NaN or Inf anywhere makes them non-finite
-        # (isfinite().all() would be three kernels per tensor on the hot path).
+    def _output_hook(self, step: int, output_ref: Any, grad: Any) -> None:
         output = output_ref()
         if output is not None:
-            self.flags.append((step, OUTPUT, torch.sum(output.detach(), dtype=torch.float32)))
-        self.flags.append((step, LOSS, torch.sum(grad.detach(), dtype=torch.float32)))
+            self.flags.append((step, OUTPUT, self.sum(output.detach(), dtype=self.f32)))
+        self.flags.append((step, LOSS, self.sum(grad.detach(), dtype=self.f32)))
+
+    # -- both
+
+    def _forget_skipped(self, step: int) -> None:
+        # The last iteration backpropagated, its optimizer step never ran, and its
+        # gradients were cleared: a skipped step (a GradScaler that found inf in fp16
+        # gradients and lowered its scale). Its flags say nothing about the model.
+        # Gradient accumulation keeps its gradients between backwards: not this.
+        self.flags = [f for f in self.flags if f[0] != step]
+        self.skipped += 1
 
     def before_check(self, w: Any, step: int) -> None:
         if self.done:
@@ -139,10 +174,10 @@ class NonfiniteCheck(WatchCheck):
         param = names[pidx] if 0 <= pidx < len(names) else None
         return [Finding(
             "GRAD_NONFINITE",
-            f"non-finite {SOURCE_NAMES[source]} first on rank "
+            f"non-finite {self.source_name(w, source)} first on rank "
             f"{','.join(map(str, ranks))} at step {first}"
             + (f"; first non-finite gradient: {param}" if param else ""),
             ranks=ranks,
-            evidence={"step": first, "source": SOURCE_NAMES[source], "parameter": param,
+            evidence={"step": first, "source": self.source_name(w, source), "parameter": param,
                       "ranks_nonfinite": [r for r, d in enumerate(data) if d[0] > 0],
                       "detected_at_step": step})]
