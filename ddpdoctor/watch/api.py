@@ -142,6 +142,8 @@ class Watcher:
         self.hosts: list[int] = [0]  # per rank, _host_id(): hostname and network namespace
         self.coll = [c for c in self.checks if c.name in COLLECTIVE_CHECKS]
         self.timed = cfg.enabled("straggler")  # per-step times are wanted
+        self._hooks_span = -1  # steps before each check step that run the module hooks
+        self._next_check_step = 0
         if self.dist and self.world > 1 and self.coll:
             self._setup_group(dist, torch)
         self._register_hooks()
@@ -244,14 +246,21 @@ class Watcher:
         self._module_hooks.append(inner.register_forward_hook(self._safe(self._on_inner_out)))
 
     def _module_hooks_needed(self, step: int) -> bool:
-        """Whether step ``step`` needs the module forward hooks (see base.py)."""
-        if self.first_grad is None or not self.first_grad.settled or self._at["forward_out"]:
+        """Whether step ``step`` needs the module forward hooks (see base.py). Runs at
+        every boundary: integer compares once the model is learnt."""
+        if self._hooks_span < 0:
+            if self.first_grad is None or not self.first_grad.settled or self._at["forward_out"]:
+                return True
+            # the straggler check compares the forward times of the last steps before a
+            # check step; forward_pre checks (the sampler) look at a check step's input
+            self._hooks_span = max(self.cfg.straggler_samples if self.timed else 0,
+                                   1 if self._at["forward_pre"] else 0)
+        if step > self._next_check_step:
+            self._next_check_step = self._next_check(step)
+        if self._next_check_step - step < self._hooks_span:
             return True
-        if self.optimizer is None and self._no_opt():
-            return True  # the forward is the step boundary until an optimizer steps
-        if self.timed and self._next_check(step) - step < self.cfg.straggler_samples:
-            return True  # the straggler check compares forward times of these steps
-        return bool(self._at["forward_pre"]) and self.is_check_step(step)
+        # until an optimizer steps, a forward is the step boundary
+        return self.optimizer is None and self._no_opt()
 
     def _next_check(self, step: int) -> int:
         """The first check step at or after ``step``."""

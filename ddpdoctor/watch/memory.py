@@ -119,6 +119,7 @@ class MemoryCheck(WatchCheck):
         import torch
 
         self.samples: list[tuple[int, int]] = []
+        self.every_n = max(1, min(w.cfg.memory_every, w.cfg.every))
         self.done = False
         self.device = w.device
         self.cuda = self.device is not None and self.device.type == "cuda"
@@ -135,7 +136,7 @@ class MemoryCheck(WatchCheck):
 
     def step_end(self, w: Any, step: int) -> None:
         # Reading RSS costs a /proc read; one sample every few steps shows a leak as well.
-        if step % max(1, min(w.cfg.memory_every, w.cfg.every)):
+        if step % self.every_n:
             return
         value = self.sample()
         w.monitor.memory(value)
