@@ -464,3 +464,37 @@ def test_module_hooks_stay_when_a_check_needs_the_output(tmp_path):
         opt.zero_grad()
     assert model._forward_hooks and model._forward_pre_hooks
     handle.close()
+
+
+@pytest.mark.parametrize("by_output", [False, True])
+def test_gradscaler_skipping_every_step_is_nonfinite(tmp_path, by_output):
+    """A loss that stays inf: GradScaler skips every optimizer step (its scale collapses),
+    so no check step ever comes. After `nonfinite_skips` skips in a row: GRAD_NONFINITE for
+    the whole job, once."""
+    import torch
+    from torch import nn
+
+    import ddpdoctor
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    events = tmp_path / "ev.jsonl"
+    handle = ddpdoctor.watch(model, opt, every=100, events_path=str(events), checks="nonfinite",
+                             nonfinite_output=by_output, nonfinite_skips=5)
+    x = torch.randn(16, 4)
+    with pytest.warns(DDPDoctorWarning, match="GRAD_NONFINITE"):
+        for it in range(12):
+            loss = model(x).pow(2).mean()
+            if it >= 2:
+                loss = loss * float("inf")  # from step 3 on, every step overflows
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+    handle.close()
+    assert handle.step == 2
+    [ev] = read_events(str(events))
+    assert ev["id"] == "GRAD_NONFINITE" and ev["ranks"] == []
+    assert ev["evidence"]["skipped_in_a_row"] == 5 and ev["evidence"]["last_completed_step"] == 2

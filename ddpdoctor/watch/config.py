@@ -61,6 +61,9 @@ class WatchConfig:
     # from one made by the loss (one reduction over the output, an LLM's logits, per step;
     # FSDP and tensor-parallel models always work this way)
     nonfinite_output: bool = False
+    # ... and GRAD_NONFINITE when this many iterations in a row skip their optimizer step
+    # (fp16 GradScaler finding inf every time: its scale collapses, nothing trains)
+    nonfinite_skips: int = 20
     # memory: growth over a window of steps after warm-up
     memory_warmup_steps: int = 2
     memory_window: int = 8             # samples

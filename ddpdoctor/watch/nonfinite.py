@@ -58,6 +58,7 @@ class NonfiniteCheck(WatchCheck):
         self.grad_bad: tuple[int, Any] | None = None
         self.done = False
         self.skipped = 0  # iterations whose optimizer step never ran (GradScaler overflow)
+        self.in_a_row = 0  # ... since the last optimizer step
         self.by_grad = w.first_grad is not None and not w.cfg.nonfinite_output
         if self.by_grad:
             self.skip = frozenset({"forward_out"})
@@ -82,8 +83,7 @@ class NonfiniteCheck(WatchCheck):
         if self.done:
             return
         step = w.step + 1
-        if self.flags and self.flags[-1][0] == step and self.cleared():
-            self._forget_skipped(step)
+        self._new_backward(w, step)
         # A sum, read on check steps only: a NaN or Inf anywhere makes it non-finite
         # (isfinite().all() would be three kernels per tensor on the hot path).
         if grad.requires_grad:  # create_graph=True
@@ -99,8 +99,7 @@ class NonfiniteCheck(WatchCheck):
         if t is None or not t.requires_grad:
             return
         step = w.step + 1
-        if self.flags and self.flags[-1][0] == step and self.cleared():
-            self._forget_skipped(step)
+        self._new_backward(w, step)
         # A weak reference: holding the output until backward could raise peak memory by
         # one output (an LLM's logits); the loop's own variable keeps it alive instead.
         t.register_hook(partial(self._output_hook, step, weakref.ref(t)))
@@ -113,13 +112,32 @@ class NonfiniteCheck(WatchCheck):
 
     # -- both
 
-    def _forget_skipped(self, step: int) -> None:
+    def _new_backward(self, w: Any, step: int) -> None:
+        if not self.flags or self.flags[-1][0] != step:
+            self.in_a_row = 0  # an optimizer step ran since the last backward
+        elif self.cleared():
+            self._forget_skipped(w, step)
+
+    def _forget_skipped(self, w: Any, step: int) -> None:
         # The last iteration backpropagated, its optimizer step never ran, and its
         # gradients were cleared: a skipped step (a GradScaler that found inf in fp16
         # gradients and lowered its scale). Its flags say nothing about the model.
         # Gradient accumulation keeps its gradients between backwards: not this.
         self.flags = [f for f in self.flags if f[0] != step]
         self.skipped += 1
+        self.in_a_row += 1
+        if self.in_a_row == w.cfg.nonfinite_skips:
+            # A few skips while the scale settles are routine; a streak means the loss or
+            # the gradients stay non-finite whatever the scale. No optimizer step, so no
+            # check step and no gather: every rank says it for the whole job.
+            w.emit(Finding(
+                "GRAD_NONFINITE",
+                f"{self.in_a_row} iterations in a row skipped their optimizer step after "
+                f"step {step - 1} (GradScaler found inf/NaN gradients each time): the loss "
+                "or the gradients stay non-finite",
+                ranks=[], evidence={"step": step, "skipped_in_a_row": self.in_a_row,
+                                    "last_completed_step": step - 1,
+                                    "source": "skipped optimizer steps (GradScaler)"}), step)
 
     def before_check(self, w: Any, step: int) -> None:
         if self.done:
