@@ -212,11 +212,8 @@ def test_memory_growth_on_a_leaking_loop(tmp_path):
     assert ev["evidence"]["mb_per_step"] >= 25 and ev["evidence"]["largest_tensors"]
 
 
-@pytest.mark.parametrize("by_output", [False, True])
-def test_gradscaler_skipped_step_is_no_nonfinite_but_accumulated_nan_is(tmp_path, by_output):
-    """fp16 training's routine overflow: GradScaler finds inf gradients, skips the
-    optimizer step, lowers its scale; the gradients are cleared. Not a fault. A NaN in
-    the first micro-batch of an accumulated step still is."""
+def _fp16_watched(tmp_path, **settings):
+    """A small model, SGD, a CPU GradScaler and a nonfinite-only watch."""
     import torch
     from torch import nn
 
@@ -227,9 +224,18 @@ def test_gradscaler_skipped_step_is_no_nonfinite_but_accumulated_nan_is(tmp_path
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
     events = tmp_path / "ev.jsonl"
-    handle = ddpdoctor.watch(model, opt, every=1, events_path=str(events), checks="nonfinite",
-                             nonfinite_output=by_output)
-    x = torch.randn(16, 4)
+    handle = ddpdoctor.watch(model, opt, events_path=str(events), checks="nonfinite",
+                             **settings)
+    return model, opt, scaler, torch.randn(16, 4), handle, events
+
+
+@pytest.mark.parametrize("by_output", [False, True])
+def test_gradscaler_skipped_step_is_no_nonfinite_but_accumulated_nan_is(tmp_path, by_output):
+    """fp16 training's routine overflow: GradScaler finds inf gradients, skips the
+    optimizer step, lowers its scale; the gradients are cleared. Not a fault. A NaN in
+    the first micro-batch of an accumulated step still is."""
+    model, opt, scaler, x, handle, events = _fp16_watched(tmp_path, every=1,
+                                                          nonfinite_output=by_output)
     for it in range(4):
         loss = model(x).pow(2).mean()
         if it == 1:
@@ -471,19 +477,8 @@ def test_gradscaler_skipping_every_step_is_nonfinite(tmp_path, by_output):
     """A loss that stays inf: GradScaler skips every optimizer step (its scale collapses),
     so no check step ever comes. After `nonfinite_skips` skips in a row: GRAD_NONFINITE for
     the whole job, once."""
-    import torch
-    from torch import nn
-
-    import ddpdoctor
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
-    events = tmp_path / "ev.jsonl"
-    handle = ddpdoctor.watch(model, opt, every=100, events_path=str(events), checks="nonfinite",
-                             nonfinite_output=by_output, nonfinite_skips=5)
-    x = torch.randn(16, 4)
+    model, opt, scaler, x, handle, events = _fp16_watched(
+        tmp_path, every=100, nonfinite_output=by_output, nonfinite_skips=5)
     with pytest.warns(DDPDoctorWarning, match="GRAD_NONFINITE"):
         for it in range(12):
             loss = model(x).pow(2).mean()
