@@ -57,7 +57,9 @@ class Monitor:
         self.ticks += 1
 
     def boundary(self, step: int, step_s: float) -> None:
-        self.step, self.phase, self.step_s = step, "data", step_s
+        # most steps run no forward hook (watch/first_grad.py): "forward" is marked only
+        # on some, so until the first gradient the phase is data loading or the forward
+        self.step, self.phase, self.step_s = step, "data/forward", step_s
         self.ticks += 1
 
     def memory(self, value: int) -> None:
