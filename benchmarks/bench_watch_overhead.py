@@ -1,57 +1,126 @@
 """Step-time overhead of ``ddpdoctor.watch()`` at its default settings.
 
-Two identical DDP models train side by side in one run, one watched and one not, step by
-step interleaved (so machine noise hits both alike). Two identical models are not equally
-fast, though: where their tensors landed in memory alone makes one up to ~1.5% faster for
-a whole run here (measured with neither watched). So every run has two halves, and the
-watch moves from one model to the other between them; the geometric mean of the halves'
-ratios cancels that bias and the square root of their quotient shows how big it was.
+One model trains, and the watch is switched on and off between its steps
+(``handle.pause()`` takes every hook off, so an unwatched step runs exactly as without the
+watch) in blocks of four: watched, unwatched, unwatched, watched. Slow drift of the
+machine (the CPU time of the same step wanders by 15% over a minute here) and any effect
+of a step's position hit both sides alike, and both come from the same tensors. (Two
+identical models side by side do not work: where their memory landed makes one ~1.5%
+faster for a while, then the other.) The watch counts only its watched steps, so its
+check steps (every ``every``-th, with the cross-rank gather and, every 10th, the link
+probe) fall among them as in a real run.
 
-Per half: the paired ratio (median of with/without over back-to-back step pairs), the
-training thread's CPU time per step, and the check steps (1 in ``every``, which the median
-drops) counted on their own: their extra time is spread over all steps.
+Per block: watched time / unwatched time. The watch's costs come on a schedule of its
+watched steps (a check step every ``every``, module hooks on the steps before it, a
+memory sample every 20th, a link probe every 10th check step), so blocks are grouped by
+where their watched steps fall in that cycle: the estimate is the mean over the groups
+of each group's median ratio (its mean where the group holds a check step: there the
+rare link probe counts too). Every scheduled cost counts at its real frequency; the
+machine's random spikes do not. A 95% interval comes from resampling blocks within their
+groups (bootstrap). ``--control`` runs the same with the watch paused on both sides: an
+A/A test of the method (it should say 0 within its interval). A watched step here starts
+with its hooks freshly registered, which a watch that stays on never does: if anything,
+that overstates.
 
-    torchrun --nproc-per-node 2 benchmarks/bench_watch_overhead.py [--steps 800 --repeat 5]
-    python benchmarks/bench_watch_overhead.py            # one process, no DDP
+    python benchmarks/bench_watch_overhead.py                    # one process, no DDP
+    torchrun --nproc-per-node 2 benchmarks/bench_watch_overhead.py            # ~10 min here
+    torchrun --nproc-per-node 2 benchmarks/bench_watch_overhead.py --dim 512 --steps 24000
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import json
 import os
+import random
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
-class Half:
-    """One half of a run: the watch on one of the two models."""
-    paired: float        # median over step pairs of with/without
-    check_share: float   # the check steps' extra time / the unwatched run's time
-    cpu_with_ms: float   # median training-thread CPU time per step
-    cpu_without_ms: float
-    med_with_ms: float
-    med_without_ms: float
-    checks: int
+class Blocks:
+    """Per block: watched and unwatched wall and CPU time (half of its steps each)."""
+    wall_w: list[float] = field(default_factory=list)
+    wall_u: list[float] = field(default_factory=list)
+    cpu_w: list[float] = field(default_factory=list)
+    cpu_u: list[float] = field(default_factory=list)
+    phase: list[int] = field(default_factory=list)   # first watched step mod `every`
+    check: list[bool] = field(default_factory=list)  # a check step among the watched two
+
+    def extend(self, other: Blocks) -> None:
+        for name in ("wall_w", "wall_u", "cpu_w", "cpu_u", "phase", "check"):
+            getattr(self, name).extend(getattr(other, name))
+
+
+Groups = dict[int, tuple[bool, list[float]]]  # phase -> (holds a check step, ratios)
+
+
+def group(b: Blocks, wall: bool = True) -> Groups:
+    out: Groups = {}
+    w, u = (b.wall_w, b.wall_u) if wall else (b.cpu_w, b.cpu_u)
+    for wi, ui, ph, c in zip(w, u, b.phase, b.check):
+        has, ratios = out.setdefault(ph, (False, []))
+        ratios.append(wi / ui)
+        if c and not has:
+            out[ph] = (True, ratios)
+    return out
+
+
+def overhead(groups: Groups) -> float:
+    """Mean over the groups of their median ratio (mean with a check step) - 1."""
+    values = [statistics.fmean(r) if has else statistics.median(r)
+              for has, r in groups.values() if r]
+    return statistics.fmean(values) - 1 if values else 0.0
+
+
+def interval(groups: Groups, reps: int = 300, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of :func:`overhead` (blocks resampled within groups)."""
+    rng = random.Random(seed)
+    estimates = sorted(
+        overhead({ph: (has, rng.choices(r, k=len(r))) for ph, (has, r) in groups.items()})
+        for _ in range(reps))
+    return estimates[int(0.025 * reps)], estimates[int(0.975 * reps) - 1]
+
+
+def summarize(b: Blocks, block: int) -> dict[str, float]:
+    groups = group(b)
+    low, high = interval(groups)
+    checks = [r for has, rs in groups.values() if has for r in rs]
+    regular = {ph: g for ph, g in groups.items() if not g[0]}
+    cpu = {ph: g for ph, g in group(b, wall=False).items() if not g[0]}
+    step_s = statistics.median(b.cpu_u) / (2 * block)
+    return {"step_ms": statistics.median(b.wall_u) / (2 * block) * 1e3,
+            "regular": overhead(regular),
+            "check_blocks": len(checks),
+            "check_extra": (statistics.fmean(checks) - 1) if checks else 0.0,
+            "cpu_us": overhead(cpu) * step_s * 1e6,
+            "overhead": overhead(groups), "low": low, "high": high}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=800, help="timed steps per model per half")
-    p.add_argument("--warmup", type=int, default=300,
-                   help="untimed steps per model after each attach (the watch's early "
-                        "check steps and link probes fall here, as in the first minutes "
-                        "of a real job)")
+    p.add_argument("--steps", type=int, default=8000,
+                   help="timed steps per run, half of them watched")
+    p.add_argument("--warmup", type=int, default=400,
+                   help="steps before timing, half of them watched (the watch's early check "
+                        "steps and first link probes fall here, as in a real job's first "
+                        "minutes)")
     p.add_argument("--repeat", type=int, default=1,
-                   help="measure this many times (one line each, then the median)")
-    p.add_argument("--dim", type=int, default=512)
+                   help="runs (a fresh watch each); one line each, then all pooled")
+    p.add_argument("--dim", type=int, default=1024,
+                   help="MLP width: 1024 is a ~65 ms step on 2 CPU ranks here, 512 ~17 ms")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--checks", default=None,
                    help="watch only these checks (as DDPDOCTOR_WATCH_CHECKS: 'nonfinite', "
                         "'-links,-desync', 'none'); default: the default checks")
+    p.add_argument("--block", type=int, default=1,
+                   help="N: blocks of N watched, 2N unwatched, N watched steps (N=1 switches "
+                        "every step; a larger N tests that the switching itself is free)")
+    p.add_argument("--control", action="store_true",
+                   help="A/A test: the watch stays paused on the 'watched' steps too")
+    p.add_argument("--raw", default=None, help="write the per-block times (JSON) here")
     args = p.parse_args()
 
     import torch
@@ -67,88 +136,104 @@ def main() -> None:
     rank = dist.get_rank() if distributed else 0
     world = dist.get_world_size() if distributed else 1
 
-    def build() -> tuple[nn.Module, torch.optim.Optimizer]:
-        torch.manual_seed(0)
-        layers: list[nn.Module] = []
-        for _ in range(args.layers):
-            layers += [nn.Linear(args.dim, args.dim), nn.GELU()]
-        model: nn.Module = nn.Sequential(*layers, nn.Linear(args.dim, 1))
-        if distributed:
-            model = nn.parallel.DistributedDataParallel(model)
-        return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    models = [build(), build()]
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(args.layers):
+        layers += [nn.Linear(args.dim, args.dim), nn.GELU()]
+    model: nn.Module = nn.Sequential(*layers, nn.Linear(args.dim, 1))
+    if distributed:
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(rank)
     batches = [torch.randn(args.batch, args.dim, generator=gen) for _ in range(8)]
 
-    def step(model: nn.Module, opt: torch.optim.Optimizer, i: int) -> None:
-        model(batches[i % len(batches)]).pow(2).mean().backward()
+    def step(i: int) -> None:
+        # one batch per block of four: watched and unwatched steps see the same data
+        model(batches[i // 4 % len(batches)]).pow(2).mean().backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    def half(watched: int) -> tuple[Half, int]:
-        """Watch model ``watched``, warm up, time both models interleaved."""
-        handle = ddpdoctor.watch(models[watched][0], models[watched][1], checks=args.checks)
-        for i in range(args.warmup):
-            for model, opt in models:
-                step(model, opt, i)
-        wall: list[list[float]] = [[], []]
-        cpu: list[list[float]] = [[], []]
-        check: list[bool] = []
-        for i in range(args.steps):
-            for k in ((0, 1) if i % 2 == 0 else (1, 0)):  # each goes first half the time
-                t0, c0 = time.perf_counter(), time.thread_time()
-                step(*models[k], i)
-                wall[k].append(time.perf_counter() - t0)
-                cpu[k].append(time.thread_time() - c0)
-                if k == watched:
-                    check.append(handle.is_check_step(handle.step))
+    def run() -> tuple[Blocks, int]:
+        handle = ddpdoctor.watch(model, opt, checks=args.checks)
+        handle.pause()
+        blocks = Blocks()
+        wall, cpu, check, phase = [0.0, 0.0], [0.0, 0.0], False, 0
+        n = args.block
+        size = 4 * n
+        for i in range(args.warmup + args.steps):
+            pos = i % size
+            slot = pos < n or pos >= 3 * n  # a watched slot (the watch is off with --control)
+            watched = slot and not args.control
+            switch_on = watched and pos in (0, 3 * n)
+            switch_off = watched and pos in (n - 1, size - 1)
+            if switch_on:
+                handle.resume()
+            t0, c0 = time.perf_counter(), time.thread_time()
+            step(i)
+            t1, c1 = time.perf_counter(), time.thread_time()
+            if watched:
+                if switch_off:
+                    handle.pause()
+                check = check or handle.is_check_step(handle.step)
+                if pos == 0:
+                    phase = handle.step % handle.cfg.every
+            wall[not slot] += t1 - t0
+            cpu[not slot] += c1 - c0
+            if pos == size - 1:
+                if i >= args.warmup:
+                    blocks.wall_w.append(wall[0])
+                    blocks.wall_u.append(wall[1])
+                    blocks.cpu_w.append(cpu[0])
+                    blocks.cpu_u.append(cpu[1])
+                    blocks.check.append(check)
+                    blocks.phase.append(phase if not args.control else i // size % 50)
+                wall, cpu, check = [0.0, 0.0], [0.0, 0.0], False
+        handle.resume()
         handle.close()
-        with_w, base = wall[watched], wall[1 - watched]
-        extra = sum(w - b for w, b, c in zip(with_w, base, check) if c)
-        return Half(paired=statistics.median(w / b for w, b in zip(with_w, base)),
-                    check_share=extra / sum(base),
-                    cpu_with_ms=statistics.median(cpu[watched]) * 1e3,
-                    cpu_without_ms=statistics.median(cpu[1 - watched]) * 1e3,
-                    med_with_ms=statistics.median(with_w) * 1e3,
-                    med_without_ms=statistics.median(base) * 1e3,
-                    checks=sum(check)), len(handle.findings)
+        return blocks, len(handle.findings)
 
-    # Untimed warm-up of both models: allocator pools, DDP buckets, optimizer state.
-    for i in range(args.warmup):
-        for model, opt in models:
-            step(model, opt, i)
+    for i in range(args.warmup):  # allocator pools, DDP buckets, optimizer state
+        step(i)
     if rank == 0:
         print(f"{world} rank(s), {args.layers}x{args.dim} MLP, batch {args.batch}, "
-              f"{args.steps} timed steps per model per half, checks: "
-              f"{args.checks or 'the defaults'}")
-        print(f"{'run':>4}{'step ms':>9}{'half A':>9}{'half B':>9}{'bias':>8}"
-              f"{'checks':>8}{'CPU +us':>9}{'overhead':>10}")
-    estimates, findings = [], 0
+              f"{args.steps} timed steps per run (half watched), checks: "
+              f"{args.checks or 'the defaults'}"
+              + ("; CONTROL (A/A): never watched" if args.control else ""))
+        print(f"{'run':>4}{'step ms':>9}{'regular':>9}{'checks':>8}{'+each':>8}"
+              f"{'CPU +us':>9}{'overhead':>10}{'95% interval':>20}")
+    pooled, findings, raw = Blocks(), 0, []
     for rep in range(args.repeat):
-        a, fa = half(0)
-        b, fb = half(1)
-        findings += fa + fb
-        paired = math.sqrt(a.paired * b.paired)  # the slot bias cancels
-        bias = math.sqrt(a.paired / b.paired) - 1
-        share = (a.check_share + b.check_share) / 2
-        estimate = paired - 1 + share
-        estimates.append(estimate)
-        cpu_us = ((a.cpu_with_ms - a.cpu_without_ms) + (b.cpu_with_ms - b.cpu_without_ms)) * 500
+        blocks, found = run()
+        findings += found
+        pooled.extend(blocks)
+        raw.append(blocks.__dict__)
+        s = summarize(blocks, args.block)
         if rank == 0:
-            print(f"{rep + 1:>4}{(a.med_without_ms + b.med_without_ms) / 2:>9.2f}"
-                  f"{a.paired - 1:>+9.2%}{b.paired - 1:>+9.2%}{bias:>+8.2%}{share:>8.2%}"
-                  f"{cpu_us:>+9.0f}{estimate:>+10.2%}")
+            print(f"{rep + 1:>4}{s['step_ms']:>9.2f}{s['regular']:>+9.2%}"
+                  f"{s['check_blocks']:>8}{s['check_extra']:>+8.1%}{s['cpu_us']:>+9.0f}"
+                  f"{s['overhead']:>+10.2%}{s['low']:>+10.2%} to {s['high']:<+7.2%}")
     if rank == 0:
-        print("half A/B: paired ratio - 1 with the watch on model A / on model B; bias: "
-              "how much faster model A was anyway; checks: the check steps' extra time "
-              "spread over the run; CPU +us: training-thread CPU time per step added; "
-              "overhead: geometric mean of the halves - 1 + checks")
-        if len(estimates) > 1:
-            print(f"overhead over {len(estimates)} runs: median "
-                  f"{statistics.median(estimates):.2%}, range {min(estimates):.2%} to "
-                  f"{max(estimates):.2%}")
+        s = summarize(pooled, args.block)
+        if args.repeat > 1:
+            print(f"{'all':>4}{s['step_ms']:>9.2f}{s['regular']:>+9.2%}"
+                  f"{s['check_blocks']:>8}{s['check_extra']:>+8.1%}{s['cpu_us']:>+9.0f}"
+                  f"{s['overhead']:>+10.2%}{s['low']:>+10.2%} to {s['high']:<+7.2%}")
+        print("regular: watched/unwatched - 1 over the groups of blocks without a check "
+              "step; checks: blocks with one, +each: their mean extra; CPU +us: "
+              "training-thread CPU time added per watched step (without check steps); "
+              "overhead: all groups")
+        ratio = (f"{1 + s['overhead']:.4f} (95% interval {1 + s['low']:.4f} to "
+                 f"{1 + s['high']:.4f})")
+        if args.control:
+            bias = "none shown" if s["low"] <= 0 <= s["high"] else "BIASED"
+            print(f"control, unwatched / unwatched: {ratio}: the method's bias: {bias}")
+        else:
+            verdict = "within" if s["high"] < 0.01 else "NOT shown within"
+            print(f"step time with the watch / without: {ratio}: {verdict} 1%")
         print(f"findings: {findings}")
+        if args.raw:
+            with open(args.raw, "w") as f:
+                json.dump(raw, f)
     if distributed:
         dist.destroy_process_group()
 

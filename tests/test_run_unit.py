@@ -138,6 +138,11 @@ def test_heartbeat_of_a_training_rank_overrides_its_cpu():
     tr2.update(0.0, 0, sample(0.0, (11, 0, 0.0)), early)
     tr2.update(1.0, 0, sample(1.0, (11, 0, 1.0)), early)
     assert tr2.stalled_for(1.0) == 0
+    # a paused watch (a long evaluation) makes no steps: its CPU counts again
+    paused = {0: Heartbeat(0, 4, 105.0, 105.0, "step", "paused")}
+    tr.update(7.0, 0, sample(7.0, (11, 0, 7.0)), paused)
+    tr.update(20.0, 0, sample(20.0, (11, 0, 20.0)), paused)
+    assert tr.stalled_for(20.0) == 0 and "CPU time of rank 0" in tr.last_what
 
 
 def test_rank_exit_order():

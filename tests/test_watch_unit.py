@@ -446,6 +446,8 @@ def test_hot_path_keeps_one_gradient_hook_and_module_hooks_only_on_check_steps(t
     assert hooked_at_forward == [True, False, True, True, False, False, True, True]
     hooks = [len(p._backward_hooks or {}) for p in model.parameters()]
     assert sorted(hooks) == [0, 0, 0, 1] and model[2].bias._backward_hooks
+    # the emptied hook dicts are gone: autograd would still call into Python for them
+    assert sum(p._backward_hooks is None for p in model.parameters()) == 3
     assert handle.first_grad.name == "2.bias"
     assert [t[0] for t in handle.window] == [3, 4, 7, 8]  # timed steps (the last `every`)
     assert min(t[2] for t in handle.window) >= 0.03  # data wait: the gap before forward
@@ -493,3 +495,129 @@ def test_gradscaler_skipping_every_step_is_nonfinite(tmp_path, by_output):
     [ev] = read_events(str(events))
     assert ev["id"] == "GRAD_NONFINITE" and ev["ranks"] == []
     assert ev["evidence"]["skipped_in_a_row"] == 5 and ev["evidence"]["last_completed_step"] == 2
+
+
+def _step(model, opt, x, nan: bool = False) -> None:
+    loss = model(x).pow(2).mean()
+    (loss * float("nan") if nan else loss).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def _hook_count(model, opt) -> int:
+    from torch.optim.optimizer import (
+        _global_optimizer_post_hooks,
+        _global_optimizer_pre_hooks,
+    )
+
+    return (sum(len(p._backward_hooks or {}) for p in model.parameters())
+            + len(model._forward_pre_hooks) + sum(len(m._forward_hooks) for m in model.modules())
+            + len(opt._optimizer_step_pre_hooks) + len(opt._optimizer_step_post_hooks)
+            + len(_global_optimizer_pre_hooks) + len(_global_optimizer_post_hooks))
+
+
+@pytest.mark.parametrize("give_optimizer", [True, False])
+def test_pause_removes_every_hook_and_counts_nothing(tmp_path, give_optimizer):
+    """Paused steps run with no hook of the watch at all (a NaN planted there is not seen
+    and they are not counted); after resume the same checks see the next NaN, at the
+    watched step number."""
+    import torch
+    from torch import nn
+
+    import ddpdoctor
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 8)
+    before = _hook_count(model, opt)
+    handle = ddpdoctor.watch(model, opt if give_optimizer else None, every=1,
+                             events_path=str(tmp_path / "ev.jsonl"))
+    for _ in range(3):
+        _step(model, opt, x)
+    hooked = _hook_count(model, opt)
+    assert hooked > before and handle.step == 3
+    with handle.paused():
+        assert handle.is_paused and _hook_count(model, opt) == before
+        with ddpdoctor.watch.paused():  # nests: still paused after the inner block
+            _step(model, opt, x, nan=True)
+        assert handle.is_paused and _hook_count(model, opt) == before
+        _step(model, opt, x, nan=True)
+    assert handle.step == 3 and handle.findings == [] and not handle.is_paused
+    assert _hook_count(model, opt) == hooked
+    with torch.no_grad():  # the NaN reached the weights while paused: start clean
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p))
+    _step(model, opt, x)
+    with pytest.warns(DDPDoctorWarning, match="GRAD_NONFINITE"):
+        _step(model, opt, x, nan=True)
+    [nan] = [e for e in read_events(str(tmp_path / "ev.jsonl")) if e["id"] == "GRAD_NONFINITE"]
+    assert nan["evidence"]["step"] == 5 and handle.step == 5
+    handle.close()
+    assert _hook_count(model, opt) == before
+    assert all(p._backward_hooks is None for p in model.parameters())
+
+
+def test_optimizer_given_after_the_model_counts_each_step_once(tmp_path):
+    """``watch(model)`` (as ``ddpdoctor run`` does) then ``watch(model, opt)`` in the
+    script: the global step hooks give way to the optimizer's own."""
+    import torch
+    from torch import nn
+
+    import ddpdoctor
+
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    handle = ddpdoctor.watch(model, events_path=str(tmp_path / "ev.jsonl"))
+    assert ddpdoctor.watch(model, opt) is handle
+    for _ in range(4):
+        _step(model, opt, torch.randn(4, 8))
+    assert handle.step == 4
+    handle.close()
+    assert _hook_count(model, opt) == 0
+
+
+def test_hang_watchdog_waits_while_paused_and_heartbeat_says_so(tmp_path):
+    import time
+
+    import torch
+    from torch import nn
+
+    import ddpdoctor
+
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    events, hb = tmp_path / "ev.jsonl", tmp_path / "hb" / "rank0.json"
+    handle = ddpdoctor.watch(model, opt, events_path=str(events), hang_timeout_s=0.4,
+                             heartbeat_interval_s=0.05, heartbeat_dir=str(hb.parent))
+    for _ in range(2):
+        _step(model, opt, torch.randn(4, 8))
+    with ddpdoctor.watch.paused():  # an evaluation longer than the hang timeout
+        time.sleep(1.2)
+        assert json.loads(hb.read_text())["status"] == "paused"
+    _step(model, opt, torch.randn(4, 8))
+    time.sleep(0.2)
+    stalls = lambda: [e for e in read_events(str(events)) if e["kind"] == "stall"]  # noqa: E731
+    assert not events.exists() or stalls() == []
+    assert json.loads(hb.read_text())["status"] == "running"
+    time.sleep(1.2)  # the same wait unpaused is a stall
+    assert [e["step"] for e in stalls()] == [4]
+    handle.close()
+
+
+def test_bit_sum_is_exact_and_layout_free():
+    import torch
+
+    from ddpdoctor.watch.base import bit_sum
+
+    torch.manual_seed(0)
+    for t in (torch.randn(64, 32), torch.randn(3), torch.randn(5)[1:5], torch.randn(6).half(),
+              torch.randn(8, dtype=torch.complex64), torch.ones(5, dtype=torch.bool)):
+        same = t.clone()
+        assert int(bit_sum(t)) == int(bit_sum(same))
+        raw = same.view(torch.uint8).view(-1)
+        raw[-1] ^= 1  # one bit of the last element
+        assert int(bit_sum(t)) != int(bit_sum(same)), t.dtype
+    w = torch.randn(16, 8)
+    assert int(bit_sum(w.t())) == int(bit_sum(w.t().contiguous()))  # layout-free
+    assert int(bit_sum(w)) == int(bit_sum(w[torch.randperm(16)]))  # order-free

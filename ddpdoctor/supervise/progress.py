@@ -50,7 +50,9 @@ class Heartbeat:
 
     @property
     def training(self) -> bool:
-        return self.status != "closed" and (self.step > 0 or self.phase not in ("", "starting"))
+        # a paused watch (evaluation, checkpointing) beats without steps: its CPU counts
+        return (self.status not in ("closed", "paused")
+                and (self.step > 0 or self.phase not in ("", "starting")))
 
 
 def _rank_of(proc: Any) -> int | None:

@@ -6,13 +6,15 @@ callable, so ``ddpdoctor.watch(model)`` works although ``ddpdoctor.watch`` is a 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
+from collections.abc import Iterator
 from typing import Any
 
 from ddpdoctor.watch.events import DDPDoctorWarning
 
-__all__ = ["watch", "DDPDoctorWarning", "Watcher"]
+__all__ = ["watch", "paused", "DDPDoctorWarning", "Watcher"]
 
 
 def watch(model: Any, optimizer: Any = None, dataloader: Any = None, **kwargs: Any) -> Any:
@@ -20,6 +22,23 @@ def watch(model: Any, optimizer: Any = None, dataloader: Any = None, **kwargs: A
     from ddpdoctor.watch.api import watch as _watch
 
     return _watch(model, optimizer, dataloader, **kwargs)
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """``with ddpdoctor.watch.paused(): evaluate()``: pause every watcher of this process,
+    those made under ``ddpdoctor run`` included (no handle needed), for work that is not a
+    training step (evaluation, checkpoint saving): nothing is counted or checked and the
+    hang watchdog waits. A no-op where nothing is watched."""
+    api = sys.modules.get("ddpdoctor.watch.api")  # not loaded: nothing is watched
+    watchers = [w for w in list(api._WATCHERS.values()) if not w.closed] if api else []
+    for w in watchers:
+        w.pause()
+    try:
+        yield
+    finally:
+        for w in watchers:
+            w.resume()
 
 
 def __getattr__(name: str) -> Any:

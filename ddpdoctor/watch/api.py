@@ -11,20 +11,22 @@ Cross-rank checks pack their few values into one float64 all_gather every ``ever
 issued at the step boundary on every rank in the same order, asynchronously on a gloo group
 of its own created once at attach (the training group's sequence numbers, streams and
 Flight Recorder entries stay untouched); the result is read at a later boundary, so the
-training thread never waits for it. Any failure inside the watcher disables it and is
-logged; it never raises into the training loop (except a DDPDoctorWarning turned into an
-error on purpose with ``-W error``).
+training thread never waits for it. ``pause()`` takes every hook off until ``resume()``
+(evaluation, checkpoint saving: not steps, and not stalls). Any failure inside the watcher
+disables it and is logged; it never raises into the training loop (except a
+DDPDoctorWarning turned into an error on purpose with ``-W error``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
 import weakref
 import zlib
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -89,7 +91,9 @@ class Watcher:
         self.auto = False  # created by the zero-code-change hook
         self.disabled = False
         self.findings: list[Finding] = []
-        self._hooks: list[Any] = []
+        self._opt_hooks: list[Any] = []
+        self._hooks_on = False  # False until attached, and while paused
+        self._pause_depth = 0
         self._module_hooks: list[Any] = []
         self._taps: list[Any] = []
         self.loaders: list[Any] = []
@@ -119,6 +123,9 @@ class Watcher:
         first = next((p for _, p in self.named_params), None)
         self.device = _local(first).device if first is not None else torch.device("cpu")
 
+        # made once: hooks that come and go (module hooks, a pause) reuse them
+        self._hook_fns = {name: self._safe(getattr(self, f"_on_{name}")) for name in
+                          ("pre_step", "post_step", "forward_pre", "inner_pre", "inner_out")}
         self.monitor = hang_watchdog.acquire(self.rank, cfg, self.sink)
         from ddpdoctor.watch import first_grad
 
@@ -163,8 +170,8 @@ class Watcher:
         """Attach an optimizer (its own step hooks) and DataLoader(s) after the fact."""
         if optimizer is not None and optimizer is not self.optimizer:
             self.optimizer = optimizer
-            self._hooks.append(optimizer.register_step_pre_hook(self._safe(self._on_pre_step)))
-            self._hooks.append(optimizer.register_step_post_hook(self._safe(self._on_post_step)))
+            if self._hooks_on:
+                self._hook_optimizer()
         if dataloader is None:
             return
         loaders = dataloader if isinstance(dataloader, (list, tuple)) else [dataloader]
@@ -218,16 +225,78 @@ class Watcher:
         return sum(c.width for c in self.coll if c.name != "desync")
 
     def _register_hooks(self) -> None:
-        self._set_module_hooks(True)
-        if self.optimizer is None:  # the global hooks bind to whichever optimizer steps us
-            from torch.optim.optimizer import (
-                register_optimizer_step_post_hook,
-                register_optimizer_step_pre_hook,
-            )
+        self._hooks_on = True
+        self._hook_optimizer()
+        if self.first_grad is not None:
+            self.first_grad.restore()
+        self._set_module_hooks(self._module_hooks_needed(self.step + 1))
 
-            self._hooks.append(register_optimizer_step_pre_hook(self._safe(self._on_pre_step)))
-            self._hooks.append(register_optimizer_step_post_hook(
-                self._safe(self._on_post_step)))
+    def _remove_hooks(self) -> None:
+        self._hooks_on = False
+        for h in self._opt_hooks:
+            h.remove()
+        self._opt_hooks = []
+        self._set_module_hooks(False)
+        if self.first_grad is not None:
+            self.first_grad.remove()
+
+    def _hook_optimizer(self) -> None:
+        """The step hooks: the optimizer's own, or, while none was given, the global ones
+        (bound to the first optimizer that steps this model). Never both: each step would
+        count twice."""
+        for h in self._opt_hooks:
+            h.remove()
+        pre, post = self._hook_fns["pre_step"], self._hook_fns["post_step"]
+        if self.optimizer is not None:
+            self._opt_hooks = [self.optimizer.register_step_pre_hook(pre),
+                               self.optimizer.register_step_post_hook(post)]
+            return
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        self._opt_hooks = [register_optimizer_step_pre_hook(pre),
+                           register_optimizer_step_post_hook(post)]
+
+    # -- pausing
+
+    @property
+    def is_paused(self) -> bool:
+        return self._pause_depth > 0
+
+    def pause(self) -> None:
+        """Stop watching until :meth:`resume`: every hook comes off (what runs meanwhile
+        costs nothing and is not counted as a step) and the hang watchdog waits. For work
+        that is not a training step and may take long: evaluation, checkpoint saving.
+        Pause every rank alike (the steps they count must stay in step). Nests."""
+        self._pause_depth += 1
+        if self._pause_depth > 1 or self.closed:
+            return
+        self._remove_hooks()
+        self.monitor.pause()
+
+    def resume(self) -> None:
+        """Undo one :meth:`pause`; the next step is timed from here."""
+        if self._pause_depth == 0:
+            return
+        self._pause_depth -= 1
+        if self._pause_depth or self.closed:
+            return
+        self.in_step = False
+        self.data_s = self.fwd_s = 0.0
+        self.t_boundary = time.perf_counter()
+        self.monitor.resume()
+        self._register_hooks()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[Watcher]:
+        """``with handle.paused(): evaluate()``: :meth:`pause`, then :meth:`resume`."""
+        self.pause()
+        try:
+            yield self
+        finally:
+            self.resume()
 
     def _set_module_hooks(self, on: bool) -> None:
         if on == bool(self._module_hooks):
@@ -239,11 +308,11 @@ class Watcher:
             return
         outer, inner = self.model, self.inner
         self._module_hooks.append(outer.register_forward_pre_hook(
-            self._safe(self._on_forward_pre), prepend=True, with_kwargs=True))
+            self._hook_fns["forward_pre"], prepend=True, with_kwargs=True))
         if inner is not outer:
             self._module_hooks.append(inner.register_forward_pre_hook(
-                self._safe(self._on_inner_pre), prepend=True))
-        self._module_hooks.append(inner.register_forward_hook(self._safe(self._on_inner_out)))
+                self._hook_fns["inner_pre"], prepend=True))
+        self._module_hooks.append(inner.register_forward_hook(self._hook_fns["inner_out"]))
 
     def _module_hooks_needed(self, step: int) -> bool:
         """Whether step ``step`` needs the module forward hooks (see base.py). Runs at
@@ -462,11 +531,9 @@ class Watcher:
                 self._poll(deadline=time.monotonic() + 2.0)
         except Exception as e:  # noqa: BLE001
             log.debug("ddpdoctor: final poll failed: %s", e)
-        for h in self._hooks:
-            h.remove()
-        self._set_module_hooks(False)
-        if self.first_grad is not None:
-            self.first_grad.remove()
+        self._remove_hooks()
+        if self._pause_depth:
+            self.monitor.resume()
         for tap in self._taps:
             tap.remove()
         for c in self.checks:

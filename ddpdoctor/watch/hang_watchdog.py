@@ -45,6 +45,7 @@ class Monitor:
         self.started = False  # the watchdog fires only once training has begun
         self.stalled_step = -1
         self.users = 0
+        self.paused = 0  # watchers paused (evaluation, checkpointing): no stall meanwhile
         self.status = "running"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -66,6 +67,15 @@ class Monitor:
         self.mem = value
         self.mem_history.append((self.step, value))
         del self.mem_history[:-32]
+
+    def pause(self) -> None:
+        self.paused += 1
+
+    def resume(self) -> None:
+        # the pause was not a stall: the wait for the next step starts now
+        self.last_progress = time.time()
+        self.ticks += 1
+        self.paused = max(0, self.paused - 1)
 
     # -- the thread
     def start(self) -> None:
@@ -109,7 +119,7 @@ class Monitor:
                 pass
 
     def _check_stall(self) -> None:
-        if not self.started or "hang" not in self.cfg.checks:
+        if not self.started or self.paused or "hang" not in self.cfg.checks:
             return
         waited = time.time() - self.last_progress
         if waited < self.cfg.hang_timeout_s or self.stalled_step == self.step:
@@ -145,10 +155,11 @@ class Monitor:
             return
         if self.status == "stalled" and time.time() - self.last_progress < 1:
             self.status = "running"
+        status = "paused" if self.paused and self.status != "closed" else self.status
         write_json_atomic(self.heartbeat_path, {
             "schema": "ddpdoctor.heartbeat/1", "rank": self.rank, "pid": os.getpid(),
             "local_rank": os.environ.get("LOCAL_RANK"), "step": self.step,
-            "phase": self.phase, "status": self.status, "time": time.time(),
+            "phase": self.phase, "status": status, "time": time.time(),
             "last_progress": self.last_progress, "last_step_time": self.last_step_time,
             "step_s": self.step_s, "memory_bytes": self.mem,
             "memory_history": self.mem_history[-16:]})

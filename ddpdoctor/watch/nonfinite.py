@@ -53,7 +53,7 @@ class NonfiniteCheck(WatchCheck):
     def attach(self, w: Any) -> None:
         import torch
 
-        self.sum, self.f32 = torch.sum, torch.float32
+        self.sum, self.f32, self.f16 = torch.sum, torch.float32, torch.float16
         self.flags: list[tuple[int, int, Any]] = []
         self.grad_bad: tuple[int, Any] | None = None
         self.done = False
@@ -88,7 +88,10 @@ class NonfiniteCheck(WatchCheck):
         # (isfinite().all() would be three kernels per tensor on the hot path).
         if grad.requires_grad:  # create_graph=True
             grad = grad.detach()
-        self.flags.append((step, LOSS, self.sum(grad, dtype=self.f32)))
+        # fp16 sums in float32 (a finite fp16 sum can overflow); others as they are: the
+        # dtype argument alone costs a few us here
+        self.flags.append((step, LOSS, self.sum(grad, dtype=self.f32)
+                           if grad.dtype is self.f16 else grad.sum()))
 
     # -- by the model output (FSDP, tensor parallel, or nonfinite_output=True)
 
