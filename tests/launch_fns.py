@@ -61,3 +61,39 @@ def watched_link_probe(ctx, late_rank, late_s):
         seen.append(list(links.last))
     handle.close()
     return {"times": seen, "findings": [f.id for f in handle.findings]}
+
+
+def watched_pause(ctx, events):
+    """A DDP model watched with a 0.5 s hang timeout: 2 steps, an "evaluation" of 1.5 s
+    paused on every rank, 4 more steps; rank 1's weights drift after its 3rd watched step."""
+    import torch
+
+    import ddpdoctor
+
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = ddpdoctor.watch(model, opt, every=2, early_checks=(), checks="desync,hang",
+                             hang_timeout_s=0.5, heartbeat_interval_s=0.05,
+                             events_path=events, warn=False)
+
+    def step():
+        model(torch.ones(4, 8) * (ctx.rank + 1)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        if handle.step == 3 and ctx.rank == 1:  # seen by check step 4
+            with torch.no_grad():
+                model.module.bias.add_(1.0)
+
+    for _ in range(2):
+        step()
+    with ddpdoctor.watch.paused():
+        with torch.no_grad():
+            for _ in range(3):
+                model(torch.ones(4, 8))
+                time.sleep(0.5)
+    for _ in range(4):
+        step()
+    handle.close()
+    return {"step": handle.step,
+            "findings": [(f.id, f.ranks, f.evidence.get("step")) for f in handle.findings]}

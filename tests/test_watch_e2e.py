@@ -178,3 +178,22 @@ def test_host_oom_names_rank_step_and_memory(tmp_path):
     assert ev["requested_mb"] > ev["host_total_mb"] >= ev["host_available_mb"] > 0
     assert [s for s, _ in ev["history_mb"]] == [1, 2, 3]  # sampled every step here
     assert all(t["mb"] < 1 for t in ev["largest_tensors"])  # not the watch's own buffers
+
+
+@pytest.mark.timeout(120)
+def test_pause_on_every_rank_keeps_them_in_step_and_is_no_stall(tmp_path):
+    """A 1.5 s evaluation, paused, under a 0.5 s hang timeout: no stall; the ranks' watched
+    steps stay equal, so the gathers after it still line up and name rank 1's drift at
+    step 4 (the paused forwards are not steps)."""
+    from ddpdoctor.launcher import launch as launch_fn
+
+    import launch_fns
+
+    events = tmp_path / "ev.jsonl"
+    res = launch_fn(launch_fns.watched_pause, nproc=2, args=(str(events),), backend="gloo",
+                 deadline_s=90)
+    assert res.ok, res
+    values = res.values()
+    assert [values[r]["step"] for r in (0, 1)] == [6, 6]
+    assert values[0]["findings"] == [("PARAM_DESYNC", [1], 4)]
+    assert [e for e in read_events(str(events)) if e["kind"] == "stall"] == []
