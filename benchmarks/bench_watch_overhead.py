@@ -35,7 +35,7 @@ import os
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -49,8 +49,8 @@ class Blocks:
     check: list[bool] = field(default_factory=list)  # a check step among the watched two
 
     def extend(self, other: Blocks) -> None:
-        for name in ("wall_w", "wall_u", "cpu_w", "cpu_u", "phase", "check"):
-            getattr(self, name).extend(getattr(other, name))
+        for f in fields(self):
+            getattr(self, f.name).extend(getattr(other, f.name))
 
 
 Groups = dict[int, tuple[bool, list[float]]]  # phase -> (holds a check step, ratios)

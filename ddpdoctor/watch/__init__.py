@@ -32,13 +32,10 @@ def paused() -> Iterator[None]:
     hang watchdog waits. A no-op where nothing is watched."""
     api = sys.modules.get("ddpdoctor.watch.api")  # not loaded: nothing is watched
     watchers = [w for w in list(api._WATCHERS.values()) if not w.closed] if api else []
-    for w in watchers:
-        w.pause()
-    try:
-        yield
-    finally:
+    with contextlib.ExitStack() as stack:
         for w in watchers:
-            w.resume()
+            stack.enter_context(w.paused())
+        yield
 
 
 def __getattr__(name: str) -> Any:
