@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -9,6 +10,38 @@ from typing import Any
 import click
 
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
+
+
+class FiniteFloat(click.ParamType):
+    """A float option that refuses NaN and inf (exit 2), with optional bounds.
+
+    ``float("nan")`` parses, and a NaN timeout compares false with everything: detection
+    silently off. Every numeric option of every command goes through this type.
+    """
+
+    name = "float"
+
+    def __init__(self, min: float | None = None, max: float | None = None,
+                 min_open: bool = False) -> None:
+        self.min, self.max, self.min_open = min, max, min_open
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        if isinstance(value, float) and math.isfinite(value):
+            number = value
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.min is not None and (number < self.min or (self.min_open and number == self.min)):
+            self.fail(f"{value!r} must be {'>' if self.min_open else '>='} {self.min:g}",
+                      param, ctx)
+        if self.max is not None and number > self.max:
+            self.fail(f"{value!r} must be <= {self.max:g}", param, ctx)
+        return number
 
 
 def json_option(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,0 +1,111 @@
+"""Secrets never reach a report: names that look secret get their values shown as ``***``.
+
+One place decides what looks secret, for environment variables (``HF_TOKEN``,
+``MASTER_PASSWORD``, ``AWS_SECRET_ACCESS_KEY``), command-line flags (``--token X``,
+``--api-key=X``) and free text that quotes either (a command line in an evidence string,
+``user:password@`` in a URL). The name is split into words at ``_``/``-``/``.``, so
+``NCCL_IB_PKEY`` (a partition number) stays readable while ``WANDB_API_KEY`` does not.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "***"
+
+_SECRET_WORDS = frozenset({
+    "TOKEN", "TOKENS", "KEY", "KEYS", "APIKEY", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
+    "PASS", "PWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "CREDS", "AUTH", "AUTHORIZATION",
+    "COOKIE", "SESSION", "PRIVATE", "SIGNATURE", "BEARER", "JWT", "PAT", "SAS", "DSN",
+})
+# Words that contain a secret word but name no secret.
+_HARMLESS = frozenset({"PWD", "OLDPWD"})
+
+
+def is_secret_name(name: str) -> bool:
+    """True when an environment variable or flag called ``name`` may hold a secret."""
+    bare = name.lstrip("-").upper()
+    if bare in _HARMLESS:
+        return False
+    words = [w for w in re.split(r"[_\-.]+", bare) if w]
+    return any(w in _SECRET_WORDS or w.endswith(("TOKEN", "SECRET", "PASSWORD", "APIKEY"))
+               for w in words)
+
+
+def env_value(name: str, value: Any) -> Any:
+    """``value``, or MASK when ``name`` looks secret."""
+    return MASK if is_secret_name(name) and value not in (None, "") else value
+
+
+def environ(env: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``env`` with the values of secret-looking names masked."""
+    return {k: env_value(k, v) for k, v in env.items()}
+
+
+def argv(args: list[str]) -> list[str]:
+    """A copy of a command line with the values of secret-looking flags masked.
+
+    ``--token X`` -> ``--token ***``; ``--token=X`` and ``HF_TOKEN=X`` -> ``...=***``.
+    """
+    out: list[str] = []
+    mask_next = False
+    for a in args:
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        name, eq, _value = a.partition("=")
+        if eq and is_secret_name(name):
+            out.append(f"{name}={MASK}")
+        elif a.startswith("-") and not eq and is_secret_name(a):
+            out.append(a)
+            mask_next = True
+        else:
+            out.append(a)
+    return out
+
+
+_NAME = r"[A-Za-z_][\w.\-]*"
+_ASSIGN = re.compile(rf"(?P<name>--?{_NAME}|{_NAME})(?P<sep>=|:\s+|\s+)"
+                     r"(?P<value>\"[^\"]*\"|'[^']*'|\S+)")
+_URL_AUTH = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+
+
+def text(s: str) -> str:
+    """``s`` with secrets masked where it quotes a secret-looking assignment or flag."""
+    if not s:
+        return s
+    s = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", s)
+    s = _URL_AUTH.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", s)
+    out: list[str] = []
+    pos = 0
+    while (m := _ASSIGN.search(s, pos)) is not None:
+        name, sep = m["name"], m["sep"]
+        # "--token X" and "TOKEN=X" are assignments; "token expired" in prose is not.
+        if is_secret_name(name) and (sep.strip() or name.startswith("-")) \
+                and m["value"] != MASK:
+            out.append(s[pos:m.start("value")] + MASK)
+            pos = m.end("value")
+        else:  # step past the name only: the value may itself be a secret assignment
+            out.append(s[pos:m.end("name")])
+            pos = m.end("name")
+    out.append(s[pos:])
+    return "".join(out)
+
+
+def deep(obj: Any) -> Any:
+    """``obj`` (JSON-like: dicts, lists, strings) with every secret masked.
+
+    Dict keys that look secret mask their whole value; strings go through ``text``.
+    """
+    if isinstance(obj, dict):
+        return {k: (MASK if isinstance(k, str) and is_secret_name(k)
+                    and obj[k] not in (None, "", [], {}) else deep(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [deep(v) for v in obj]
+    if isinstance(obj, str):
+        return text(obj)
+    return obj
