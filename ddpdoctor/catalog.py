@@ -104,3 +104,15 @@ def spec(finding_id: str) -> FindingSpec:
     except KeyError:
         raise ValueError(f"unknown finding id {finding_id!r}: add it to ddpdoctor/catalog.py "
                          f"and write playbooks/{finding_id}.md") from None
+
+
+def markdown_table() -> str:
+    """The catalog as the Markdown table docs/design.md carries (a test keeps them equal)."""
+    rows = ["| id | severity | meaning | found by |", "|---|---|---|---|"]
+    rows += [f"| {s.id} | {s.severity} | {s.meaning.replace('|', '/')} | {', '.join(s.found_by)} |"
+             for s in _SPECS]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m ddpdoctor.catalog: print the table for docs/design.md
+    print(markdown_table())
