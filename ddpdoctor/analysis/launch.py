@@ -42,7 +42,13 @@ def _deadline_findings(result: LaunchResult, stuck: list[RankOutcome], culprits:
                        stall_findings: dict[str, str]) -> list[Finding]:
     """One finding per kind of step the culprit ranks were in when the deadline hit."""
     by_rank = {o.rank: o for o in stuck}
-    waiting = [o.rank for o in stuck if o.rank not in culprits]
+    others = [o for o in stuck if o.rank not in culprits]
+    # Ranks inside a collective (or the store barrier), or past the culprits, wait for
+    # them; the others were merely not done yet either.
+    behind = min(by_rank[r].progress for r in culprits)
+    waiting = [o.rank for o in others if stall_findings.get(o.last_step) == COLLECTIVE
+               or o.progress > behind]
+    unfinished = [o.rank for o in others if o.rank not in waiting]
     groups: dict[str, list[int]] = {}
     for r in culprits:
         fid = stall_findings.get(by_rank[r].last_step, UNRESPONSIVE)
@@ -62,6 +68,8 @@ def _deadline_findings(result: LaunchResult, stuck: list[RankOutcome], culprits:
             "pids": {o.rank: o.pid for o in stuck},
             "process_state": {o.rank: o.process_state or "unknown" for o in stuck},
         }
+        if unfinished:
+            evidence["also_unfinished"] = unfinished
         stopped = {o.rank: o.stopped_children for o in stuck if o.stopped_children}
         if stopped:
             evidence["stopped_children"] = stopped
