@@ -213,7 +213,8 @@ def _merge_duplicates(report: Report) -> None:
     kept = []
     for f in report.findings:
         key = (f.id, tuple(f.ranks))
-        if key in seen:
+        # Within one check, two findings are two problems (two variables that differ).
+        if key in seen and seen[key].evidence.get("check") != f.evidence.get("check"):
             first = seen[key]
             first.evidence.setdefault("also_seen_by", []).append(
                 {"check": f.evidence.get("check"), "title": f.title})
@@ -222,7 +223,7 @@ def _merge_duplicates(report: Report) -> None:
                 if check.name == f.evidence.get("check") and check.status != "skipped":
                     check.status = f.severity if f.severity != "info" else check.status
             continue
-        seen[key] = f
+        seen.setdefault(key, f)
         kept.append(f)
     report.findings = kept
 
