@@ -3,15 +3,14 @@ differ across ranks, and a rendezvous port held by a process with ``--token`` on
 command line. The terminal view and the JSON are searched for the secret values."""
 
 import json
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from ddpdoctor.report import Check, Report
 from ddpdoctor.findings import Finding
+from ddpdoctor.report import Check, Report
 
 from conftest import run_job
 
