@@ -90,6 +90,9 @@ _SPECS = [
     _spec("RANK_CRASHED", "error",
           "a rank died and the others were left waiting or were torn down",
           "check, attach, run, diagnose"),
+    _spec("RANK_UNRESPONSIVE", "error",
+          "a rank stopped making progress outside any collective (stopped, stuck in a probe "
+          "or in start-up) and was killed at the deadline", "check"),
     _spec("COLLECTIVE_TIMEOUT", "error",
           "a collective hit its timeout (NCCL watchdog / gloo timeout)", "run, diagnose"),
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import threading
@@ -37,11 +38,22 @@ from ddpdoctor.preflight import PROBES, assemble_report, run_pre_probes, run_pro
 RESULT_ENV = "DDPDOCTOR_CHECK_RESULT"
 
 
+def _deadline(text: str) -> float:
+    """A finite deadline in seconds: NaN would compare false with every elapsed time."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or not 1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds in [1, 3600]")
+    return value
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m ddpdoctor.check_worker",
                                 description="ddpdoctor check inside torchrun/srun ranks")
     p.add_argument("--probe", action="append", default=[], choices=list(PROBES))
-    p.add_argument("--deadline", type=float, default=120.0)
+    p.add_argument("--deadline", type=_deadline, default=120.0)
     p.add_argument("--backend", choices=["gloo", "nccl"], default=None)
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--opts", default="{}", help="JSON probe options (as ddpdoctor check sets)")
@@ -108,19 +120,28 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parse(argv)
     names = args.probe or [n for n, p in PROBES.items() if p.stage != "parent"]
-    opts = json.loads(args.opts)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    backend = args.backend or ("nccl" if torch.cuda.is_available()
-                               and torch.cuda.device_count() > local_rank else "gloo")
+    try:
+        opts = json.loads(args.opts)
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        master_addr, master_port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    except (ValueError, KeyError) as e:
+        print(f"ddpdoctor check_worker: run me under torchrun/srun (RANK, WORLD_SIZE, "
+              f"MASTER_ADDR, MASTER_PORT) with valid --opts JSON: {e}", file=sys.stderr)
+        return 2
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if args.backend == "nccl" and gpus <= local_rank:
+        print(f"ddpdoctor check_worker: nccl needs a GPU for local rank {local_rank}; "
+              f"{gpus} visible (use --backend gloo)", file=sys.stderr)
+        return 2
+    backend = args.backend or ("nccl" if gpus > local_rank else "gloo")
     device = "cpu"
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
         device = f"cuda:{local_rank}"
     started = time.monotonic()
     timeout = timedelta(seconds=args.deadline)
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                          is_master=False, timeout=timeout)
+    store = dist.TCPStore(master_addr, master_port, is_master=False, timeout=timeout)
     ctx = RankContext(rank, world, local_rank, backend, device, args.deadline, store)
 
     reporter: threading.Thread | None = None

@@ -8,6 +8,9 @@ command). The group imports a command's module only when that command runs, so
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from typing import Any
 
 import click
 
@@ -30,7 +33,72 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+EXIT_DOCTOR_FAILED = 3  # report.EXIT_DOCTOR_FAILED; not imported: --help stays light
+DEBUG_ENV = "DDPDOCTOR_DEBUG"
+
+
+def _reopen_closed_stdio() -> None:
+    """Give a closed stdin/stdout/stderr (``0<&-``) /dev/null.
+
+    Otherwise the next file or socket opened takes fd 0, 1 or 2, and every rank or child
+    started later inherits it as its stdio; and ``sys.stdin`` is None, which commands
+    reading stdin do not expect.
+    """
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, flags)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if sys.stdin is None:
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - lives as long as the process
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+
+
+def _fail(message: str) -> None:
+    """One line on stderr, exit 3; stdout is silenced first so that the interpreter's
+    final flush of a full or closed stdout does not print a second error."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    except OSError:
+        pass
+    try:
+        sys.stderr.write(message[:500] + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+    os._exit(EXIT_DOCTOR_FAILED)
+
+
 class LazyGroup(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """click's main, with no traceback ever reaching the user: an output that cannot
+        be written (``> /dev/full``) or any error a command did not handle is one line
+        on stderr and exit 3 (set DDPDOCTOR_DEBUG=1 for the traceback)."""
+        _reopen_closed_stdio()
+        try:
+            return super().main(*args, **kwargs)
+        except OSError as e:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            where = f": {e.filename}" if e.filename else ""
+            _fail(f"ddpdoctor: {e.strerror or e}{where}")
+        except Exception as e:  # noqa: BLE001 - the net under every command
+            if os.environ.get(DEBUG_ENV):
+                raise
+            text = f"{type(e).__name__}: {e}".splitlines()[0]
+            _fail(f"ddpdoctor: internal error: {text} ({DEBUG_ENV}=1 shows the traceback)")
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 

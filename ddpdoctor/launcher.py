@@ -13,7 +13,14 @@ does not give:
   that never reached the last step the others reached can be named as the culprits.
 
 The rendezvous store is hosted by the calling process on a free port chosen by the OS, so
-there is no port race and the parent can read progress while ranks are blocked.
+there is no port race and the parent can read progress while ranks are blocked. It listens
+on ``master_addr`` only (loopback for a one-node check), never on every interface: the store
+takes no password, and anyone who can reach it can write any key.
+
+The deadline is the launcher's own: it watches the rank processes and every process they
+start (DataLoader workers), and at the deadline SIGKILLs that whole tree itself before
+asking torch to clean up, whose teardown waits are not all bounded (a stopped DataLoader
+worker makes them wait forever).
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ import os
 import pickle
 import shutil
 import signal
+import socket
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -32,6 +41,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from ddpdoctor import safefile
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"          # the function raised
@@ -75,6 +86,15 @@ class RankOutcome:
     progress: int = 0         # how many progress marks this rank reached
     last_step: str = ""       # the label of its last progress mark
     stderr_tail: list[str] = field(default_factory=list)
+    # What the launcher saw of the process at the deadline: its state ("stopped",
+    # "sleeping", ...) and descendants (DataLoader workers) that were stopped.
+    process_state: str = ""
+    stopped_children: list[int] = field(default_factory=list)
+
+    @property
+    def frozen(self) -> bool:
+        """Stopped itself, or waiting on a stopped child: it cannot make progress."""
+        return self.process_state == "stopped" or bool(self.stopped_children)
 
 
 @dataclass
@@ -85,6 +105,7 @@ class LaunchResult:
     elapsed_s: float
     outcomes: list[RankOutcome]
     log_dir: str = ""
+    store_address: str = ""  # where the launcher's rendezvous store listened
 
     @property
     def ok(self) -> bool:
@@ -100,8 +121,9 @@ class LaunchResult:
         """Ranks where the failure started.
 
         Ranks that raised or died come first. Otherwise, among ranks killed at the deadline,
-        those that reached the fewest progress marks: a rank that never entered the
-        collective the others wait in is behind them.
+        those seen stopped (or waiting on a stopped child), then those that reached the
+        fewest progress marks: a rank that never entered the collective the others wait in
+        is behind them.
         """
         failed = [o.rank for o in self.outcomes if o.status in (STATUS_ERROR, STATUS_DIED)]
         if failed:
@@ -109,6 +131,9 @@ class LaunchResult:
         stuck = [o for o in self.outcomes if o.status == STATUS_TIMEOUT]
         if not stuck:
             return []
+        frozen = [o.rank for o in stuck if o.frozen]
+        if frozen:
+            return frozen
         least = min(o.progress for o in stuck)
         return [o.rank for o in stuck if o.progress == least]
 
@@ -150,7 +175,7 @@ def _rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: s
             ctx.progress("pre_init")
             pre = pre_init(ctx, *args)
             # Saved now: a rank torn down later (another rank failed) keeps its evidence.
-            out.with_suffix(".pre").write_bytes(pickle.dumps(pre))
+            safefile.write_atomic(out.with_suffix(".pre"), pickle.dumps(pre))
             # Nobody starts the process group (which may fail and tear every rank down)
             # before every rank has saved its pre-init evidence. The mark comes first: a
             # rank waiting here is ahead of one that never got here.
@@ -168,13 +193,13 @@ def _rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: s
             "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
             "traceback": traceback.format_exc(),
         }
-    tmp = out.with_suffix(".tmp")
     try:
-        tmp.write_bytes(pickle.dumps(payload))
+        data = pickle.dumps(payload)
     except Exception as e:  # unpicklable return value: say so rather than lose the rank
-        tmp.write_bytes(pickle.dumps({"status": STATUS_ERROR,
-                                      "error": f"result not picklable: {e}"}))
-    tmp.rename(out)
+        data = pickle.dumps({"status": STATUS_ERROR, "error": f"result not picklable: {e}"})
+    # An unpredictable O_EXCL temp name, renamed over the result: a link planted in a
+    # shared --log-dir is replaced, never followed.
+    safefile.write_atomic(out, data)
     if payload["status"] == STATUS_OK:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -184,11 +209,81 @@ def _rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: s
 
 
 def _free_store(host: str, world: int, deadline_s: float):
+    """A TCPStore listening on ``host`` only, on a port the OS picks.
+
+    TCPStore binds every interface by itself; handing it a socket already bound to
+    ``host`` (``master_listen_fd``) keeps it off the network. The socket must stay open as
+    long as the store: it is returned with it.
+    """
     import torch.distributed as dist
 
-    return dist.TCPStore(host, 0, world + 1, is_master=True,
-                         timeout=timedelta(seconds=max(1.0, deadline_s)),
-                         wait_for_workers=False)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.bind((host, 0))
+        listener.listen(128)
+        store = dist.TCPStore(host, listener.getsockname()[1], world + 1, is_master=True,
+                              timeout=timedelta(seconds=max(1.0, deadline_s)),
+                              wait_for_workers=False, master_listen_fd=listener.fileno())
+    except BaseException:
+        listener.close()
+        raise
+    return store, listener
+
+
+class _RankTree:
+    """The rank processes and every process they started, as seen while they ran.
+
+    Descendants are remembered (psutil.Process keeps the create time, so a reused pid is
+    never signalled): a DataLoader worker orphaned by its rank's death is still killed.
+    """
+
+    def __init__(self, pids: dict[int, int]) -> None:
+        import psutil
+
+        self.ranks: dict[int, Any] = {}
+        for r, pid in pids.items():
+            with contextlib.suppress(psutil.Error):
+                self.ranks[r] = psutil.Process(pid)
+        self.children: dict[int, dict[int, Any]] = {r: {} for r in self.ranks}
+
+    def refresh(self) -> None:
+        import psutil
+
+        for r, proc in self.ranks.items():
+            with contextlib.suppress(psutil.Error):
+                for c in proc.children(recursive=True):
+                    self.children[r].setdefault(c.pid, c)
+
+    def states(self) -> dict[int, tuple[str, list[int]]]:
+        """rank -> (its process state, pids of its stopped descendants)."""
+        import psutil
+
+        out = {}
+        for r, proc in self.ranks.items():
+            try:
+                state = proc.status() if proc.is_running() else "gone"
+            except psutil.Error:
+                state = "gone"
+            stopped = []
+            for pid, c in self.children[r].items():
+                with contextlib.suppress(psutil.Error):
+                    if c.is_running() and c.status() in (psutil.STATUS_STOPPED,
+                                                         psutil.STATUS_TRACING_STOP):
+                        stopped.append(pid)
+            out[r] = (state, sorted(stopped))
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL every descendant, then the ranks (SIGKILL also ends a stopped process)."""
+        import psutil
+
+        self.refresh()
+        everyone = [c for kids in self.children.values() for c in kids.values()]
+        for proc in everyone + list(self.ranks.values()):
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running():
+                    proc.kill()
 
 
 def _read_progress(store, rank: int) -> tuple[int, str]:
@@ -244,7 +339,7 @@ def launch(
     work.mkdir(parents=True, exist_ok=True)
     result_dir = work / "results"
     result_dir.mkdir(exist_ok=True)
-    store = _free_store(master_addr, nproc, deadline_s)
+    store, listener = _free_store(master_addr, nproc, deadline_s)
 
     envs = {}
     for r in range(nproc):
@@ -261,9 +356,13 @@ def launch(
         envs[r] = env
 
     logs = DefaultLogsSpecs(log_dir=str(work / "logs"), redirects=Std.ALL)
-    with _quiet_torch_launcher():
-        result = _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir,
-                      work, started, pre_init, on_progress)
+    try:
+        with _quiet_torch_launcher():
+            result = _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir,
+                          work, started, pre_init, on_progress)
+    finally:
+        listener.close()
+    result.store_address = f"{master_addr}:{store.port}"
     if log_dir is None:
         # Everything worth keeping (return values, errors, stderr tails) is in the outcomes.
         shutil.rmtree(work, ignore_errors=True)
@@ -300,25 +399,31 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
         logs_specs=logs,
     )
     pids = pc.pids()
+    tree = _RankTree(pids)
     exitcodes: dict[int, int | None] = {}
     timed_out = False
+    states: dict[int, tuple[str, list[int]]] = {}
     try:
         run = None
         while run is None:
             remaining = deadline_s - (time.monotonic() - started)
             if remaining <= 0:
                 break
+            tree.refresh()
             run = pc.wait(timeout=min(0.5, remaining), period=0.1)
             if run is None and on_progress is not None:
                 on_progress({r: _read_progress(store, r)[1] for r in range(nproc)})
         if run is None:
             timed_out = True
+            states = tree.states()
         else:
             for local_rank, failure in run.failures.items():
                 exitcodes[local_rank] = failure.exitcode
     finally:
         progress = {r: _read_progress(store, r) for r in range(nproc)}
-        pc.close(death_sig=signal.SIGTERM, timeout=2)
+        if timed_out:
+            tree.kill()
+        _close_bounded(pc, tree)
     elapsed = time.monotonic() - started
 
     payloads = {r: pickle.loads((result_dir / f"rank{r}.pkl").read_bytes())
@@ -332,8 +437,10 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
         stderr_path = Path(logs.root_log_dir)
         stderr_files = list(stderr_path.glob(f"**/attempt_*/{r}/stderr.log"))
         tail = _tail(stderr_files[0]) if stderr_files else []
+        state, stopped = states.get(r, ("", []))
         outcome = RankOutcome(rank=r, status=STATUS_DIED, pid=pids.get(r), progress=count,
-                              last_step=label, stderr_tail=tail)
+                              last_step=label, stderr_tail=tail, process_state=state,
+                              stopped_children=stopped)
         pre_file = res_file.with_suffix(".pre")
         if pre_file.exists():
             outcome.pre = pickle.loads(pre_file.read_bytes())
@@ -355,6 +462,25 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
             outcome.error = "stopped by the launcher after another rank failed"
         outcomes.append(outcome)
     return LaunchResult(nproc, backend, deadline_s, round(elapsed, 3), outcomes, str(work))
+
+
+CLOSE_TIMEOUT_S = 5.0
+
+
+def _close_bounded(pc: Any, tree: _RankTree) -> None:
+    """torch's own cleanup (reaping, log files), given a few seconds and no more.
+
+    Its waits are not all bounded; whatever it has not ended by then is SIGKILLed here,
+    descendants included (a DataLoader worker left behind by a finished rank).
+    """
+    closer = threading.Thread(target=pc.close, kwargs={"death_sig": signal.SIGTERM,
+                                                         "timeout": 2},
+                              name="ddpdoctor-launcher-close", daemon=True)
+    closer.start()
+    closer.join(CLOSE_TIMEOUT_S)
+    tree.kill()
+    if closer.is_alive():
+        closer.join(1.0)
 
 
 def _describe_exit(code: int | None) -> str:

@@ -89,9 +89,12 @@ def available() -> list[str]:
 
 
 def load(finding_id: str) -> Playbook:
-    path = _dir() / f"{finding_id}.md"
-    if not path.is_file():
+    """The playbook of ``finding_id``; KeyError when there is none. Only shipped ids are
+    looked up: a path ("../x"), a NUL or a 5,000-character name never reaches the file
+    system."""
+    if finding_id not in available():
         raise KeyError(finding_id)
+    path = _dir() / f"{finding_id}.md"
     return parse(path.read_text(encoding="utf-8"), source=f"playbooks/{finding_id}.md")
 
 

@@ -15,6 +15,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from ddpdoctor.findings import format_ranks
 from ddpdoctor.report import Check, Report
 
 
@@ -27,6 +28,8 @@ class ProbeSpec:
     # "rank": inside every rank, with the process group; "pre_init": inside every rank,
     # before the process group exists; "parent": once, in the doctor's own process.
     stage: str = "rank"
+    # What a rank still inside this probe at the deadline means (analysis/launch.py).
+    stall_finding: str = "RANK_UNRESPONSIVE"
 
 
 PROBES: dict[str, ProbeSpec] = {
@@ -36,11 +39,12 @@ PROBES: dict[str, ProbeSpec] = {
         ProbeSpec("rendezvous", "ddpdoctor.probes.rendezvous",
                   "ddpdoctor.analysis.rendezvous", "Communication", stage="parent"),
         ProbeSpec("connectivity", "ddpdoctor.probes.connectivity",
-                  "ddpdoctor.analysis.connectivity", "Communication"),
+                  "ddpdoctor.analysis.connectivity", "Communication",
+                  stall_finding="COMM_CONNECTIVITY"),
         ProbeSpec("bandwidth", "ddpdoctor.probes.bandwidth", "ddpdoctor.analysis.bandwidth",
-                  "Communication"),
+                  "Communication", stall_finding="COMM_CONNECTIVITY"),
         ProbeSpec("dataloader", "ddpdoctor.probes.dataloader", "ddpdoctor.analysis.dataloader",
-                  "Data"),
+                  "Data", stall_finding="DATALOADER_WORKER_FAILURE"),
         ProbeSpec("gpu", "ddpdoctor.probes.gpu", "ddpdoctor.analysis.gpu", "GPU"),
         ProbeSpec("topology", "ddpdoctor.probes.topology", "ddpdoctor.analysis.topology",
                   "Topology"),
@@ -78,35 +82,57 @@ def run_probes(ctx: Any, names: list[str], opts: dict[str, Any]) -> dict[str, An
     return out
 
 
+def _analyze_one(spec: ProbeSpec, data: dict[int, Any], world_size: int,
+                 opts: dict[str, Any]) -> tuple[list[Check], list[Any]]:
+    """One probe's analysis on whatever ranks sent data; a bug in it is a red check line,
+    never a crash that loses the whole report."""
+    analyze = importlib.import_module(spec.analysis).analyze
+    try:
+        if "opts" in inspect.signature(analyze).parameters:
+            checks, findings = analyze(data, world_size, opts=opts)
+        else:
+            checks, findings = analyze(data, world_size)
+    except Exception as e:  # noqa: BLE001 - partial evidence must still give a report
+        why = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        return [Check(spec.name, f"analysis failed on the data of rank(s) {sorted(data)}: "
+                                 f"{why}", status="error", group=spec.group)], []
+    return (checks if isinstance(checks, list) else [checks]), findings
+
+
 def analyze_probes(per_rank: dict[int, dict[str, Any]], names: list[str], world_size: int,
                    report: Report, opts: dict[str, Any] | None = None,
-                   not_run_reason: str = "") -> None:
-    """Parent side: turn each probe's per-rank data into check lines and findings."""
+                   not_run_reason: str = "", expected: list[int] | None = None) -> None:
+    """Parent side: turn each probe's per-rank data into check lines and findings.
+
+    ``expected`` are the ranks that should have sent data (default: those in
+    ``per_rank``); a rank that sent nothing turns its check line red and is named there
+    (the launch analysis says why it sent nothing).
+    """
+    expected = sorted(per_rank) if expected is None else expected
     for name in names:
         spec = PROBES[name]
         errors = {r: res[name]["error"] for r, res in per_rank.items()
                   if name in res and "error" in res[name]}
         data = {r: res[name]["data"] for r, res in per_rank.items()
                 if name in res and "data" in res[name]}
+        silent = [r for r in expected if r not in data and r not in errors]
         if not data:
             why = next(iter(errors.values()), not_run_reason or "no rank returned data")
             report.checks.append(Check(name, f"could not run: {why}", status="error",
                                        group=spec.group))
             continue
-        analyze = importlib.import_module(spec.analysis).analyze
-        if "opts" in inspect.signature(analyze).parameters:
-            checks, findings = analyze(data, world_size, opts=opts or {})
-        else:
-            checks, findings = analyze(data, world_size)
-        checks = checks if isinstance(checks, list) else [checks]
+        checks, findings = _analyze_one(spec, data, world_size, opts or {})
+        first = checks[0]
         if errors:
-            first = checks[0]
             first.summary += (f"; failed on rank(s) {sorted(errors)}: "
                               f"{next(iter(errors.values()))}")
             first.status = "error"
+        if silent:
+            first.summary += f"; no data from rank(s) {format_ranks(silent)}"
+            first.status = "error"
         report.checks.extend(checks)
         for f in findings:
-            report.add(f, check=f.evidence.get("check", checks[0].name))
+            report.add(f, check=f.evidence.get("check", first.name))
 
 
 def run_check(nproc: int, names: list[str], backend: str | None, deadline_s: float,
@@ -132,7 +158,7 @@ def run_check(nproc: int, names: list[str], backend: str | None, deadline_s: flo
 def assemble_report(result: Any, names: list[str], opts: dict[str, Any],
                     parent: dict[str, Any] | None = None) -> Report:
     """Every rank's outcome (a LaunchResult, local or rebuilt by check_worker) -> Report."""
-    from ddpdoctor.analysis.launch import analyze_launch
+    from ddpdoctor.analysis.launch import analyze_launch, raised_findings
     from ddpdoctor.launcher import STATUS_ERROR
 
     opts = dict(opts)
@@ -146,9 +172,12 @@ def assemble_report(result: Any, names: list[str], opts: dict[str, Any],
             per_rank[o.rank] = merged
     hosts = {d["env"]["data"]["hostname"] for d in per_rank.values()
              if "data" in d.get("env", {})}
-    report = Report("check", world={"world_size": result.world_size, "backend": result.backend,
-                                    "nodes": len(hosts) or 1, "deadline_s": result.deadline_s},
-                    started=time.time() - result.elapsed_s)
+    world = {"world_size": result.world_size, "backend": result.backend,
+             "nodes": len(hosts) or 1, "deadline_s": result.deadline_s}
+    if getattr(result, "store_address", ""):
+        # Where the doctor's own rendezvous store listened (README: Safety).
+        world["store_listen"] = result.store_address
+    report = Report("check", world=world, started=time.time() - result.elapsed_s)
     init_failed = {o.rank: o.error for o in result.outcomes
                    if o.status == STATUS_ERROR and o.last_step == "init_process_group"}
     reason = ""
@@ -160,8 +189,14 @@ def assemble_report(result: Any, names: list[str], opts: dict[str, Any],
         analyze_probes({0: parent}, parent_names, result.world_size, report, opts)
     rank_names = [n for n in names if PROBES[n].stage != "parent"]
     analyze_probes(per_rank, rank_names, result.world_size, report, opts,
-                   not_run_reason=reason)
-    for f in analyze_launch(result):
+                   not_run_reason=reason, expected=list(range(result.world_size)))
+    stall = {n: PROBES[n].stall_finding for n in rank_names}
+    for f in analyze_launch(result, stall):
+        report.add(f)
+    # A rank that raised (init failed, a probe harness error) and that no finding names yet
+    # still fails the check: a rank that did not report is never healthy.
+    named = {r for f in report.findings if f.severity == "error" for r in f.ranks}
+    for f in raised_findings(result, named):
         report.add(f)
     _merge_duplicates(report)
     _order_checks(report)
@@ -178,7 +213,8 @@ def _merge_duplicates(report: Report) -> None:
     kept = []
     for f in report.findings:
         key = (f.id, tuple(f.ranks))
-        if key in seen:
+        # Within one check, two findings are two problems (two variables that differ).
+        if key in seen and seen[key].evidence.get("check") != f.evidence.get("check"):
             first = seen[key]
             first.evidence.setdefault("also_seen_by", []).append(
                 {"check": f.evidence.get("check"), "title": f.title})
@@ -187,7 +223,7 @@ def _merge_duplicates(report: Report) -> None:
                 if check.name == f.evidence.get("check") and check.status != "skipped":
                     check.status = f.severity if f.severity != "info" else check.status
             continue
-        seen[key] = f
+        seen.setdefault(key, f)
         kept.append(f)
     report.findings = kept
 

@@ -70,6 +70,7 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         console = Console(highlight=False)
         console.soft_wrap = not console.is_terminal
     report.finish()
+    report = report.redacted()  # secrets never reach the terminal (report.scrub)
     world = report.world
     head = [f"ddpdoctor {report.command}"]
     if world.get("world_size"):
@@ -78,6 +79,9 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         head.append(str(world["backend"]))
     head.append(f"{report.duration_s:.1f} s")
     console.print(Text(" · ".join(head), style="bold"))
+    if world.get("store_listen"):
+        console.print(Text(f"doctor's rendezvous store listened on {world['store_listen']} only",
+                           style="dim"))
 
     placed: set[int] = set()
     current_group = None

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor import redact
 from ddpdoctor.findings import Finding
 
 SCHEMA = "ddpdoctor.report/1"
@@ -83,14 +84,34 @@ class Report:
             return EXIT_DOCTOR_FAILED
         if any(f.severity == "error" for f in self.findings):
             return EXIT_FINDINGS
+        # A check that failed without a diagnosis (a rank that sent nothing, an analysis
+        # that could not run) is not healthy either.
+        if any(self.check_status(c) == "error" for c in self.checks):
+            return EXIT_FINDINGS
         return EXIT_HEALTHY
+
+    def redacted(self) -> Report:
+        """A copy whose every text and evidence value went through ``scrub``: what the
+        terminal view and the JSON show, whichever command built the report."""
+        copy = Report(self.command, world=scrub(self.world), started=self.started,
+                      duration_s=self.duration_s, doctor_error=redact.text(self.doctor_error),
+                      exit_override=self.exit_override)
+        copy.findings = [Finding(f.id, redact.text(f.title), list(f.ranks), scrub(f.evidence),
+                                 f.severity, f.playbook) for f in self.findings]
+        copy.checks = [Check(c.name, redact.text(c.summary), c.status, c.group, scrub(c.data))
+                       for c in self.checks]
+        return copy
 
     def sorted_findings(self) -> list[Finding]:
         order = {"error": 0, "warning": 1, "info": 2}
         return sorted(self.findings, key=lambda f: order[f.severity])
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON report, secrets masked (``scrub``)."""
         self.finish()
+        return scrub(self._plain_dict())
+
+    def _plain_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "command": self.command,
@@ -126,8 +147,29 @@ class Report:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
     def write_json(self, path: str | Path) -> None:
+        """Write the JSON report; ``-`` is stdout. The path is the user's own choice (a
+        FIFO or /dev/stdout must keep working), so it is opened as given."""
         text = self.to_json() + "\n"
         if str(path) == "-":
             print(text, end="")
             return
         Path(path).write_text(text)
+
+
+def _text_keys(obj: Any) -> Any:
+    """``obj`` with its dict keys passed through ``redact.text`` (a value can be a key:
+    the env comparison's ``ranks_by_value``); ``redact.deep`` does the values."""
+    if isinstance(obj, dict):
+        return {(redact.text(k) if isinstance(k, str) else k): _text_keys(v)
+                for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_text_keys(v) for v in obj]
+    return obj
+
+
+def scrub(obj: Any) -> Any:
+    """The catch-all pass every report goes through before it is shown or written: secret
+    looking names get ``***`` values, texts that quote a secret assignment or flag are
+    masked (``redact``). Probes mask what they know to be secret where they collect it;
+    this is the net under them."""
+    return redact.deep(_text_keys(obj))

@@ -6,6 +6,7 @@ GLOO_SOCKET_IFNAME makes init_process_group fail; this probe explains why).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import resource
@@ -20,6 +21,22 @@ NEEDS_PROCESS_GROUP = False
 # Variables that decide how a distributed job behaves; compared across ranks.
 ENV_PREFIXES = ("NCCL_", "GLOO_", "MASTER_", "TORCH_", "CUDA_", "OMP_", "MKL_", "PYTORCH_",
                 "FI_", "UCX_")
+
+
+def _compared_env() -> dict[str, str]:
+    """The variables compared across ranks. A secret-looking one (``MASTER_PASSWORD``,
+    ``NCCL_..._TOKEN``) leaves the rank as a digest: equal values still compare equal,
+    the value itself never travels to the parent or into a report."""
+    from ddpdoctor import redact
+
+    out = {}
+    for k, v in os.environ.items():
+        if not k.startswith(ENV_PREFIXES):
+            continue
+        if redact.is_secret_name(k) and v:
+            v = "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:16]
+        out[k] = v
+    return out
 
 
 def _limit(which: int) -> list[int | None]:
@@ -76,7 +93,7 @@ def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
             "cuda": torch.version.cuda,
             "nccl": nccl,
         },
-        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
+        "env": _compared_env(),
         "interfaces": _interfaces(),
         "shm": shm_info,
         "ulimit": {"nofile": _limit(resource.RLIMIT_NOFILE),

@@ -11,6 +11,8 @@ import os
 import socket
 from typing import Any
 
+from ddpdoctor import redact
+
 NAME = "rendezvous"
 CONNECT_TIMEOUT_S = 3.0
 
@@ -35,7 +37,8 @@ def _port_owner(port: int) -> dict[str, Any] | None:
                 if c.pid:
                     try:
                         p = psutil.Process(c.pid)
-                        owner["cmdline"] = " ".join(p.cmdline())[:300]
+                        # Its --token/--password values never reach the report.
+                        owner["cmdline"] = " ".join(redact.argv(p.cmdline()))[:300]
                     except psutil.Error:
                         pass
                 return owner

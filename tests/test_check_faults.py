@@ -115,6 +115,10 @@ def test_a_rank_that_never_answers_sigstop(tmp_path):
     assert elapsed < deadline + 20, f"check took {elapsed:.0f} s for a {deadline} s deadline"
     assert proc.returncode == 1, stdout
     report = json.loads(out.read_text())
-    assert _ids(report) == [("COMM_CONNECTIVITY", [1])], report["findings"]
-    assert report["findings"][0]["evidence"]["pids"]["1"] == stopped
+    # Frozen before it reached the rendezvous: not a collective, so not COMM_CONNECTIVITY.
+    assert _ids(report) == [("RANK_UNRESPONSIVE", [1])], report["findings"]
+    evidence = report["findings"][0]["evidence"]
+    assert evidence["pids"]["1"] == stopped
+    assert evidence["process_state"]["1"] == "stopped"
+    assert evidence["waiting_for_it"] == [0]
     assert not psutil.pid_exists(stopped) or psutil.Process(stopped).status() == "zombie"

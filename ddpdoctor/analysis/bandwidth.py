@@ -23,7 +23,7 @@ def table(per_rank: dict[int, dict[str, Any]], world_size: int) -> list[dict[str
     """One row per collective and size, timed by the slowest rank (nccl-tests' view)."""
     rows: dict[tuple[str, int], float] = {}
     for d in per_rank.values():
-        for row in d["sweep"]:
+        for row in d.get("sweep", []):
             key = (row["collective"], row["size"])
             rows[key] = max(rows.get(key, 0.0), row["median_s"])
     out = []
@@ -40,15 +40,23 @@ def directed_links(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int],
             for src, bw in d.get("links_in", {}).items()}
 
 
+def _known_links(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], float]:
+    """Links whose both ends sent their data: only those can be placed on a host. A rank
+    stopped or killed mid-probe sends nothing; its links are left out here (the launch
+    analysis names that rank) instead of failing the whole analysis."""
+    return {k: v for k, v in directed_links(per_rank).items()
+            if k[0] in per_rank and k[1] in per_rank}
+
+
 def _link_findings(per_rank: dict[int, dict[str, Any]]) -> list[Finding]:
-    links = directed_links(per_rank)
+    links = _known_links(per_rank)
     if len(links) < 2:
         return []
     median = statistics.median(links.values())
     slow = {k: v for k, v in links.items() if v * SLOW_LINK_FACTOR < median}
     if not slow:
         return []
-    host = {r: d["host"] for r, d in per_rank.items()}
+    host = {r: d.get("host", "?") for r, d in per_rank.items()}
     hosts = sorted(set(host.values()))
     evidence_links = {f"{s}->{t}": bw for (s, t), bw in sorted(links.items())}
     base = {"median_link_gbps": round(median, 4), "links_gbps": evidence_links}
@@ -96,9 +104,9 @@ def _line_rate_findings(per_rank: dict[int, dict[str, Any]], backend: str) -> li
     if backend == "nccl":
         return []
     slow = {}
-    for (src, dst), bw in directed_links(per_rank).items():
+    for (src, dst), bw in _known_links(per_rank).items():
         a, b = per_rank[src], per_rank[dst]
-        if a["host"] == b["host"]:
+        if a.get("host") == b.get("host"):
             continue
         speeds = [d.get("nic", {}).get("speed_mbps") for d in (a, b)]
         if not all(speeds):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from ddpdoctor import redact
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
 
@@ -33,10 +34,18 @@ def odd_ones_out(values: dict[int, Any]) -> list[int]:
     return sorted(r for r, v in values.items() if repr(v) != majority)
 
 
-def _by_value(values: dict[int, Any]) -> dict[str, str]:
+def _by_value(values: dict[int, Any], secret: bool = False) -> dict[str, str]:
+    """Value -> the ranks that have it. For a secret-looking name the values are never
+    shown: each distinct value becomes ``*** (value N)``, so the report still says which
+    ranks differ."""
     groups: dict[str, list[int]] = {}
     for r, v in sorted(values.items()):
         groups.setdefault("(unset)" if v is None else str(v), []).append(r)
+    if secret:
+        masked = {}
+        for n, (v, rs) in enumerate(groups.items(), 1):
+            masked[v if v == "(unset)" else f"{redact.MASK} (value {n})"] = rs
+        groups = masked
     return {v: format_ranks(rs) for v, rs in groups.items()}
 
 
@@ -48,9 +57,13 @@ def _mismatches(per_rank: dict[int, dict], section: str, keys: list[str], findin
         values = {r: d[section].get(key) for r, d in per_rank.items()}
         odd = odd_ones_out(values)
         if odd:
-            findings.append(Finding(
-                finding_id, title.format(key), ranks=odd,
-                evidence={key_name: key, "ranks_by_value": _by_value(values)}))
+            secret = redact.is_secret_name(key)
+            evidence: dict[str, Any] = {key_name: key,
+                                        "ranks_by_value": _by_value(values, secret)}
+            if secret:
+                evidence["values"] = f"hidden ({key} looks like a secret)"
+            findings.append(Finding(finding_id, title.format(key), ranks=odd,
+                                    evidence=evidence))
     return findings
 
 

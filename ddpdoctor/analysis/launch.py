@@ -1,4 +1,11 @@
-"""A launch's per-rank outcomes -> findings about ranks that never answered or died."""
+"""A launch's per-rank outcomes -> findings about ranks that never answered, raised or died.
+
+Every rank that did not return its result gives an error finding: a check in which a rank
+did not report is never healthy. A deadline overrun is named by what was running when it
+hit (the step each culprit rank had last reached), not always "connectivity": a rank stopped
+inside the DataLoader probe is a DataLoader problem, a rank stuck before it ever reached
+the rendezvous is an unresponsive rank.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +15,78 @@ from ddpdoctor.launcher import (
     STATUS_ERROR,
     STATUS_TIMEOUT,
     LaunchResult,
+    RankOutcome,
 )
 
+COLLECTIVE = "COMM_CONNECTIVITY"
+UNRESPONSIVE = "RANK_UNRESPONSIVE"
 
-def analyze_launch(result: LaunchResult) -> list[Finding]:
-    """Findings for ranks that did not finish their probes.
+# The launcher's own steps (RankContext.progress labels in launcher._rank_entry): waiting
+# in them is waiting for the other ranks through the store or the process group.
+LAUNCHER_STEPS: dict[str, str] = {"init_process_group": COLLECTIVE, "pre_init done": COLLECTIVE}
 
-    A rank stuck at the deadline is named as the culprit only if it is behind the other
-    stuck ranks: ranks that wait in a collective for it are fallout, not causes.
+
+def _stage_name(label: str) -> str:
+    return label or "start-up (before the rendezvous)"
+
+
+def _why(o: RankOutcome) -> str:
+    if o.process_state == "stopped":
+        return f"process {o.pid} is stopped (SIGSTOP/SIGTSTP)"
+    if o.stopped_children:
+        return f"its child process(es) {', '.join(map(str, o.stopped_children))} are stopped"
+    return "stuck or unreachable"
+
+
+def _deadline_findings(result: LaunchResult, stuck: list[RankOutcome], culprits: list[int],
+                       stall_findings: dict[str, str]) -> list[Finding]:
+    """One finding per kind of step the culprit ranks were in when the deadline hit."""
+    by_rank = {o.rank: o for o in stuck}
+    others = [o for o in stuck if o.rank not in culprits]
+    # Ranks inside a collective (or the store barrier), or past the culprits, wait for
+    # them; the others were merely not done yet either.
+    behind = min(by_rank[r].progress for r in culprits)
+    waiting = [o.rank for o in others if stall_findings.get(o.last_step) == COLLECTIVE
+               or o.progress > behind]
+    unfinished = [o.rank for o in others if o.rank not in waiting]
+    groups: dict[str, list[int]] = {}
+    for r in culprits:
+        fid = stall_findings.get(by_rank[r].last_step, UNRESPONSIVE)
+        groups.setdefault(fid, []).append(r)
+    findings = []
+    for fid, ranks in groups.items():
+        stages = sorted({_stage_name(by_rank[r].last_step) for r in ranks})
+        first = by_rank[ranks[0]]
+        kind = " (a collective)" if fid == COLLECTIVE else ""
+        title = (f"rank {format_ranks(ranks)} did not finish {' / '.join(stages)}{kind} "
+                 f"within the {result.deadline_s:g} s deadline: {_why(first)}")
+        evidence = {
+            "deadline_s": result.deadline_s,
+            "running": {o.rank: _stage_name(o.last_step) for o in stuck},
+            "last_step": {o.rank: o.last_step or "(nothing)" for o in stuck},
+            "waiting_for_it": waiting,
+            "pids": {o.rank: o.pid for o in stuck},
+            "process_state": {o.rank: o.process_state or "unknown" for o in stuck},
+        }
+        if unfinished:
+            evidence["also_unfinished"] = unfinished
+        stopped = {o.rank: o.stopped_children for o in stuck if o.stopped_children}
+        if stopped:
+            evidence["stopped_children"] = stopped
+        findings.append(Finding(fid, title, ranks=ranks, evidence=evidence))
+    return findings
+
+
+def analyze_launch(result: LaunchResult,
+                   stall_findings: dict[str, str] | None = None) -> list[Finding]:
+    """Findings for ranks that did not finish.
+
+    ``stall_findings`` maps a progress label (the step a rank was in) to the finding id a
+    deadline overrun there means; unknown steps give RANK_UNRESPONSIVE. A rank stuck at the
+    deadline is named as the culprit only if it is stopped or behind the other stuck ranks:
+    ranks that wait in a collective for it are fallout, not causes.
     """
+    stall = {**LAUNCHER_STEPS, **(stall_findings or {})}
     findings: list[Finding] = []
     dead = [o for o in result.outcomes if o.status == STATUS_DIED]
     for o in dead:
@@ -27,20 +97,32 @@ def analyze_launch(result: LaunchResult) -> list[Finding]:
                       "stderr_tail": o.stderr_tail[-10:]},
         ))
     stuck = [o for o in result.outcomes if o.status == STATUS_TIMEOUT]
-    if stuck:
-        culprits = result.culprits() if not dead else []
-        if culprits:
-            waiting = [o.rank for o in stuck if o.rank not in culprits]
-            title = (f"rank {format_ranks(culprits)} did not answer within the "
-                     f"{result.deadline_s:g} s deadline (stuck, stopped or unreachable)")
-            findings.append(Finding(
-                "COMM_CONNECTIVITY", title, ranks=culprits,
-                evidence={
-                    "last_step": {o.rank: o.last_step or "(nothing)" for o in stuck},
-                    "waiting_for_it": waiting,
-                    "pids": {o.rank: o.pid for o in stuck},
-                },
-            ))
+    if stuck and not dead:
+        culprits = result.culprits() or [o.rank for o in stuck]
+        findings += _deadline_findings(result, stuck, culprits, stall)
+    return findings
+
+
+def raised_findings(result: LaunchResult, explained: set[int]) -> list[Finding]:
+    """Ranks whose function raised and that no other finding names: never a silent pass.
+
+    A failed process group init is a connectivity failure; any other exception is the rank
+    failing the check.
+    """
+    findings = []
+    for o in result.outcomes:
+        if o.status != STATUS_ERROR or o.rank in explained:
+            continue
+        if o.last_step == "init_process_group":
+            findings.append(Finding(COLLECTIVE, f"rank {o.rank} could not join the process "
+                                                f"group: {o.error}", ranks=[o.rank],
+                                    evidence={"error": o.error, "last_step": o.last_step}))
+        else:
+            findings.append(Finding("RANK_CRASHED", f"rank {o.rank} failed during "
+                                                    f"{_stage_name(o.last_step)}: {o.error}",
+                                    ranks=[o.rank],
+                                    evidence={"error": o.error, "last_step": o.last_step,
+                                              "traceback": o.traceback.splitlines()[-8:]}))
     return findings
 
 

@@ -24,6 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpdoctor import safefile
+
 ENV_DIR = "DDPDOCTOR_FR_DIR"
 REQUEST_FILE = "ddpdoctor-fr.request"
 
@@ -163,9 +165,9 @@ def request_dumps(directory: str) -> float:
     """Touch the request file; returns the time the dumps must be newer than."""
     path = os.path.join(directory, REQUEST_FILE)
     now = time.time()
-    with open(path, "a"):
-        pass
-    os.utime(path, (now, now))
+    # attach runs as root in a directory the job's user can write: a symlink planted at
+    # the request file must not make root create or touch a file elsewhere.
+    safefile.touch(path)
     return now - 0.01  # mtime granularity on some file systems
 
 

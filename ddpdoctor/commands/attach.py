@@ -6,15 +6,17 @@ import sys
 
 import click
 
-from ddpdoctor.commands.common import finish, json_option
+from ddpdoctor.commands.common import FiniteFloat, finish, json_option
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
 
 
 @click.command(name="attach")
-@click.argument("pids", nargs=-1, required=True, type=int, metavar="PID...")
+# A PID below 1 would address a process group (kill(-5)) or every process: refused.
+@click.argument("pids", nargs=-1, required=True, type=click.IntRange(1, (1 << 22) - 1),
+                metavar="PID...")
 @click.option("--native", is_flag=True,
               help="Add native (C/C++) frames to the stacks (slower: ~1 s per rank).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=0.1, max=3600), default=5.0, show_default=True,
               metavar="S", help="Deadline for reading each rank's stack (and FR dumps).")
 @json_option
 def command(pids: tuple[int, ...], native: bool, timeout: float, json_path: str | None) -> None:

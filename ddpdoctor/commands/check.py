@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ddpdoctor.commands.common import finish, json_option
+from ddpdoctor.commands.common import FiniteFloat, finish, json_option
 
 
 def _bandwidth_table(report) -> None:
@@ -37,19 +37,20 @@ def _bandwidth_table(report) -> None:
 @click.option("--probe", "probes", multiple=True, metavar="NAME",
               help="Run only this probe (repeatable): env, rendezvous, connectivity, "
                    "bandwidth, dataloader, gpu, topology.")
-@click.option("--deadline", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
+@click.option("--deadline", type=FiniteFloat(1, 3600), default=120.0, show_default=True,
               help="Seconds after which ranks that have not answered are killed and named.")
 @click.option("--master-addr", default=None,
               help="Rendezvous host your job will use [default: $MASTER_ADDR or 127.0.0.1].")
-@click.option("--master-port", type=int, default=None,
+@click.option("--master-port", type=click.IntRange(1, 65535), default=None,
               help="Rendezvous port your job will use [default: $MASTER_PORT or 29500].")
 @click.option("--max-bytes", default="auto", show_default=True,
               help="Largest bandwidth message, e.g. 64M or 1G [auto: 16M on gloo, 256M on nccl].")
-@click.option("--expect-busbw", type=float, default=None, metavar="GB/s",
+@click.option("--expect-busbw", type=FiniteFloat(min=0, min_open=True, max=1e6), default=None,
+              metavar="GB/s",
               help="all_reduce bus bandwidth you expect; below half of it is a finding.")
-@click.option("--shm-min-mb", type=click.IntRange(1), default=512, show_default=True,
+@click.option("--shm-min-mb", type=click.IntRange(1, 1 << 30), default=512, show_default=True,
               help="Free /dev/shm below this is ENV_SHM_TOO_SMALL.")
-@click.option("--nnodes", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--nnodes", type=click.IntRange(1, 4096), default=1, show_default=True,
               help="Nodes in the check; above 1, runs through torchrun's rendezvous (run the "
                    "same command on every node with its --node-rank).")
 @click.option("--node-rank", type=click.IntRange(0), default=0, show_default=True,
@@ -99,10 +100,19 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
         if value is not None:
             opts[key] = value
     names = list(probes) or list(PROBES)
-    if nproc is None:
+    if node_rank >= nnodes:
+        raise click.BadParameter(f"{node_rank} is not below --nnodes {nnodes}",
+                                 param_hint="--node-rank")
+    if nproc is None or backend == "nccl":
         import torch
 
-        nproc = torch.cuda.device_count() if torch.cuda.is_available() else 2
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if nproc is None:
+            nproc = gpus or 2
+        if backend == "nccl" and gpus < nproc:
+            raise click.BadParameter(f"nccl needs one GPU per rank: {nproc} rank(s), {gpus} "
+                                     "GPU(s) visible (use --backend gloo on CPU)",
+                                     param_hint="--backend")
     if nnodes > 1 or rdzv_endpoint:
         if not rdzv_endpoint:
             raise click.BadParameter("multi-node needs --rdzv-endpoint HOST:PORT",
@@ -142,11 +152,13 @@ def _parse_size(text: str) -> int:
     num, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
     try:
         value = int(float(num) * units[unit])
-    except ValueError:
+    except (ValueError, OverflowError):  # "nan", "inf", "1e400"
         raise click.BadParameter(f"{text!r} is not a size like 64M or 1G",
                                  param_hint="--max-bytes") from None
     if value < 1024:
         raise click.BadParameter("must be at least 1K", param_hint="--max-bytes")
+    if value > 1 << 40:
+        raise click.BadParameter("must be at most 1T", param_hint="--max-bytes")
     return value
 
 

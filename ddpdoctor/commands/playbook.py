@@ -34,9 +34,11 @@ def command(finding_id: str | None, list_: bool, json_path: str | None) -> None:
         try:
             pb = playbook.load(wanted)
         except KeyError:
-            close = [i for i in playbook.available() if wanted.split("_")[0] in i]
+            prefix = wanted.split("_")[0]
+            close = [i for i in playbook.available() if prefix and prefix in i]
             hint = f" Did you mean: {', '.join(close[:5])}?" if close else ""
-            click.echo(f"ddpdoctor playbook: no playbook {finding_id!r}.{hint} "
+            shown = finding_id if len(finding_id) <= 60 else finding_id[:60] + "..."
+            click.echo(f"ddpdoctor playbook: no playbook {shown!r}.{hint} "
                        "Run 'ddpdoctor playbook' to list them.", err=True)
             sys.exit(EXIT_USAGE)
         if json_path:

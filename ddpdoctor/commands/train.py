@@ -13,9 +13,10 @@ from typing import Any
 
 import click
 
+from ddpdoctor.commands.common import FiniteFloat
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 from ddpdoctor.train import injections
-from ddpdoctor.train.config import STRATEGIES, check_world
+from ddpdoctor.train.config import STRATEGIES, check_resume, check_world
 from ddpdoctor.train.options import OPTIONS, configs, to_argv
 
 _HELP = """Reference trainer: a small GPT trained with DDP, FSDP2, ZeRO, pipeline or tensor
@@ -64,14 +65,24 @@ def _add_options(f: Any) -> Any:
         elif o.type is list:
             f = click.option(o.flag, multiple=True, metavar="FAULT", help=o.help)(f)
         else:
-            kind = click.Choice(list(o.choices)) if o.choices else o.type
-            f = click.option(o.flag, type=kind, default=o.default, show_default=True,
+            f = click.option(o.flag, type=_click_type(o), default=o.default, show_default=True,
                              help=o.help)(f)
     return f
 
 
+def _click_type(o: Any) -> Any:
+    """Every number bounded and finite (exit 2 with the reason), choices as choices."""
+    if o.choices:
+        return click.Choice(list(o.choices))
+    if o.type is int:
+        return click.IntRange(o.min, o.max)
+    if o.type is float:
+        return FiniteFloat(o.min, o.max, min_open=o.min_open)
+    return o.type
+
+
 @click.command(name="train", help=_help(), context_settings={"max_content_width": 100})
-@click.option("--nproc", type=int, default=None,
+@click.option("--nproc", type=click.IntRange(1, 1024), default=None,
               help="Ranks on this machine (default 2; 4 when tp-dp is among the strategies).")
 @click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
 @_add_options
@@ -86,6 +97,8 @@ def command(nproc: int | None, dry_run: bool, **values: Any) -> None:
         if world < 1:
             raise ValueError("--nproc must be at least 1")
         check_world(mcfg, rcfg, world)
+        check_resume(rcfg)
+        injections.check_steps(injs, rcfg.steps)
         for name in rcfg.strategies:
             injections.check_compatible(injs, name, world)
         # Every rank runs here, in this environment: say a refusal once, before torchrun.

@@ -10,7 +10,6 @@ optimizer shard next to it (``zero1-optim-rank<R>.pt``): resume needs the same w
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 import torch
@@ -18,21 +17,11 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
+from ddpdoctor.train.config import checkpoint_root, latest_checkpoint_step
 
-
-def _root(base: str, strategy: str) -> str:
-    return os.path.join(base, strategy)
-
-
-def latest_step(base: str, strategy: str) -> int | None:
-    """The newest complete checkpoint's step (DCP writes .metadata last), or None."""
-    root = _root(base, strategy)
-    if not os.path.isdir(root):
-        return None
-    steps = [int(m.group(1)) for name in os.listdir(root) if (m := _STEP_DIR.match(name))
-             and os.path.exists(os.path.join(root, name, ".metadata"))]
-    return max(steps) if steps else None
+# The layout is defined once, torch-free, for the CLI's pre-launch --resume check too.
+_root = checkpoint_root
+latest_step = latest_checkpoint_step
 
 
 def _is_zero(optimizer: Any) -> bool:

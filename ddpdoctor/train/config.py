@@ -5,6 +5,8 @@ Plain dataclasses with no torch import, so the CLI can build and validate them c
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 
 STRATEGIES: dict[str, str] = {
@@ -117,3 +119,33 @@ def check_world(mcfg: ModelConfig, rcfg: RunConfig, world: int) -> None:
         if tp and (mcfg.heads % tp or (mcfg.mlp_ratio * mcfg.dim) % tp):
             raise ValueError(f"{s} splits heads ({mcfg.heads}) and the MLP width "
                              f"({mcfg.mlp_ratio * mcfg.dim}) over {tp} ranks: not divisible")
+
+
+# Checkpoint layout (train/checkpoint.py writes it): DIR/<strategy>/step-<N>/.metadata.
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_root(base: str, strategy: str) -> str:
+    return os.path.join(base, strategy)
+
+
+def latest_checkpoint_step(base: str, strategy: str) -> int | None:
+    """The newest complete checkpoint's step (DCP writes .metadata last), or None."""
+    root = checkpoint_root(base, strategy)
+    if not os.path.isdir(root):
+        return None
+    steps = [int(m.group(1)) for name in os.listdir(root) if (m := _STEP_DIR.match(name))
+             and os.path.exists(os.path.join(root, name, ".metadata"))]
+    return max(steps) if steps else None
+
+
+def check_resume(rcfg: RunConfig) -> None:
+    """Raise ValueError when --resume has nothing to resume from, before any rank starts
+    (otherwise every rank fails on its own with the same FileNotFoundError)."""
+    if not rcfg.resume or not rcfg.checkpoint_dir:
+        return
+    for s in rcfg.strategies:
+        if latest_checkpoint_step(rcfg.checkpoint_dir, s) is None:
+            raise ValueError(f"--resume: no complete checkpoint for {s} under "
+                             f"{checkpoint_root(rcfg.checkpoint_dir, s)} (train with "
+                             f"--save-every N --checkpoint-dir {rcfg.checkpoint_dir} first)")

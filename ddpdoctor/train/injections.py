@@ -154,10 +154,12 @@ def parse(spec: str) -> Injection:
             rank = ALL_RANKS
         else:
             rank = int(rank_text)
+            if rank < 0:  # -1 is ALL_RANKS inside; on the command line it is a typo
+                raise ValueError
         step = s.default_step if step_text in (None, "") else int(step_text)
     except ValueError:
-        raise ValueError(f"bad injection {spec!r}: expected NAME[@RANK][:STEP], e.g. "
-                         f"nan@1:3") from None
+        raise ValueError(f"bad injection {spec!r}: expected NAME[@RANK|@all][:STEP] with "
+                         f"RANK >= 0, e.g. nan@1:3") from None
     if rank < ALL_RANKS or step < 1:
         raise ValueError(f"bad injection {spec!r}: rank must be >= 0 (or 'all'), step >= 1")
     return Injection(name, rank, step)
@@ -165,6 +167,15 @@ def parse(spec: str) -> Injection:
 
 def parse_all(specs: list[str] | tuple[str, ...]) -> list[Injection]:
     return [parse(s) for s in specs]
+
+
+def check_steps(injections: list[Injection], steps: int) -> None:
+    """Raise ValueError for an injection due after the last step: it would never fire and
+    the run would look like a clean one."""
+    for inj in injections:
+        if inj.step > steps:
+            raise ValueError(f"--inject {inj}: step {inj.step} is after the last step "
+                             f"(--steps {steps}); it would never fire")
 
 
 def check_host(injections: list[Injection], rank: int, device_type: str = "cpu",

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,47 +19,77 @@ class Option:
     default: Any
     help: str
     choices: tuple[str, ...] | None = None
+    # Bounds of a number (inclusive; ``min_open``: min itself refused). Every number has
+    # them: NaN, inf or a negative count would otherwise reach the ranks.
+    min: float | None = None
+    max: float | None = None
+    min_open: bool = False
 
     @property
     def dest(self) -> str:
         return self.flag.lstrip("-").replace("-", "_")
 
+    def check_number(self, text: str) -> int | float:
+        """``text`` as this option's number; ValueError with a one-line reason."""
+        try:
+            value = self.type(text)
+        except (TypeError, ValueError):
+            kind = "an integer" if self.type is int else "a number"
+            raise ValueError(f"{self.flag}: {text!r} is not {kind}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{self.flag}: {text!r} is not a finite number")
+        low_bad = self.min is not None and (value < self.min
+                                            or (self.min_open and value == self.min))
+        if low_bad or (self.max is not None and value > self.max):
+            raise ValueError(f"{self.flag}: {text!r} is out of range ({self.range_text()})")
+        return value
+
+    def range_text(self) -> str:
+        low = "" if self.min is None else f"{'>' if self.min_open else '>='} {self.min:g}"
+        high = "" if self.max is None else f"<= {self.max:g}"
+        return ", ".join(x for x in (low, high) if x)
+
 
 OPTIONS: list[Option] = [
     Option("--strategy", str, "ddp", "Parallelism; a comma list runs them one after another "
            f"in one launch: {', '.join(STRATEGIES)}."),
-    Option("--steps", int, 5, "Optimizer steps to train."),
+    Option("--steps", int, 5, "Optimizer steps to train.", min=1, max=10_000_000),
     Option("--size", str, "tiny", "Model preset: " + "; ".join(
         f"{k}: {v['layers']} layers, dim {v['dim']}, {v['heads']} heads, seq {v['seq']}"
         for k, v in SIZES.items()) + ".", tuple(SIZES)),
-    Option("--layers", int, None, "Override the preset's number of blocks."),
-    Option("--dim", int, None, "Override the preset's model width."),
-    Option("--heads", int, None, "Override the preset's attention heads."),
-    Option("--seq", int, None, "Override the preset's sequence length."),
-    Option("--vocab", int, None, "Override the preset's vocabulary size."),
+    Option("--layers", int, None, "Override the preset's number of blocks.", min=1, max=1024),
+    Option("--dim", int, None, "Override the preset's model width.", min=1, max=65536),
+    Option("--heads", int, None, "Override the preset's attention heads.", min=1, max=1024),
+    Option("--seq", int, None, "Override the preset's sequence length.", min=1, max=1 << 20),
+    Option("--vocab", int, None, "Override the preset's vocabulary size.", min=1,
+           max=1 << 24),
     Option("--batch-size", int, 8, "Samples per data-parallel rank per step (pp/tp: per "
-           "pipeline / TP group)."),
-    Option("--lr", float, 1e-2, "AdamW peak learning rate."),
-    Option("--warmup", int, 2, "Linear learning-rate warmup steps."),
-    Option("--clip", float, 1.0, "Gradient-norm clipping (0: off)."),
-    Option("--seed", int, 0, "Seed of weights and data order (same on every rank)."),
-    Option("--dataset-size", int, 512, "Samples in the synthetic dataset (one epoch)."),
-    Option("--num-workers", int, 0, "DataLoader worker processes per rank."),
-    Option("--microbatches", int, 2, "pp: micro-batches per step."),
+           "pipeline / TP group).", min=1, max=1 << 20),
+    Option("--lr", float, 1e-2, "AdamW peak learning rate.", min=0, max=1e3),
+    Option("--warmup", int, 2, "Linear learning-rate warmup steps.", min=0, max=10_000_000),
+    Option("--clip", float, 1.0, "Gradient-norm clipping (0: off).", min=0, max=1e9),
+    Option("--seed", int, 0, "Seed of weights and data order (same on every rank).", min=0,
+           max=2**63 - 1),
+    Option("--dataset-size", int, 512, "Samples in the synthetic dataset (one epoch).",
+           min=1, max=1 << 31),
+    Option("--num-workers", int, 0, "DataLoader worker processes per rank.", min=0, max=256),
+    Option("--microbatches", int, 2, "pp: micro-batches per step.", min=1, max=4096),
     Option("--schedule", str, "gpipe", "pp: pipeline schedule.", ("gpipe", "1f1b")),
-    Option("--tp", int, 2, "tp-dp: tensor-parallel group size (dp = world / tp)."),
+    Option("--tp", int, 2, "tp-dp: tensor-parallel group size (dp = world / tp).", min=1,
+           max=1024),
     Option("--find-unused", bool, False, "DDP find_unused_parameters=True."),
     Option("--precision", str, "auto", "auto = bf16 autocast on GPU, fp32 on CPU.",
            ("auto", "fp32", "bf16", "fp16")),
     Option("--device", str, "auto", "auto = cuda:LOCAL_RANK with nccl if a GPU is there, "
            "else cpu with gloo.", ("auto", "cpu", "cuda")),
     Option("--pg-timeout", float, 600.0, "Process-group timeout in seconds (a hang stays a "
-           "hang this long before the collective times out)."),
+           "hang this long before the collective times out).", min=0, max=7 * 86400,
+           min_open=True),
     Option("--json-log", str, None, "Rank 0 appends one JSON line per step (per-rank losses, "
            "times, memory, parameter checksums) and a summary line to this file."),
     Option("--checkpoint-dir", str, None, "Where torch.distributed.checkpoint saves go."),
     Option("--save-every", int, 0, "Save every N steps and at the end (needs "
-           "--checkpoint-dir)."),
+           "--checkpoint-dir).", min=0, max=10_000_000),
     Option("--resume", bool, False, "Resume from the newest checkpoint in --checkpoint-dir."),
     Option("--watch", bool, False, "Train under ddpdoctor.watch(model, optimizer, loader)."),
     Option("--inject", list, [], "Plant a fault: NAME[@RANK|@all][:STEP] (repeatable); "
@@ -74,10 +105,23 @@ def worker_parser() -> argparse.ArgumentParser:
             p.add_argument(o.flag, action="store_true", help=o.help)
         elif o.type is list:
             p.add_argument(o.flag, action="append", default=[], help=o.help)
+        elif o.type in (int, float):
+            p.add_argument(o.flag, type=_argparse_number(o), default=o.default, help=o.help)
         else:
             p.add_argument(o.flag, type=o.type, default=o.default, choices=o.choices,
                            help=o.help)
     return p
+
+
+def _argparse_number(o: Option) -> Any:
+    def convert(text: str) -> int | float:
+        try:
+            return o.check_number(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    convert.__name__ = o.type.__name__  # argparse names the type in its messages
+    return convert
 
 
 def to_argv(values: dict[str, Any]) -> list[str]:

@@ -24,6 +24,8 @@ import signal
 import threading
 from typing import Any
 
+from ddpdoctor import safefile
+
 log = logging.getLogger("ddpdoctor.watch")
 _state: dict[str, Any] = {}
 
@@ -43,10 +45,13 @@ def dump(fr_dir: str, rank: int) -> str | None:
         return None
     os.makedirs(fr_dir, exist_ok=True)
     path = fr_path(fr_dir, rank)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data if isinstance(data, bytes) else str(data).encode())
-    os.replace(tmp, path)
+    # The directory may be shared with other users: an unpredictable O_EXCL temp name,
+    # renamed over the dump (a planted symlink is replaced, never followed).
+    try:
+        safefile.write_atomic(path, data if isinstance(data, bytes) else str(data).encode())
+    except OSError as e:
+        log.info("ddpdoctor: cannot write the Flight Recorder dump %s: %s", path, e)
+        return None
     return path
 
 
@@ -92,7 +97,13 @@ def install(fr_dir: str, rank: int, fr_signal: str = "SIGUSR2",
     _state.update(installed=True, signum=signum, fds=(r, w))
     stack_sig = getattr(signal, stacks_signal, None)
     if stack_sig is not None and signal.getsignal(stack_sig) in (signal.SIG_DFL, None):
-        f = open(os.path.join(fr_dir, f"ddpdoctor-stacks-rank{rank}.txt"), "w")  # noqa: SIM115
+        try:
+            fd = safefile.open_regular(os.path.join(fr_dir, f"ddpdoctor-stacks-rank{rank}.txt"),
+                                       os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        except OSError as e:  # a link or a FIFO planted there: no stack dumps, no harm
+            log.info("ddpdoctor: no stack dumps on %s: %s", stacks_signal, e)
+            return True
+        f = os.fdopen(fd, "w")
         faulthandler.register(stack_sig, file=f, all_threads=True, chain=False)
         _state["stacks_file"] = f
     return True
@@ -113,9 +124,7 @@ def serve_requests(fr_dir: str, rank: int) -> bool:
         os.makedirs(fr_dir, exist_ok=True)
         request = os.path.join(fr_dir, REQUEST_FILE)
         ready = os.path.join(fr_dir, ready_name(rank))
-        with open(f"{ready}.tmp{os.getpid()}", "w") as f:
-            json.dump({"pid": os.getpid()}, f)
-        os.replace(f"{ready}.tmp{os.getpid()}", ready)
+        safefile.write_atomic(ready, json.dumps({"pid": os.getpid()}), mode=0o644)
     except OSError as e:
         log.info("ddpdoctor: cannot serve Flight Recorder requests in %s: %s", fr_dir, e)
         return False
