@@ -209,6 +209,7 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
                 and now >= next_look and job.poll() is None):
             spell = tracker.last_progress
             look, outcome = _look(job, tracker, stalled, opts, rank_cache, now - job.started,
+                                  lambda: read_heartbeats(jenv.heartbeat_dir, wall0),
                                   say=warned_for != spell)
             if look is None:
                 continue  # it ended by itself while being looked at
@@ -258,7 +259,8 @@ def _end_job(job: Job, tree: JobTree, sigs: RunSignals, result: RunResult,
 
 
 def _look(job: Job, tracker: ProgressTracker, stalled: float, opts: RunOptions,
-          rank_cache: dict, at_s: float, say: bool = True) -> tuple[Look | None, Any]:
+          rank_cache: dict, at_s: float, heartbeats: Any,
+          say: bool = True) -> tuple[Look | None, Any]:
     """Read every rank's stack and judge: a hang is stopped only when confirmed."""
     if say:  # once per quiet spell: a long evaluation is not worth a line a minute
         print(f"ddpdoctor run: no output or step for {stalled:.1f} s (last progress: "
@@ -271,7 +273,7 @@ def _look(job: Job, tracker: ProgressTracker, stalled: float, opts: RunOptions,
         return None, outcome
     # what moved while the stacks were read counts too
     now = time.monotonic()
-    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache))
+    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
     active = tracker.active_ranks(now, opts.cpu_window_s + outcome.timings.get(
         "diagnose_s", 0.0))
     verdict = judge(outcome.diagnosis, outcome.error, active, _traced(outcome.diagnosis))
