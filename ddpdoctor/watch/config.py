@@ -128,6 +128,14 @@ def _count(value: str) -> int:
     return n
 
 
+def _checks(value: str) -> tuple[str, ...]:
+    checks = parse_checks(value)
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown watch checks {unknown}; choose from {', '.join(CHECKS)}")
+    return checks
+
+
 def _seconds(value: str) -> float:
     # float("nan") parses, and a NaN timeout compares false with everything: the
     # watchdog would silently never fire
@@ -139,7 +147,7 @@ def _seconds(value: str) -> float:
 
 _ENV: dict[str, tuple[str, Any]] = {
     "DDPDOCTOR_WATCH_EVERY": ("every", _count),
-    "DDPDOCTOR_WATCH_CHECKS": ("checks", parse_checks),
+    "DDPDOCTOR_WATCH_CHECKS": ("checks", _checks),
     "DDPDOCTOR_EVENTS": ("events_path", str),
     "DDPDOCTOR_WATCH_LINK_EVERY": ("link_every", _count),
     "DDPDOCTOR_HANG_TIMEOUT": ("hang_timeout_s", _seconds),
