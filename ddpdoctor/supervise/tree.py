@@ -80,6 +80,17 @@ def _describe(p) -> tuple[str, str]:  # noqa: ANN001 - psutil.Process
     return redact.text(name), redact.text(cmd)[:300]
 
 
+def _is_zombie_child(pid: int) -> bool:
+    """A zombie run must still reap (an orphan reparented to run, the subreaper)."""
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return p.ppid() == os.getpid() and p.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 class JobTree:
     """The processes of one job: seen so far, by (pid, create time)."""
 
@@ -142,14 +153,22 @@ class JobTree:
         import psutil
 
         out = []
+        gone = []
         for s in self.seen.values():
             try:
                 p = psutil.Process(s.pid)
                 if abs(p.create_time() - s.created) < _CTIME_SLACK and \
                         p.status() != psutil.STATUS_ZOMBIE:
                     out.append(p)
+                    continue
             except psutil.Error:
                 pass
+            gone.append(s.pid)
+        for pid in gone:
+            # forgotten once gone: a job that starts new DataLoader workers every epoch
+            # must not make each scan slower (an unreaped zombie stays until reaped)
+            if not _is_zombie_child(pid):
+                del self.seen[pid]
         return out
 
     def reap(self, popen_pid: int | None = None) -> None:
