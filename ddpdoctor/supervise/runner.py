@@ -164,7 +164,7 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
                 _remove_created(created, inner)
                 raise
             sigs.job = job
-            _supervise(job, sigs, result, jenv, opts, reaper, wall0)
+            _supervise(job, sigs, result, jenv, opts, reaper, wall0, subreaper)
     finally:
         if reaper is not None:
             reaper.done()
@@ -179,11 +179,11 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
 
 
 def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: RunOptions,
-               reaper: Reaper | None, wall0: float) -> None:
+               reaper: Reaper | None, wall0: float, subreaper: bool) -> None:
     import psutil
 
     tree = JobTree(job.pid, exclude={reaper.pid} if reaper else set())
-    tree.own_children = True
+    tree.own_children = subreaper
     if reaper is not None:
         tree.on_new = reaper.track
     try:
