@@ -15,6 +15,7 @@ Each group of jobs runs side by side (module fixtures).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -220,3 +221,56 @@ def test_a_rank_killed_after_growing_shows_its_memory_climb(signal_runs):
     assert len(series) >= 3, mem
     assert mem["rss_mb_peak"] - mem["rss_mb_first"] >= 100, mem  # 16 x 16 MB held
     assert series == sorted(series), series  # climbing up to the kill
+
+
+@pytest.mark.timeout(120)
+def test_terminal_closing_under_run_ends_the_job_and_leaves_a_report(tmp_path):
+    """ssh closes: run's controlling terminal goes away (the pty's master is closed),
+    the kernel sends SIGHUP, and every later write to the terminal fails (EIO). run
+    still ends the whole tree of a printing job whose ranks ignore SIGHUP/SIGTERM, and
+    leaves its report in the run dir."""
+    import pty
+
+    from run_helpers import doctor, kill_tree
+
+    ready, rd = tmp_path / "ready", tmp_path / "run"
+    ready.mkdir()
+    argv = [*doctor(), "run", "--hang-timeout", "60", "--kill-grace", "1", "--run-dir",
+            str(rd), "--", *trap_job("print", ready)]
+    env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    pid, master = pty.fork()
+    if pid == 0:  # the child: session leader on the pty, as a login shell's job would be
+        os.chdir(tmp_path)
+        os.execvpe(argv[0], argv, env)
+    tree: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(ready.glob("rank*.pids"))) < 2 and time.monotonic() < deadline:
+            try:
+                os.read(master, 65536)  # keep the terminal drained, as a terminal does
+            except OSError:
+                break
+            time.sleep(0.05)
+        job = RunJob("hup", tmp_path, [])
+        job.proc = type("P", (), {"pid": pid})()
+        tree = _tree_pids(job)
+        assert len(tree) == 5, tree
+        os.close(master)  # the terminal is gone
+        deadline = time.monotonic() + 30
+        done = 0
+        while not done and time.monotonic() < deadline:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.1)
+        assert done, "run did not end after its terminal went away"
+        time.sleep(1.0)
+        assert {role: p for role, p in tree.items() if _alive(p)} == {}
+        report = json.loads((rd / "report.json").read_text())
+        cleanup = report["probes"]["cleanup"]["data"]
+        assert cleanup["ended_by"] == "SIGHUP to ddpdoctor run", cleanup
+        assert {p for role, p in tree.items() if role != "launcher"} <= {
+            k["pid"] for k in cleanup["killed"]}
+    finally:
+        kill_tree(pid)
+        for p in tree.values():
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGKILL)

@@ -99,6 +99,15 @@ class RunResult:
     tracker: ProgressTracker | None = None
 
 
+def _say(line: str) -> None:
+    """run's own one-liners: a terminal that went away (SIGHUP: EIO; a closed pipe:
+    EPIPE) must never stop run before it has cleaned up."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def job_exit_code(returncode: int) -> int:
     """What a shell would report: a signal death becomes 128 + the signal number."""
     return 128 - returncode if returncode < 0 else returncode
@@ -195,46 +204,54 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
     rank_cache: dict[tuple[int, float], int | None] = {}
     next_look = 0.0
     warned_for = -1.0  # the quiet spell (its start) already warned about
-    while True:
-        if job.poll() is not None or sigs.teardown:
-            break
-        now = time.monotonic()
-        sample = sample_tree(job.pid, now, rank_cache)
-        tree.scan()
-        tree.reap(job.pid)
-        memory.add(sample)
-        tracker.update(now, job.copy.lines, sample, read_heartbeats(jenv.heartbeat_dir, wall0))
-        stalled = tracker.stalled_for(now)
-        if (result.hang is None and not sigs.received and stalled >= opts.hang_timeout
-                and now >= next_look and job.poll() is None):
-            spell = tracker.last_progress
-            look, outcome = _look(job, tracker, stalled, opts, rank_cache, now - job.started,
-                                  lambda: read_heartbeats(jenv.heartbeat_dir, wall0),
-                                  say=warned_for != spell)
-            if look is None:
-                continue  # it ended by itself while being looked at
-            if look.verdict.confirmed:
-                result.hang = outcome
-                if opts.kill:
-                    print("ddpdoctor run: hang confirmed: " + redact.text(look.verdict.reason)
-                          + f"; stopping the job (SIGTERM, SIGKILL after {opts.grace:g} s; "
-                          "--no-kill keeps it running)", file=sys.stderr, flush=True)
-                    result.ended_by = "a confirmed hang"
-                    break
-                view = Report(command="run")
-                outcome.add_to(view, opts.hang_timeout)
-                hang_mod.print_diagnosis(view, outcome)
-            else:
-                result.looks.append(look)
-                del result.looks[:-20]
-                if warned_for != spell:
-                    warned_for = spell
-                    print(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
-                          f"hang: {redact.text(look.verdict.reason)}; still watching",
-                          file=sys.stderr, flush=True)
-                next_look = time.monotonic() + opts.hang_timeout
-        time.sleep(opts.poll_s)
-    _end_job(job, tree, sigs, result, opts)
+    try:
+        while True:
+            if job.poll() is not None or sigs.teardown:
+                break
+            now = time.monotonic()
+            sample = sample_tree(job.pid, now, rank_cache)
+            tree.scan()
+            tree.reap(job.pid)
+            memory.add(sample)
+            tracker.update(now, job.copy.lines, sample,
+                           read_heartbeats(jenv.heartbeat_dir, wall0))
+            stalled = tracker.stalled_for(now)
+            if (result.hang is None and not sigs.received and stalled >= opts.hang_timeout
+                    and now >= next_look and job.poll() is None):
+                spell = tracker.last_progress
+                look, outcome = _look(job, tracker, stalled, opts, rank_cache,
+                                      now - job.started,
+                                      lambda: read_heartbeats(jenv.heartbeat_dir, wall0),
+                                      say=warned_for != spell)
+                if look is None:
+                    continue  # it ended by itself while being looked at
+                if look.verdict.confirmed:
+                    result.hang = outcome
+                    if opts.kill:
+                        _say("ddpdoctor run: hang confirmed: "
+                             + redact.text(look.verdict.reason)
+                             + f"; stopping the job (SIGTERM, SIGKILL after {opts.grace:g} "
+                             "s; --no-kill keeps it running)")
+                        result.ended_by = "a confirmed hang"
+                        break
+                    view = Report(command="run")
+                    outcome.add_to(view, opts.hang_timeout)
+                    try:
+                        hang_mod.print_diagnosis(view, outcome)
+                    except (OSError, ValueError):
+                        pass  # no terminal to show it on; the final report has it
+                else:
+                    result.looks.append(look)
+                    del result.looks[:-20]
+                    if warned_for != spell:
+                        warned_for = spell
+                        _say(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
+                             f"hang: {redact.text(look.verdict.reason)}; still watching")
+                    next_look = time.monotonic() + opts.hang_timeout
+            time.sleep(opts.poll_s)
+    finally:
+        # the one cleanup path, whatever ended the loop (an error in run included)
+        _end_job(job, tree, sigs, result, opts)
     result.interrupted = sigs.interrupts
     result.teardown = sigs.teardown
     result.tracker = tracker
@@ -263,13 +280,12 @@ def _look(job: Job, tracker: ProgressTracker, stalled: float, opts: RunOptions,
           say: bool = True) -> tuple[Look | None, Any]:
     """Read every rank's stack and judge: a hang is stopped only when confirmed."""
     if say:  # once per quiet spell: a long evaluation is not worth a line a minute
-        print(f"ddpdoctor run: no output or step for {stalled:.1f} s (last progress: "
-              f"{tracker.last_what}); looking at the stacks...", file=sys.stderr, flush=True)
+        _say(f"ddpdoctor run: no output or step for {stalled:.1f} s (last progress: "
+             f"{tracker.last_what}); looking at the stacks...")
     outcome = hang_mod.diagnose(job.pid, stalled, tracker.last_what, opts.native,
                                 opts.attach_timeout)
     if job.poll() is not None:
-        print("ddpdoctor run: the job ended while it was being looked at; no hang",
-              file=sys.stderr, flush=True)
+        _say("ddpdoctor run: the job ended while it was being looked at; no hang")
         return None, outcome
     # what moved while the stacks were read counts too
     now = time.monotonic()
