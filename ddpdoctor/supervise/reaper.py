@@ -6,8 +6,10 @@ killed with SIGKILL runs no code. The launcher then dies of its parent-death sig
 run on as orphans. So run starts this reaper first, in a session of its own, and tells it
 every process of the job it sees (``+ PID CREATE_TIME`` lines on a pipe). When the pipe
 closes without a ``done`` line, run is gone: the reaper ends every process it was told
-about that still lives (same pid and create time), and their children, SIGTERM then
-SIGKILL after the grace, and writes what it killed to ``RUN_DIR/reaper.json``.
+about that still lives (same pid and create time), their children, and every process
+that carries the job's ``DDPDOCTOR_RUN_ID`` in its environment (a daemon whose parent
+died before run saw it), SIGTERM then SIGKILL after the grace, and writes what it
+killed to ``RUN_DIR/reaper.json``.
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ class Reaper:
         return self.proc.pid
 
     @classmethod
-    def start(cls, run_dir: str, grace: float) -> Reaper | None:
+    def start(cls, run_dir: str, grace: float, marker: tuple[str, str]) -> Reaper | None:
         root = str(Path(__file__).resolve().parents[2])
         code = (f"import sys; sys.path.insert(0, {root!r}); "
                 "from ddpdoctor.supervise.reaper import main; main()")
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", code, str(grace), run_dir],
+                [sys.executable, "-I", "-c", code, str(grace), run_dir, *marker],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, cwd="/")
         except OSError:
@@ -75,6 +77,7 @@ def main() -> None:
         # when run's pipe closes, and only then
         signal.signal(sig, signal.SIG_IGN)
     grace, run_dir = float(sys.argv[1]), sys.argv[2]
+    marker = (sys.argv[3], sys.argv[4]) if len(sys.argv) > 4 else None
     tracked: list[tuple[int, float]] = []
     for raw in sys.stdin.buffer:
         line = raw.decode("ascii", "replace").split()
@@ -89,6 +92,7 @@ def main() -> None:
 
     tree = JobTree(tracked[0][0])
     tree.started = min(c for _, c in tracked)
+    tree.marker = marker
     for pid, created in tracked:
         tree.add(pid, created)
     t0 = time.time()

@@ -22,7 +22,7 @@ from typing import Any
 from ddpdoctor import redact
 from ddpdoctor.report import Report
 from ddpdoctor.supervise import hang as hang_mod
-from ddpdoctor.supervise.env import job_environment, watch_bootstrap_dir
+from ddpdoctor.supervise.env import RUN_ID, job_environment, watch_bootstrap_dir
 from ddpdoctor.supervise.memory import MemoryHistory
 from ddpdoctor.supervise.process import Job, JobStartError
 from ddpdoctor.supervise.progress import ProgressTracker, read_heartbeats, sample_tree
@@ -163,7 +163,8 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
                        secrets=secret_values(jenv.env, cmd))
     wall0 = time.time()
 
-    reaper = Reaper.start(run_dir, opts.grace)
+    marker = (RUN_ID, jenv.env[RUN_ID])
+    reaper = Reaper.start(run_dir, opts.grace, marker)
     subreaper = set_subreaper(True)
     try:
         with RunSignals() as sigs:
@@ -173,7 +174,7 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
                 _remove_created(created, inner)
                 raise
             sigs.job = job
-            _supervise(job, sigs, result, jenv, opts, reaper, wall0, subreaper)
+            _supervise(job, sigs, result, jenv, opts, reaper, wall0, subreaper, marker)
     finally:
         if reaper is not None:
             reaper.done()
@@ -188,11 +189,13 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
 
 
 def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: RunOptions,
-               reaper: Reaper | None, wall0: float, subreaper: bool) -> None:
+               reaper: Reaper | None, wall0: float, subreaper: bool,
+               marker: tuple[str, str]) -> None:
     import psutil
 
     tree = JobTree(job.pid, exclude={reaper.pid} if reaper else set())
     tree.own_children = subreaper
+    tree.marker = marker
     if reaper is not None:
         tree.on_new = reaper.track
     try:

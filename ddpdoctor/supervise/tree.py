@@ -103,6 +103,10 @@ class JobTree:
         # run is the job's subreaper: its own children other than the launcher are the
         # job's orphans (its py-spy readers excepted)
         self.own_children = False
+        # (name, value) of the variable run put in the job's environment: every process
+        # of the job inherits it, so one that escaped both the tree and the subreaper (a
+        # daemon whose parent died before run saw it, run itself gone) is still found
+        self.marker: tuple[str, str] | None = None
 
     def add(self, pid: int, created: float, proc=None) -> None:  # noqa: ANN001
         old = self.seen.get(pid)
@@ -148,6 +152,25 @@ class JobTree:
                 continue  # older than the job: not ours (run used in-process, tests)
             self.add(p.pid, created, p)
 
+    def sweep_marked(self) -> None:
+        """Every process on the host carrying the job's marker in its environment (the
+        last look before the kill; reading every environment is too slow for each poll)."""
+        if self.marker is None:
+            return
+        import psutil
+
+        name, value = self.marker
+        for p in psutil.process_iter():
+            if p.pid in self.exclude or p.pid == os.getpid() or p.pid in self.seen:
+                continue
+            try:
+                created = p.create_time()
+                if created + 1.0 < self.started or p.environ().get(name) != value:
+                    continue
+            except (psutil.Error, OSError):
+                continue
+            self.add(p.pid, created, p)
+
     def alive(self) -> list:
         """psutil.Process of every process seen that still lives (zombies do not)."""
         import psutil
@@ -185,6 +208,7 @@ class JobTree:
         """Signal everything still alive with ``first``; SIGKILL what is left after
         ``grace`` s (or at once when ``should_hurry()`` turns true)."""
         self.scan()
+        self.sweep_marked()
         targets = self.alive()
         if not targets:
             return []
@@ -223,6 +247,7 @@ class JobTree:
     def _scan_new(self, killed: dict[int, Killed], sig: int) -> None:
         # a process started during the grace (a rank's SIGTERM handler forking) dies too
         self.scan()
+        self.sweep_marked()
         for p in self.alive():
             if p.pid not in killed:
                 s = self.seen[p.pid]
