@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 from ddpdoctor.safefile import open_regular
-from ddpdoctor.supervise.tree import die_with_parent
+from ddpdoctor.supervise.tree import die_with_parent, load_prctl
 
 _PREFIX = re.compile(rb"^\s*\[(?:rank|default)(\d+)\]:")
 _MAX_PARTIAL = 1 << 20  # a "line" longer than this is copied in pieces
@@ -211,6 +211,7 @@ class Job:
         err_r, err_w = os.pipe()
         try:
             parent = os.getpid()
+            load_prctl()
             # the launcher dies with run, even when run is SIGKILLed (no code of run runs
             # then; the reaper ends the rest of the tree)
             proc = subprocess.Popen(cmd, env=env, stdin=None, stdout=out_w, stderr=err_w,

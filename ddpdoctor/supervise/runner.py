@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -23,13 +22,13 @@ from ddpdoctor import redact
 from ddpdoctor.report import Report
 from ddpdoctor.supervise import hang as hang_mod
 from ddpdoctor.supervise.env import RUN_ID, job_environment, watch_bootstrap_dir
+from ddpdoctor.supervise.looks import Look, look, say
 from ddpdoctor.supervise.memory import MemoryHistory
 from ddpdoctor.supervise.process import Job, JobStartError
 from ddpdoctor.supervise.progress import ProgressTracker, read_heartbeats, sample_tree
 from ddpdoctor.supervise.reaper import Reaper
 from ddpdoctor.supervise.signals import RunSignals
 from ddpdoctor.supervise.tree import JobTree, Killed, set_subreaper
-from ddpdoctor.supervise.verdict import HangVerdict, judge
 
 GROUP = "run"
 # variables worth seeing in a report about a distributed job (values of secret-looking
@@ -63,24 +62,6 @@ class RunOptions:
 
 
 @dataclass
-class Look:
-    """One look at a quiet job: what the stacks showed and what run made of it."""
-
-    at_s: float  # since the job started
-    quiet_s: float
-    last_progress: str
-    verdict: HangVerdict
-    headline: str = ""
-
-    def to_dict(self) -> dict:
-        return {"at_s": round(self.at_s, 1), "quiet_s": round(self.quiet_s, 1),
-                "last_progress": self.last_progress, "confirmed": self.verdict.confirmed,
-                "reason": self.verdict.reason, "stacks": self.headline,
-                "culprits": list(self.verdict.culprits),
-                "working_ranks": [r for r in self.verdict.active if r >= 0]}
-
-
-@dataclass
 class RunResult:
     report: Report
     exit_code: int
@@ -97,15 +78,6 @@ class RunResult:
     memory: MemoryHistory | None = None
     secrets: list[str] = field(default_factory=list)
     tracker: ProgressTracker | None = None
-
-
-def _say(line: str) -> None:
-    """run's own one-liners: a terminal that went away (SIGHUP: EIO; a closed pipe:
-    EPIPE) must never stop run before it has cleaned up."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def job_exit_code(returncode: int) -> int:
@@ -222,17 +194,17 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
             if (result.hang is None and not sigs.received and stalled >= opts.hang_timeout
                     and now >= next_look and job.poll() is None):
                 spell = tracker.last_progress
-                look, outcome = _look(job, tracker, stalled, opts, rank_cache,
-                                      now - job.started,
-                                      lambda: read_heartbeats(jenv.heartbeat_dir, wall0),
-                                      say=warned_for != spell)
-                if look is None:
+                seen, outcome = look(job, tracker, stalled, opts, rank_cache,
+                                     now - job.started,
+                                     lambda: read_heartbeats(jenv.heartbeat_dir, wall0),
+                                     announce=warned_for != spell)
+                if seen is None:
                     continue  # it ended by itself while being looked at
-                if look.verdict.confirmed:
+                if seen.verdict.confirmed:
                     result.hang = outcome
                     if opts.kill:
-                        _say("ddpdoctor run: hang confirmed: "
-                             + redact.text(look.verdict.reason)
+                        say("ddpdoctor run: hang confirmed: "
+                             + redact.text(seen.verdict.reason)
                              + f"; stopping the job (SIGTERM, SIGKILL after {opts.grace:g} "
                              "s; --no-kill keeps it running)")
                         result.ended_by = "a confirmed hang"
@@ -244,12 +216,12 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
                     except (OSError, ValueError):
                         pass  # no terminal to show it on; the final report has it
                 else:
-                    result.looks.append(look)
+                    result.looks.append(seen)
                     del result.looks[:-20]
                     if warned_for != spell:
                         warned_for = spell
-                        _say(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
-                             f"hang: {redact.text(look.verdict.reason)}; still watching")
+                        say(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
+                             f"hang: {redact.text(seen.verdict.reason)}; still watching")
                     next_look = time.monotonic() + opts.hang_timeout
             time.sleep(opts.poll_s)
     finally:
@@ -276,47 +248,3 @@ def _end_job(job: Job, tree: JobTree, sigs: RunSignals, result: RunResult,
     job.drain(timeout=5.0)
     job.copy.close()
     result.returncode = rc if rc is not None else job.poll()
-
-
-def _look(job: Job, tracker: ProgressTracker, stalled: float, opts: RunOptions,
-          rank_cache: dict, at_s: float, heartbeats: Any,
-          say: bool = True) -> tuple[Look | None, Any]:
-    """Read every rank's stack and judge: a hang is stopped only when confirmed."""
-    if say:  # once per quiet spell: a long evaluation is not worth a line a minute
-        _say(f"ddpdoctor run: no output or step for {stalled:.1f} s (last progress: "
-             f"{tracker.last_what}); looking at the stacks...")
-    outcome = hang_mod.diagnose(job.pid, stalled, tracker.last_what, opts.native,
-                                opts.attach_timeout)
-    if job.poll() is not None:
-        _say("ddpdoctor run: the job ended while it was being looked at; no hang")
-        return None, outcome
-    # what moved while the stacks were read counts too
-    now = time.monotonic()
-    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
-    active = tracker.active_ranks(now, opts.cpu_window_s + outcome.timings.get(
-        "diagnose_s", 0.0))
-    verdict = judge(outcome.diagnosis, outcome.error, active, _traced(outcome.diagnosis))
-    if verdict.confirmed and tracker.stalled_for(now) < stalled:
-        verdict = HangVerdict(False, "the job made progress while its stacks were read",
-                              verdict.culprits, verdict.active)
-    headline = outcome.diagnosis.headline if outcome.diagnosis is not None else outcome.error
-    return Look(at_s, stalled, tracker.last_what, verdict, headline), outcome
-
-
-def _traced(diagnosis: Any) -> set[int]:
-    """Pids in a debugger's tracing stop (psutil 'tracing-stop'), not a SIGSTOP."""
-    if diagnosis is None:
-        return set()
-    import psutil
-
-    out = set()
-    for s in diagnosis.states:
-        if s.kind != "stopped" or not s.pid:
-            continue
-        try:
-            if psutil.Process(s.pid).status() == getattr(psutil, "STATUS_TRACING_STOP",
-                                                          "tracing-stop"):
-                out.add(s.pid)
-        except psutil.Error:
-            pass
-    return out

@@ -28,12 +28,27 @@ PR_SET_CHILD_SUBREAPER = 36
 _CTIME_SLACK = 0.01
 
 
+_libc_prctl = None
+
+
+def load_prctl():  # noqa: ANN201 - a ctypes function or None
+    """Resolve prctl once, in the parent: the launcher's preexec hook then calls it
+    without dlopen in a freshly forked child (a lock another thread held at fork time
+    could deadlock there)."""
+    global _libc_prctl
+    if _libc_prctl is None:
+        try:
+            _libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _libc_prctl = False  # not Linux: no subreaper, no parent-death signal
+    return _libc_prctl or None
+
+
 def _prctl(option: int, value: int) -> bool:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False  # not Linux: no subreaper, no parent-death signal
+    fn = load_prctl()
+    if fn is None:
+        return False
+    return fn(option, value, 0, 0, 0) == 0
 
 
 def set_subreaper(on: bool) -> bool:
