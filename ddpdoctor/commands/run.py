@@ -16,7 +16,7 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 @click.option("--hang-timeout", type=FiniteFloat(min=1.0), default=300.0,
               show_default=True, metavar="S",
               help="Look at the job's stacks when no rank prints or steps for S seconds; "
-                   "stop it only if the stacks confirm a hang (see below).")
+                   "stop it only if the stacks confirm a hang (see above).")
 @click.option("--kill/--no-kill", default=True, show_default=True,
               help="Stop a confirmed hang (SIGTERM, then SIGKILL, to every process of "
                    "the job).")
