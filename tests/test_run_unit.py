@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -225,7 +224,8 @@ def test_tee_split_and_exit_code_passed_on(tmp_path):
     assert (rd / "rank1.log").read_text() == "[rank1]: ValueError: bad batch\n"
     assert (rd / "rank0.log").read_text() == "[rank0]: fine\n"
     kept = (rd / "output.log").read_text()
-    assert "hello out\n" in kept and kept.endswith("no newline at end\n")
+    # the two streams race each other; each line is whole, the partial one completed
+    assert "hello out\n" in kept and "\nno newline at end\n" in kept
     assert str(rd / "fr") in kept  # the job saw run's environment
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["exit_code"] == 7
@@ -234,21 +234,81 @@ def test_tee_split_and_exit_code_passed_on(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_stuck_non_python_job_is_stopped_and_reported(tmp_path):
-    """No Python rank to read: the hang is still caught and the job (and a child that
-    ignores SIGTERM) stopped; exit 1; the reason the diagnosis is missing is given."""
-    t0 = time.monotonic()
-    r = run_doctor(tmp_path, "--hang-timeout", "2", "--kill-grace", "1", "--json", "r.json",
-                   "--", "sh", "-c", "trap '' TERM; sleep 300 & sleep 300")
-    took = time.monotonic() - t0
-    assert r.returncode == 1, r.stderr
-    assert took < 20
+def test_quiet_job_with_no_hang_visible_is_not_stopped(tmp_path):
+    """Quiet for 4x --hang-timeout, no Python stack to read: nothing confirms a hang, so
+    run says once what it saw, keeps watching, and the job ends by itself (its code)."""
+    r = run_doctor(tmp_path, "--hang-timeout", "1", "--json", "r.json", "--",
+                   "sh", "-c", "sleep 4; echo finished; exit 3")
+    assert r.returncode == 3, r.stderr
+    assert "finished" in r.stdout
+    assert r.stderr.count("still watching") == 1, r.stderr
+    assert r.stderr.count("looking at the stacks") == 1, r.stderr
     report = json.loads((tmp_path / "r.json").read_text())
-    hang = report["probes"]["hang"]
-    assert hang["status"] == "error" and hang["data"]["stopped"] is True
-    assert 2.0 <= hang["data"]["no_progress_s"] <= 5.0
-    assert "not a Python process" in hang["summary"]
-    assert report["exit_code"] == 1
+    assert "hang" not in report["probes"]
+    assert not [f for f in report["findings"] if f["id"].startswith("HANG")]
+    stall = report["probes"]["stall"]
+    assert stall["status"] == "warning" and "no hang confirmed" in stall["summary"]
+    assert len(stall["data"]["looks"]) >= 2
+    assert all(not lk["confirmed"] for lk in stall["data"]["looks"])
+    assert "not a Python process" in stall["data"]["looks"][0]["reason"]
+
+
+_STOPPED_RANK = """
+import os, signal, sys, time
+rank = int(os.environ["RANK"])
+pidfile = os.path.join(sys.argv[1], "rank1.pid")
+if rank == 1:
+    open(pidfile, "w").write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGSTOP)
+    print("rank 1 continued", flush=True)
+else:
+    time.sleep(float(sys.argv[2]))
+    if os.path.exists(pidfile):
+        os.kill(int(open(pidfile).read()), signal.SIGCONT)
+"""
+
+
+def _stopped_rank_job(tmp_path: Path, wake_after: float) -> list[str]:
+    script = tmp_path / "stopped.py"
+    script.write_text(_STOPPED_RANK)
+    return ["sh", "-c", f"RANK=0 {PY} {script} {tmp_path} {wake_after} & "
+                        f"RANK=1 {PY} {script} {tmp_path} 0 & wait"]
+
+
+@pytest.mark.timeout(60)
+def test_stopped_rank_is_a_confirmed_hang_and_the_job_is_stopped(tmp_path):
+    """A rank stopped (SIGSTOP, state T) while its peer is not: a confirmed hang. The
+    job is stopped (a stopped process ignores SIGTERM: SIGKILL after the grace), exit 1,
+    and the report lists the processes ended."""
+    r = run_doctor(tmp_path, "--hang-timeout", "2", "--kill-grace", "1", "--json", "r.json",
+                   "--", *_stopped_rank_job(tmp_path, 300))
+    assert r.returncode == 1, r.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    hang = report["probes"]["hang"]["data"]
+    assert hang["stopped"] is True
+    rank1 = int((tmp_path / "rank1.pid").read_text())
+    cleanup = report["probes"]["cleanup"]["data"]
+    assert cleanup["ended_by"] == "a confirmed hang"
+    assert {k["pid"]: k["how"] for k in cleanup["killed"]}[rank1] == "SIGKILL"
+    import psutil
+
+    for k in cleanup["killed"]:
+        assert not psutil.pid_exists(k["pid"]) or \
+            psutil.Process(k["pid"]).status() == psutil.STATUS_ZOMBIE, k
+
+
+@pytest.mark.timeout(60)
+def test_no_kill_keeps_the_job_running(tmp_path):
+    """--no-kill: a confirmed hang is reported at once, the job runs on to its own end,
+    and the exit code still says a hang was seen."""
+    r = run_doctor(tmp_path, "--no-kill", "--hang-timeout", "1", "--json", "r.json", "--",
+                   *_stopped_rank_job(tmp_path, 6))
+    assert "rank 1 continued" in r.stdout, r.stderr
+    assert "no rank made progress" in r.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["probes"]["hang"]["data"]["stopped"] is False
+    assert report["probes"]["job"]["data"]["returncode"] == 0
+    assert r.returncode == 1 and report["exit_code"] == 1
 
 
 @pytest.mark.timeout(60)
@@ -289,20 +349,6 @@ def test_run_does_not_import_torch(tmp_path):
     r = subprocess.run([PY, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                        timeout=60)
     assert r.stdout.split() == ["3", "False"], r.stdout + r.stderr
-
-
-@pytest.mark.timeout(60)
-def test_no_kill_keeps_the_job_running(tmp_path):
-    """--no-kill: the hang is reported at once, the job runs on to its own end, and the
-    exit code still says a hang was seen."""
-    r = run_doctor(tmp_path, "--no-kill", "--hang-timeout", "1", "--json", "r.json", "--",
-                   "sh", "-c", "sleep 4; echo finished")
-    assert "finished" in r.stdout
-    assert "no rank made progress" in r.stderr
-    report = json.loads((tmp_path / "r.json").read_text())
-    assert report["probes"]["hang"]["data"]["stopped"] is False
-    assert report["probes"]["job"]["data"]["returncode"] == 0
-    assert r.returncode == 1 and report["exit_code"] == 1
 
 
 def test_watch_findings_from_this_job_only_once_each_and_merged(tmp_path):

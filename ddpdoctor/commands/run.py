@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
-from ddpdoctor.commands.common import finish, json_option
-from ddpdoctor.report import EXIT_DOCTOR_FAILED
+from ddpdoctor.commands.common import FiniteFloat, finish, json_option
+from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
 
 @click.command(name="run", context_settings={"ignore_unknown_options": True,
                                              "allow_interspersed_args": False})
-@click.option("--hang-timeout", type=click.FloatRange(min=1.0), default=300.0,
+@click.option("--hang-timeout", type=FiniteFloat(min=1.0), default=300.0,
               show_default=True, metavar="S",
-              help="Declare a hang when no rank makes progress (output, CPU time, "
-                   "heartbeats) for S seconds.")
+              help="Look at the job's stacks when no rank prints or steps for S seconds; "
+                   "stop it only if the stacks confirm a hang (see above).")
 @click.option("--kill/--no-kill", default=True, show_default=True,
-              help="Stop a hung job after diagnosing it (SIGTERM, then SIGKILL).")
-@click.option("--kill-grace", type=click.FloatRange(min=0.0), default=10.0,
-              show_default=True, metavar="S", help="Seconds between SIGTERM and SIGKILL.")
+              help="Stop a confirmed hang (SIGTERM, then SIGKILL, to every process of "
+                   "the job).")
+@click.option("--kill-grace", type=FiniteFloat(min=0.0, min_open=True), default=10.0,
+              show_default=True, metavar="S",
+              help="Seconds between SIGTERM and SIGKILL whenever run ends the job.")
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Switch on ddpdoctor.watch's in-training checks in every rank "
                    "(environment + import hook; no code change); their findings join "
@@ -42,20 +45,28 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
     ddpdoctor run -- torchrun --nproc-per-node 8 train.py --lr 3e-4
     ddpdoctor run --hang-timeout 120 --json run.json -- python train.py
 
-    Output passes through as it comes and a copy is kept (per rank where lines carry
-    torchrun's [rankN]: prefix). When no rank makes progress for --hang-timeout seconds,
-    every rank's stack is read (as `ddpdoctor attach`), the culprit is named and the job
-    is stopped (exit 1). When the job fails, its output is triaged: the first rank that
-    failed and why. What the in-training checks found (NaN, stragglers, a slow link,
-    desynced replicas, memory growth...) is added to the report. Otherwise the job's own
-    exit code is passed on (with --fail-on-findings, a job that exits 0 with an error
-    finding exits 1).
+    Output passes through as it comes; a copy is kept, line by line (per rank where lines
+    carry torchrun's [rankN]: prefix). When no rank prints or steps for --hang-timeout
+    seconds, every rank's stack is read (as `ddpdoctor attach`). The job is stopped
+    (exit 1) only on a CONFIRMED hang: ranks wait in a collective that an idle rank never
+    reaches, a rank is stopped (SIGSTOP) or gone while the others sit idle. Otherwise
+    (no hang visible, ranks computing: an evaluation, a checkpoint save, a long step)
+    run says once what it saw and keeps watching. When the job fails, its output is
+    triaged: the first rank that failed and why. The job's own exit code is passed on.
+
+    \b
+    However run ends (the job exits, a confirmed hang, Ctrl-C twice, SIGTERM, SIGHUP,
+    SIGQUIT), it ends every process the job started that is still alive (ranks, their
+    workers, daemons that left the process group): SIGTERM, SIGKILL after --kill-grace,
+    listed in the report. If run itself is SIGKILLed, the launcher dies with it and a
+    reaper process ends the rest. A single Ctrl-C is passed to the job.
     """
     from ddpdoctor.supervise.process import JobStartError
     from ddpdoctor.supervise.runner import RunOptions, supervise
 
     if not cmd:
         raise click.UsageError("no command given: ddpdoctor run [OPTIONS] -- CMD...")
+    _check_watch_environment()
     opts = RunOptions(hang_timeout=hang_timeout, kill=kill, watch=watch, run_dir=run_dir,
                       native=native, grace=kill_grace, fail_on_findings=fail_on_findings)
     try:
@@ -70,9 +81,20 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
     _finish(result, json_path)
 
 
+def _check_watch_environment() -> None:
+    """A bad DDPDOCTOR_WATCH_* value would switch the ranks' checks off (each rank's
+    watch refuses it) while the report says they ran: refuse it here, before launch."""
+    from ddpdoctor.watch.config import from_env
+
+    try:
+        from_env(dict(os.environ))
+    except (ValueError, TypeError) as e:
+        click.echo(f"ddpdoctor run: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
 def _finish(result, json_path: str | None) -> None:  # noqa: ANN001
     report = result.report
-    report.exit_override = result.exit_code  # the job's code is passed on
     hang = result.hang
     after = None
     if hang is not None and hang.stopped and hang.diagnosis is not None \
@@ -81,4 +103,19 @@ def _finish(result, json_path: str | None) -> None:  # noqa: ANN001
             from ddpdoctor.attach.view import render_stack_groups
 
             render_stack_groups(hang.diagnosis.groups, hang.diagnosis.culprits)
-    finish(report, json_path, after=after)
+    if result.terminal_gone and json_path != "-":
+        # SIGHUP: the terminal is gone; the report is in RUN_DIR/report.json (and --json)
+        _quiet_stdio()
+    try:
+        finish(report, json_path, after=after)
+    except OSError:  # the terminal went away while the report was printed
+        sys.exit(report.exit_code)
+
+
+def _quiet_stdio() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        try:
+            os.dup2(devnull, fd)
+        except OSError:
+            pass

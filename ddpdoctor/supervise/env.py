@@ -13,6 +13,7 @@ EVENTS = "DDPDOCTOR_EVENTS"
 FR_DIR = "DDPDOCTOR_FR_DIR"
 HEARTBEAT_DIR = "DDPDOCTOR_HEARTBEAT_DIR"
 WATCH = "DDPDOCTOR_WATCH"
+RUN_ID = "DDPDOCTOR_RUN_ID"  # inherited by every process of the job: how run finds them all
 
 
 @dataclass
@@ -51,6 +52,8 @@ def job_environment(base: Mapping[str, str], run_dir: str | Path, watch: bool,
     env.setdefault(FR_DIR, os.path.join(run_dir, "fr"))
     env.setdefault(HEARTBEAT_DIR, os.path.join(run_dir, "heartbeat"))
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # always this run's own (a nested run's job is its own job)
+    env[RUN_ID] = f"{os.getpid()}-{os.urandom(8).hex()}"
     on = False
     if watch:
         if bootstrap_dir is None:

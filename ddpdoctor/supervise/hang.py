@@ -1,4 +1,4 @@
-"""A job that made no progress for --hang-timeout: diagnose it (attach) and stop it."""
+"""A quiet job: read its stacks (attach); supervise/verdict.py decides if it is hung."""
 
 from __future__ import annotations
 
@@ -56,14 +56,6 @@ def diagnose(job_pid: int, no_progress_s: float, last_progress: str, native: boo
         out.error = f"{type(e).__name__}: {e}"
     out.timings["diagnose_s"] = round(time.monotonic() - t0, 3)
     return out
-
-
-def stop(job: Any, outcome: HangOutcome, grace: float) -> None:
-    """SIGTERM the job's process group, SIGKILL after ``grace`` s."""
-    t0 = time.monotonic()
-    outcome.stop_status = job.stop(grace)
-    outcome.stopped = True
-    outcome.timings["stop_s"] = round(time.monotonic() - t0, 3)
 
 
 def print_diagnosis(report: Report, outcome: HangOutcome) -> None:

@@ -9,17 +9,21 @@ changed: no extra launcher flags, no log dirs, only the environment ``env`` prep
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
+from ddpdoctor.safefile import open_regular
+from ddpdoctor.supervise.tree import die_with_parent, load_prctl
 
 _PREFIX = re.compile(rb"^\s*\[(?:rank|default)(\d+)\]:")
 _MAX_PARTIAL = 1 << 20  # a "line" longer than this is copied in pieces
@@ -38,14 +42,78 @@ def rank_of_line(line: bytes) -> int | None:
     return int(m.group(1)) if m else None
 
 
+@dataclass
+class KeptFile:
+    """One kept log: what reached it, and what a write error kept out of it."""
+
+    path: Path
+    fd: int | None
+    lines: int = 0
+    bytes: int = 0
+    lost_lines: int = 0
+    lost_bytes: int = 0
+    error: str = ""  # "ENOSPC (No space left on device)", the first failure
+
+    def write(self, line: bytes) -> None:
+        if self.fd is None:
+            self.lost_lines += 1
+            self.lost_bytes += len(line)
+            return
+        view = memoryview(line)
+        try:
+            while view:  # a short write (a nearly full disk) is retried, then an error
+                n = os.write(self.fd, view)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[n:]
+        except OSError as e:
+            # stop writing here: a log with holes reads as if nothing happened in them
+            self.error = _errno_text(e)
+            self.lost_lines += 1
+            self.lost_bytes += len(view)
+            self._close()
+            return
+        self.lines += 1
+        self.bytes += len(line)
+
+    def _close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+    @property
+    def complete(self) -> bool:
+        return not self.error and not self.lost_lines
+
+
+def _errno_text(e: OSError) -> str:
+    name = errno.errorcode.get(e.errno or 0, "") if e.errno else ""
+    return f"{name} ({e.strerror})" if name and e.strerror else str(e)
+
+
+def _open_kept(path: Path) -> KeptFile:
+    """Truncated (a reused run dir must not mix jobs), no symlink followed, unbuffered:
+    every line is in the file as soon as it is complete."""
+    try:
+        fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    except OSError as e:
+        return KeptFile(path, None, error=_errno_text(e))
+    return KeptFile(path, fd)
+
+
 class OutputCopy:
-    """The kept copy of the job's output: whole lines, thread-safe, per-rank files."""
+    """The kept copy of the job's output: whole lines, thread-safe, per-rank files.
+
+    Each line is written as it completes (no buffer to lose when run is killed). A write
+    error is never hidden: the file stops there and the lines it misses are counted.
+    """
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.combined_path = log_dir / "output.log"
-        self._combined = open(self.combined_path, "wb")  # noqa: SIM115 - closed in close()
-        self._ranks: dict[int, BinaryIO] = {}
+        self._combined = _open_kept(self.combined_path)
+        self._ranks: dict[int, KeptFile] = {}
         self._lock = threading.Lock()
         self.lines = 0
         self.last_line = time.monotonic()
@@ -55,24 +123,22 @@ class OutputCopy:
         with self._lock:
             self.lines += 1
             self.last_line = time.monotonic()
-            try:
-                self._combined.write(line)
-                if rank is not None:
-                    f = self._ranks.get(rank)
-                    if f is None:
-                        f = self._ranks[rank] = open(  # noqa: SIM115
-                            self.log_dir / f"rank{rank}.log", "ab")
-                    f.write(line)
-            except (OSError, ValueError):
-                pass  # a full disk must not stop the job's output from flowing
+            self._combined.write(line)
+            if rank is not None:
+                f = self._ranks.get(rank)
+                if f is None:
+                    f = self._ranks[rank] = _open_kept(self.log_dir / f"rank{rank}.log")
+                f.write(line)
 
     def flush(self) -> None:
+        """Nothing is buffered; kept for callers that flush before reading."""
+
+    def files(self) -> list[KeptFile]:
         with self._lock:
-            for f in [self._combined, *self._ranks.values()]:
-                try:
-                    f.flush()
-                except (OSError, ValueError):
-                    pass
+            return [self._combined, *(self._ranks[r] for r in sorted(self._ranks))]
+
+    def incomplete(self) -> list[KeptFile]:
+        return [f for f in self.files() if not f.complete]
 
     def rank_paths(self) -> dict[int, Path]:
         return {r: self.log_dir / f"rank{r}.log" for r in sorted(self._ranks)}
@@ -80,10 +146,7 @@ class OutputCopy:
     def close(self) -> None:
         with self._lock:
             for f in [self._combined, *self._ranks.values()]:
-                try:
-                    f.close()
-                except OSError:
-                    pass
+                f._close()
 
 
 def _pump(fd: int, sink: BinaryIO | None, copy: OutputCopy) -> None:
@@ -131,8 +194,6 @@ class Job:
         self.copy = copy
         self.pumps = pumps
         self.started = time.monotonic()
-        # every descendant seen (pid -> create time), for the last kill
-        self.known: dict[int, float] = {}
 
     @property
     def pid(self) -> int:
@@ -149,8 +210,13 @@ class Job:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
+            parent = os.getpid()
+            load_prctl()
+            # the launcher dies with run, even when run is SIGKILLed (no code of run runs
+            # then; the reaper ends the rest of the tree)
             proc = subprocess.Popen(cmd, env=env, stdin=None, stdout=out_w, stderr=err_w,
-                                    start_new_session=True)
+                                    start_new_session=True,
+                                    preexec_fn=lambda: die_with_parent(parent))
         except FileNotFoundError:
             _close(out_r, out_w, err_r, err_w)
             raise JobStartError(f"cannot start {cmd[0]!r}: command not found",
@@ -186,39 +252,6 @@ class Job:
             return True
         except (ProcessLookupError, PermissionError):
             return False
-
-    def stop(self, grace: float = 5.0) -> int | None:
-        """SIGTERM the process group, SIGKILL it (and every descendant seen) after
-        ``grace`` seconds. Returns the launcher's exit status, None if it would not die."""
-        self.signal_group(signal.SIGTERM)
-        if self._wait(grace) is None or self._survivors():
-            self.signal_group(signal.SIGKILL)
-            self._kill_known()
-        return self._wait(5.0)
-
-    def _survivors(self) -> list:
-        """Descendants seen earlier that still live (checked by create time: no pid reuse)."""
-        import psutil
-
-        alive = []
-        for pid, created in self.known.items():
-            try:
-                p = psutil.Process(pid)
-                if abs(p.create_time() - created) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(p)
-            except psutil.Error:
-                pass
-        return alive
-
-    def _kill_known(self) -> None:
-        # a rank or worker that left the process group (setsid) still dies with the job
-        import psutil
-
-        for p in self._survivors():
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
 
     def _wait(self, timeout: float) -> int | None:
         try:

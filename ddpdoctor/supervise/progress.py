@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpdoctor import safefile
+
 JOB = -1  # the unit when no process carries RANK (a plain script, mp.spawn, startup)
 DEFAULT_CPU_RATE = 0.05  # share of one core
 
@@ -31,6 +33,7 @@ class ProcSample:
     created: float
     zombie: bool = False
     top: bool = True  # the rank's own process, not one of its workers
+    rss: int = 0  # bytes
 
 
 @dataclass
@@ -90,17 +93,18 @@ def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], i
                 t = p.cpu_times()
                 cpu = t.user + t.system
                 ppid = p.ppid()
+                rss = 0 if zombie else p.memory_info().rss
         except psutil.Error:
             continue
         key = (p.pid, created)
         if key not in rank_cache:
             rank_cache[key] = None if zombie else _rank_of(p)
         ranks[p.pid] = rank_cache[key]
-        rows.append((p.pid, cpu, created, zombie, ppid))
-    for pid, cpu, created, zombie, ppid in rows:
+        rows.append((p.pid, cpu, created, zombie, ppid, rss))
+    for pid, cpu, created, zombie, ppid, rss in rows:
         rank = ranks[pid]
         top = not (ppid in pids and ranks.get(ppid) is not None and ranks.get(ppid) == rank)
-        sample.procs.append(ProcSample(pid, rank, cpu, created, zombie, top))
+        sample.procs.append(ProcSample(pid, rank, cpu, created, zombie, top, rss))
     return sample
 
 
@@ -115,7 +119,9 @@ def read_heartbeats(directory: str, not_before: float) -> dict[int, Heartbeat]:
         if not (name.startswith("rank") and name.endswith(".json")):
             continue
         try:
-            with open(os.path.join(directory, name), "rb") as f:
+            # never through a link, never blocking on a FIFO planted in the directory
+            fd = safefile.open_regular(os.path.join(directory, name), os.O_RDONLY)
+            with os.fdopen(fd, "rb") as f:
                 data = json.loads(f.read(1 << 20))
             hb = Heartbeat(int(data["rank"]), int(data.get("step") or 0),
                            float(data.get("last_progress") or 0), float(data.get("time") or 0),
@@ -147,6 +153,9 @@ class ProgressTracker:
         self._prev: TreeSample | None = None
         self._hb: dict[int, tuple[int, float]] = {}
         self._rank_pids: dict[int, set[int]] = {}
+        # unit -> last time it used CPU, heartbeat or not: a quiet rank that still works
+        # (an evaluation, a checkpoint save) is not hung (supervise/verdict.py)
+        self.cpu_last: dict[int, float] = {}
 
     def update(self, now: float, lines: int, sample: TreeSample,
                heartbeats: dict[int, Heartbeat] | None = None) -> None:
@@ -162,7 +171,10 @@ class ProgressTracker:
                     self._moved(now, f"heartbeat of rank {r} (step {hb.step})", r)
                 self._hb[r] = mark
         for unit, rate in self._cpu_rates(sample).items():
-            if unit in hb_ranks or rate < self.cpu_rate:
+            if rate < self.cpu_rate:
+                continue
+            self.cpu_last[unit] = now
+            if unit in hb_ranks:
                 continue
             who = "the job" if unit == JOB else f"rank {unit}"
             self._moved(now, f"CPU time of {who} ({rate:.0%} of a core)",
@@ -172,6 +184,10 @@ class ProgressTracker:
 
     def stalled_for(self, now: float) -> float:
         return max(0.0, now - self.last_progress)
+
+    def active_ranks(self, now: float, window: float) -> set[int]:
+        """Units (ranks, or JOB) that used CPU within the last ``window`` seconds."""
+        return {u for u, t in self.cpu_last.items() if now - t <= window}
 
     def first_exit(self) -> RankExit | None:
         return self.exits[0] if self.exits else None

@@ -1,26 +1,41 @@
-"""The supervision loop: start, watch progress, catch a hang, triage a failure, report."""
+"""The supervision loop: start, watch progress, look at a quiet job, end it, report.
+
+Every way run can end goes through one cleanup path (``_end_job``): the job exited, a
+confirmed hang, Ctrl-C twice, SIGTERM/SIGHUP/SIGQUIT to run. It ends every process of the
+job's tree still alive (supervise/tree.py) and lists them in the report. run killed by
+SIGKILL runs no code: the launcher's parent-death signal and the reaper (reaper.py)
+cover that.
+"""
 
 from __future__ import annotations
 
 import os
 import shlex
 import signal
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.report import EXIT_FINDINGS, Check, Report
+from ddpdoctor import redact
+from ddpdoctor.report import Report
 from ddpdoctor.supervise import hang as hang_mod
-from ddpdoctor.supervise import triage as triage_mod
-from ddpdoctor.supervise.env import job_environment, watch_bootstrap_dir
-from ddpdoctor.supervise.process import Job
+from ddpdoctor.supervise.env import RUN_ID, job_environment, watch_bootstrap_dir
+from ddpdoctor.supervise.looks import Look, look, say
+from ddpdoctor.supervise.memory import MemoryHistory
+from ddpdoctor.supervise.process import Job, JobStartError
 from ddpdoctor.supervise.progress import ProgressTracker, read_heartbeats, sample_tree
-from ddpdoctor.supervise.watch_events import merge, watch_findings
+from ddpdoctor.supervise.reaper import Reaper
+from ddpdoctor.supervise.signals import RunSignals
+from ddpdoctor.supervise.tree import JobTree, Killed, set_subreaper
 
 GROUP = "run"
+# variables worth seeing in a report about a distributed job (values of secret-looking
+# names masked)
+_ENV_PREFIXES = ("DDPDOCTOR_", "NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "MASTER_",
+                 "CUDA_", "OMP_", "PYTORCH_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "HF_",
+                 "WANDB_")
 
 
 @dataclass
@@ -30,7 +45,7 @@ class RunOptions:
     watch: bool = True
     run_dir: str | None = None
     native: bool = False
-    grace: float = 10.0  # SIGTERM -> SIGKILL when stopping a hung job
+    grace: float = 10.0  # SIGTERM -> SIGKILL when ending the job
     attach_timeout: float = 5.0
     # exit 1 when the job exited 0 but an error was found (NaN losses): opt-in, as a
     # heuristic check must not fail a pipeline that used to pass
@@ -39,6 +54,11 @@ class RunOptions:
     @property
     def poll_s(self) -> float:
         return max(0.2, min(1.0, self.hang_timeout / 5))
+
+    @property
+    def cpu_window_s(self) -> float:
+        # "working now": CPU in the last few samples, not earlier in the quiet spell
+        return max(2.0, 3 * self.poll_s)
 
 
 @dataclass
@@ -50,6 +70,14 @@ class RunResult:
     interrupted: int = 0
     run_dir: str = ""
     notes: list[str] = field(default_factory=list)
+    looks: list[Look] = field(default_factory=list)  # quiet spells that were no hang
+    killed: list[Killed] = field(default_factory=list)
+    ended_by: str = "the job exited"  # why run ended the job's tree
+    teardown: str = ""  # the signal run got, if one ended it
+    terminal_gone: bool = False
+    memory: MemoryHistory | None = None
+    secrets: list[str] = field(default_factory=list)
+    tracker: ProgressTracker | None = None
 
 
 def job_exit_code(returncode: int) -> int:
@@ -57,182 +85,166 @@ def job_exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class _Interrupts:
-    """Forward SIGINT/SIGTERM to the job's process group; a 2nd SIGINT kills it."""
+def _prepare_run_dir(path: str | None) -> tuple[str, list[str]]:
+    """The run directory and the directories created for it (removed again if the job
+    cannot start: a failed start leaves nothing behind)."""
+    if path is None:
+        d = tempfile.mkdtemp(prefix="ddpdoctor-run-")
+        return d, [d]
+    created: list[str] = []
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        missing.append(p)
+        p = os.path.dirname(p)
+    os.makedirs(path, exist_ok=True)
+    created += list(reversed(missing))
+    return path, created
 
-    def __init__(self) -> None:
-        self.job: Job | None = None
-        self.count = 0
-        self._saved: dict[int, Any] = {}
 
-    def __enter__(self) -> _Interrupts:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._saved[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread (tests): no forwarding
-                pass
-        return self
+def _remove_created(created: list[str], inner: list[str]) -> None:
+    for d in [*inner, *reversed(created)]:
+        try:
+            os.rmdir(d)  # only ever an empty directory: nothing of the user's goes
+        except OSError:
+            pass
 
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self._saved.items():
-            signal.signal(sig, old)
 
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.count += 1
-        if self.job is None:
-            return
-        if signum == signal.SIGINT and self.count > 1:
-            self.job.signal_group(signal.SIGKILL)
-        else:
-            self.job.signal_group(signum)
+def env_snapshot(env: dict[str, str]) -> dict[str, str]:
+    return redact.environ({k: v for k, v in sorted(env.items())
+                           if k.startswith(_ENV_PREFIXES)})
 
 
 def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
-    """Run ``cmd`` to its end (or stop it hung). Raises process.JobStartError."""
-    run_dir = opts.run_dir or tempfile.mkdtemp(prefix="ddpdoctor-run-")
-    os.makedirs(run_dir, exist_ok=True)
+    """Run ``cmd`` to its end (or end it). Raises process.JobStartError."""
+    from ddpdoctor.supervise.outcome import build_report
+    from ddpdoctor.supervise.secrets import secret_values
+
+    run_dir, created = _prepare_run_dir(opts.run_dir)
     jenv = job_environment(os.environ, run_dir, opts.watch,
                            watch_bootstrap_dir() if opts.watch else None)
+    inner = []
     for d in (jenv.fr_dir, jenv.heartbeat_dir):
+        if not os.path.isdir(d):
+            inner.append(d)
         os.makedirs(d, exist_ok=True)  # the ranks expect them (attach/watch contracts)
     report = Report(command="run")
-    report.world.update({"command": shlex.join(cmd), "run_dir": run_dir})
-    result = RunResult(report, 0, run_dir=run_dir, notes=list(jenv.notes))
+    report.world.update({"command": shlex.join(redact.argv(cmd)), "run_dir": run_dir,
+                         "env": env_snapshot(jenv.env)})
+    result = RunResult(report, 0, run_dir=run_dir, notes=list(jenv.notes),
+                       secrets=secret_values(jenv.env, cmd))
     wall0 = time.time()
 
-    with _Interrupts() as interrupts:
-        job = Job.start(cmd, jenv.env, Path(run_dir))
-        interrupts.job = job
-        tracker = ProgressTracker(time.monotonic())
-        rank_cache: dict[tuple[int, float], int | None] = {}
-        while True:
-            rc = job.poll()
-            if rc is not None:
-                break
-            now = time.monotonic()
-            sample = sample_tree(job.pid, now, rank_cache)
-            for p in sample.procs:
-                if p.pid != job.pid:
-                    job.known.setdefault(p.pid, p.created)
-            tracker.update(now, job.copy.lines, sample,
-                           read_heartbeats(jenv.heartbeat_dir, wall0))
-            stalled = tracker.stalled_for(now)
-            if (result.hang is None and not interrupts.count
-                    and stalled >= opts.hang_timeout and job.poll() is None):
-                result.hang = _on_hang(job, tracker, stalled, opts)
-                if result.hang is None:  # it ended by itself while being diagnosed
-                    continue
-                if result.hang.stopped:
-                    rc = job.poll()
-                    break
-            time.sleep(opts.poll_s)
-        job.drain(timeout=5.0)
-        job.copy.close()
-        if rc is None:
-            rc = job.poll()
-        result.returncode = rc
-        result.interrupted = interrupts.count
-
-    _build_report(result, job, tracker, jenv, opts, time.monotonic() - job.started, wall0)
+    marker = (RUN_ID, jenv.env[RUN_ID])
+    reaper = Reaper.start(run_dir, opts.grace, marker)
+    subreaper = set_subreaper(True)
+    try:
+        with RunSignals() as sigs:
+            try:
+                job = Job.start(cmd, jenv.env, Path(run_dir))
+            except JobStartError:
+                _remove_created(created, inner)
+                raise
+            sigs.job = job
+            _supervise(job, sigs, result, jenv, opts, reaper, wall0, subreaper, marker)
+    finally:
+        if reaper is not None:
+            reaper.done()
+        if subreaper:
+            set_subreaper(False)
+    result.terminal_gone = sigs.terminal_gone
+    if reaper is None:
+        result.notes.append("the reaper could not start: if run is SIGKILLed, only the "
+                            "launcher dies with it")
+    build_report(result, job, jenv, opts, time.monotonic() - job.started, wall0)
     return result
 
 
-def _on_hang(job: Job, tracker: ProgressTracker, stalled: float,
-             opts: RunOptions) -> hang_mod.HangOutcome | None:
-    print(f"ddpdoctor run: no rank made progress for {stalled:.1f} s (last: "
-          f"{tracker.last_what}); diagnosing the hang...", file=sys.stderr, flush=True)
-    outcome = hang_mod.diagnose(job.pid, stalled, tracker.last_what, opts.native,
-                                opts.attach_timeout)
-    if job.poll() is not None:
-        print("ddpdoctor run: the job ended while it was being diagnosed; no hang",
-              file=sys.stderr, flush=True)
-        return None
-    if opts.kill:
-        print("ddpdoctor run: stopping the job (SIGTERM, SIGKILL after "
-              f"{opts.grace:g} s; --no-kill keeps it running)", file=sys.stderr, flush=True)
-        hang_mod.stop(job, outcome, opts.grace)
-    else:
-        view = Report(command="run")
-        outcome.add_to(view, opts.hang_timeout)
-        hang_mod.print_diagnosis(view, outcome)
-    return outcome
+def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: RunOptions,
+               reaper: Reaper | None, wall0: float, subreaper: bool,
+               marker: tuple[str, str]) -> None:
+    import psutil
+
+    tree = JobTree(job.pid, exclude={reaper.pid} if reaper else set())
+    tree.own_children = subreaper
+    tree.marker = marker
+    if reaper is not None:
+        tree.on_new = reaper.track
+    try:
+        tree.add(job.pid, psutil.Process(job.pid).create_time())
+    except psutil.Error:
+        pass
+    tracker = ProgressTracker(time.monotonic())
+    result.memory = memory = MemoryHistory(time.monotonic())
+    rank_cache: dict[tuple[int, float], int | None] = {}
+    next_look = 0.0
+    warned_for = -1.0  # the quiet spell (its start) already warned about
+    try:
+        while True:
+            if job.poll() is not None or sigs.teardown:
+                break
+            now = time.monotonic()
+            sample = sample_tree(job.pid, now, rank_cache)
+            tree.scan()
+            tree.reap(job.pid)
+            memory.add(sample)
+            tracker.update(now, job.copy.lines, sample,
+                           read_heartbeats(jenv.heartbeat_dir, wall0))
+            stalled = tracker.stalled_for(now)
+            if (result.hang is None and not sigs.received and stalled >= opts.hang_timeout
+                    and now >= next_look and job.poll() is None):
+                spell = tracker.last_progress
+                seen, outcome = look(job, tracker, stalled, opts, rank_cache,
+                                     now - job.started,
+                                     lambda: read_heartbeats(jenv.heartbeat_dir, wall0),
+                                     announce=warned_for != spell)
+                if seen is None:
+                    continue  # it ended by itself while being looked at
+                if seen.verdict.confirmed:
+                    result.hang = outcome
+                    if opts.kill:
+                        say("ddpdoctor run: hang confirmed: "
+                             + redact.text(seen.verdict.reason)
+                             + f"; stopping the job (SIGTERM, SIGKILL after {opts.grace:g} "
+                             "s; --no-kill keeps it running)")
+                        result.ended_by = "a confirmed hang"
+                        break
+                    view = Report(command="run")
+                    outcome.add_to(view, opts.hang_timeout)
+                    try:
+                        hang_mod.print_diagnosis(view, outcome)
+                    except (OSError, ValueError):
+                        pass  # no terminal to show it on; the final report has it
+                else:
+                    result.looks.append(seen)
+                    del result.looks[:-20]
+                    if warned_for != spell:
+                        warned_for = spell
+                        say(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
+                             f"hang: {redact.text(seen.verdict.reason)}; still watching")
+                    next_look = time.monotonic() + opts.hang_timeout
+            time.sleep(opts.poll_s)
+    finally:
+        # the one cleanup path, whatever ended the loop (an error in run included)
+        _end_job(job, tree, sigs, result, opts)
+    result.interrupted = sigs.interrupts
+    result.teardown = sigs.teardown
+    result.tracker = tracker
 
 
-def _build_report(result: RunResult, job: Job, tracker: ProgressTracker, jenv: Any,
-                  opts: RunOptions, took: float, wall0: float) -> None:
-    report = result.report
-    rank_paths = job.copy.rank_paths()
-    ranks_seen = sorted({e.rank for e in tracker.exits} | set(tracker.rank_last))
-    if ranks_seen:
-        report.world.setdefault("ranks_seen", ranks_seen)
-    watched = watch_findings(jenv.events_path, since=wall0) if jenv.events_path else []
-    if jenv.watch:
-        found = (f"; found {', '.join(sorted({f.id for f in watched}))}" if watched
-                 else "; nothing found")
-        summary = ("in-training checks on (ddpdoctor.watch bootstrap, DDPDOCTOR_WATCH=1)"
-                   + (found if jenv.events_path else "") + "".join(f"; {n}" for n in jenv.notes))
-    else:
-        summary = "off" if not opts.watch else "; ".join(jenv.notes)
-    report.checks.append(Check(
-        "watch", summary, status="ok" if jenv.watch or not opts.watch else "skipped",
-        group=GROUP, data={"fr_dir": jenv.fr_dir, "heartbeat_dir": jenv.heartbeat_dir,
-                           "events": jenv.events_path}))
-    report.checks.append(Check(
-        "output", f"{job.copy.lines} lines kept in {job.copy.combined_path}"
-        + (f"; per rank: {', '.join(str(p) for p in rank_paths.values())}"
-           if rank_paths else ""), group=GROUP,
-        data={"combined": str(job.copy.combined_path),
-              "ranks": {str(r): str(p) for r, p in rank_paths.items()}}))
-
-    _job_outcome(result, job, tracker, opts, took)
-    # After the outcome's own findings: the root cause of a crash or hang leads.
-    for f in merge(report.findings, watched):
-        report.add(f, check="watch")
-    if (opts.fail_on_findings and result.exit_code == 0
-            and any(f.severity == "error" for f in report.findings)):
-        result.exit_code = EXIT_FINDINGS  # e.g. NaN losses in a job that "succeeded"
-
-
-def _job_outcome(result: RunResult, job: Job, tracker: ProgressTracker, opts: RunOptions,
-                 took: float) -> None:
-    report = result.report
-    rc = result.returncode
-    if result.hang is not None:
-        result.hang.add_to(report, opts.hang_timeout)
-        if result.hang.stopped:
-            report.checks.append(Check("job", f"stopped by ddpdoctor after {took:.1f} s "
-                                       "(no progress)", status="error", group=GROUP,
-                                       data={"returncode": rc}))
-            result.exit_code = EXIT_FINDINGS
-            return
-
-    if rc is None:  # cannot happen after wait; never report a made-up code
-        rc = -signal.SIGKILL
-    how = triage_mod.exit_description(rc)
-    if result.interrupted:
-        report.checks.append(Check("job", f"interrupted (signal forwarded); {how} after "
-                                   f"{took:.1f} s", status="warning", group=GROUP,
-                                   data={"returncode": rc}))
-        result.exit_code = job_exit_code(rc)
-        return
-    if rc == 0:
-        report.checks.append(Check("job", f"exited with code 0 after {took:.1f} s",
-                                   group=GROUP, data={"returncode": 0}))
-        result.exit_code = EXIT_FINDINGS if result.hang is not None else 0
-        return
-
-    findings, info = triage_mod.triage_output(job.copy.combined_path, tracker.exits, rc)
-    info["returncode"] = rc
-    report.checks.append(Check("job", f"failed: {how} after {took:.1f} s", status="error",
-                               group=GROUP, data={"returncode": rc}))
-    if findings:
-        lead = findings[0]
-        who = f"rank {lead.ranks[0]}" if len(lead.ranks) == 1 else (
-            f"ranks {lead.ranks}" if lead.ranks else "the job")
-        summary = f"first failure: {who}: {lead.id}"
-    else:
-        summary = "no known error in the output; see the kept logs"
-    report.checks.append(Check(triage_mod.CHECK, summary, group=GROUP, data=info))
-    for f in findings:
-        report.add(f, check=triage_mod.CHECK)
-    result.exit_code = job_exit_code(rc)
+def _end_job(job: Job, tree: JobTree, sigs: RunSignals, result: RunResult,
+             opts: RunOptions) -> None:
+    """The one cleanup path: whatever of the job's tree still lives ends here."""
+    t0 = time.monotonic()
+    if sigs.teardown:
+        result.ended_by = sigs.teardown
+    first = signal.SIGKILL if sigs.hurry else signal.SIGTERM
+    result.killed = tree.end_all(opts.grace, first, should_hurry=lambda: sigs.hurry)
+    rc = job._wait(5.0)
+    if result.hang is not None and result.ended_by == "a confirmed hang":
+        result.hang.stopped = True
+        result.hang.stop_status = rc
+        result.hang.timings["stop_s"] = round(time.monotonic() - t0, 3)
+    job.drain(timeout=5.0)
+    job.copy.close()
+    result.returncode = rc if rc is not None else job.poll()

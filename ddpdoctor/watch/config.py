@@ -7,6 +7,7 @@ without a code change. No torch here.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -96,6 +97,11 @@ class WatchConfig:
             raise ValueError("straggler_samples must be >= 1")
         if self.link_confirm < 1 or self.link_every < 1:
             raise ValueError("link_confirm and link_every must be >= 1")
+        for name in ("hang_timeout_s", "heartbeat_interval_s", "collective_timeout_s",
+                     "link_timeout_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, not {value!r}")
 
 
 def parse_checks(text: str, base: tuple[str, ...] = CHECKS) -> tuple[str, ...]:
@@ -115,12 +121,36 @@ def _flag(value: str) -> bool:
     return value.lower() not in ("0", "false", "no", "off")
 
 
+def _count(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise ValueError("must be an integer >= 1")
+    return n
+
+
+def _checks(value: str) -> tuple[str, ...]:
+    checks = parse_checks(value)
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown watch checks {unknown}; choose from {', '.join(CHECKS)}")
+    return checks
+
+
+def _seconds(value: str) -> float:
+    # float("nan") parses, and a NaN timeout compares false with everything: the
+    # watchdog would silently never fire
+    x = float(value)
+    if not math.isfinite(x) or x <= 0:
+        raise ValueError("must be a finite number of seconds > 0")
+    return x
+
+
 _ENV: dict[str, tuple[str, Any]] = {
-    "DDPDOCTOR_WATCH_EVERY": ("every", int),
-    "DDPDOCTOR_WATCH_CHECKS": ("checks", parse_checks),
+    "DDPDOCTOR_WATCH_EVERY": ("every", _count),
+    "DDPDOCTOR_WATCH_CHECKS": ("checks", _checks),
     "DDPDOCTOR_EVENTS": ("events_path", str),
-    "DDPDOCTOR_WATCH_LINK_EVERY": ("link_every", int),
-    "DDPDOCTOR_HANG_TIMEOUT": ("hang_timeout_s", float),
+    "DDPDOCTOR_WATCH_LINK_EVERY": ("link_every", _count),
+    "DDPDOCTOR_HANG_TIMEOUT": ("hang_timeout_s", _seconds),
     "DDPDOCTOR_HEARTBEAT_DIR": ("heartbeat_dir", str),
     "DDPDOCTOR_FR_DIR": ("fr_dir", str),
     "DDPDOCTOR_WATCH_WARN": ("warn", _flag),

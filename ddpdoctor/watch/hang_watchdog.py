@@ -19,15 +19,16 @@ import threading
 import time
 from typing import Any
 
+from ddpdoctor import safefile
+
 _lock = threading.Lock()
 _monitor: Monitor | None = None
 
 
 def write_json_atomic(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    # unpredictable O_EXCL temp name, rename over the link (never through it): the
+    # heartbeat dir may be writable by another user than the one root-run ddpdoctor is
+    safefile.write_atomic(path, json.dumps(data), 0o644)
 
 
 class Monitor:
@@ -143,7 +144,8 @@ class Monitor:
             return None
         os.makedirs(base, exist_ok=True)
         path = os.path.join(base, f"ddpdoctor-stacks-rank{self.rank}.txt")
-        with open(path, "w") as f:
+        fd = safefile.open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "w") as f:
             f.write(f"# ddpdoctor: rank {self.rank} pid {os.getpid()} stuck in step "
                     f"{self.step + 1} ({self.phase}) at {time.time():.3f}\n")
             f.flush()

@@ -1,0 +1,88 @@
+"""Pure: is a quiet job hung? run stops a job only on a confirmed hang.
+
+A quiet spell (no output, no heartbeat step for --hang-timeout) is only a reason to look:
+a long evaluation, a checkpoint save or a first compile is quiet too. What run saw when it
+looked (every rank's stack, Flight Recorder where served, each rank's CPU time) decides:
+
+- confirmed: ranks wait in a collective (or p2p op, or on their DataLoader) that the
+  odd ones out never reach, and those odd ones are not working (no CPU); a rank stopped
+  by SIGSTOP while others are not; a rank that is gone while the live ones sit idle;
+- anything else ("no hang visible", every rank computing, every rank in the same
+  collective, stacks unreadable, the culprit still burning CPU) is not: run says what it
+  saw once and keeps watching.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# attach.classify's kinds, spelled here so this module imports nothing heavy
+_STOPPED = "stopped"
+_GONE = ("dead", "zombie", "missing")
+_WAITING = ("collective", "p2p")
+
+
+@dataclass(frozen=True)
+class HangVerdict:
+    confirmed: bool
+    reason: str  # one line: why run stops the job, or why it does not
+    culprits: tuple[int, ...] = ()
+    active: tuple[int, ...] = field(default=())  # ranks working (CPU) when looked at
+
+
+def _ranks(ranks: list[int] | set[int]) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
+
+
+def judge(diagnosis: Any, error: str, active: set[int], traced: set[int] | None = None
+          ) -> HangVerdict:
+    """``diagnosis``: attach's HangDiagnosis (None when it could not be made, ``error``
+    says why); ``active``: ranks that used CPU in the last seconds; ``traced``: pids in a
+    debugger's tracing stop (state ``t``: a person is looking, not a hang)."""
+    traced = traced or set()
+    act = tuple(sorted(active))
+    if diagnosis is None:
+        return HangVerdict(False, f"no stacks to confirm a hang ({error or 'unknown'})",
+                           active=act)
+    states = list(diagnosis.states)
+    live = [s for s in states if s.kind not in _GONE]
+    stopped = [s for s in live if s.kind == _STOPPED and s.pid not in traced]
+    debugged = [s for s in live if s.kind == _STOPPED and s.pid in traced]
+    gone = [s for s in states if s.kind in _GONE]
+    if debugged:
+        return HangVerdict(False, f"{_ranks([s.rank for s in debugged])} stopped in a "
+                           "debugger (tracing stop): not a hang", active=act)
+    if stopped and len(stopped) < len(live):
+        return HangVerdict(True, f"{_ranks([s.rank for s in stopped])} stopped (SIGSTOP) "
+                           "while the others wait", tuple(s.rank for s in stopped), act)
+    if stopped:
+        return HangVerdict(False, "every rank is stopped (SIGSTOP): a suspended job, "
+                           "not a hang", active=act)
+    if gone:
+        busy = [s.rank for s in live if s.rank in active]
+        if live and busy:
+            return HangVerdict(False, f"{_ranks([s.rank for s in gone])} gone, but "
+                               f"{_ranks(busy)} still working (CPU): not stopped",
+                               active=act)
+        return HangVerdict(True, f"{_ranks([s.rank for s in gone])} gone while the others "
+                           "make no progress", tuple(s.rank for s in gone), act)
+    findings = list(diagnosis.findings)
+    if not findings:
+        return HangVerdict(False, diagnosis.headline or "no hang visible in the stacks",
+                           active=act)
+    culprits = sorted({r for f in findings for r in f.ranks})
+    busy = [r for r in culprits if r in active]
+    if busy:
+        return HangVerdict(False, f"{findings[0].title}; but {_ranks(busy)} is still "
+                           "working (CPU): slow, not hung", tuple(culprits), act)
+    if not any(s.kind in _WAITING for s in live) and not _flight_recorder(diagnosis):
+        return HangVerdict(False, f"{findings[0].title}; but no rank waits in a "
+                           "collective", tuple(culprits), act)
+    return HangVerdict(True, findings[0].title, tuple(culprits), act)
+
+
+def _flight_recorder(diagnosis: Any) -> bool:
+    return any(getattr(v, "behind", None) or getattr(v, "mismatch", False)
+               for v in getattr(diagnosis, "fr_verdicts", []) or [])

@@ -1,0 +1,143 @@
+"""Pure parts of run's safety: the hang verdict, the memory history, secret scrubbing,
+the kept-log accounting. No processes (but /dev/full for a real ENOSPC)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.findings import Finding
+from ddpdoctor.supervise.memory import MemoryHistory
+from ddpdoctor.supervise.process import KeptFile
+from ddpdoctor.supervise.progress import ProcSample, ProgressTracker, TreeSample
+from ddpdoctor.supervise.secrets import scrub, secret_values
+from ddpdoctor.supervise.verdict import judge
+
+
+@dataclass
+class State:
+    rank: int
+    kind: str
+    pid: int = 0
+
+
+@dataclass
+class Diagnosis:
+    states: list[State]
+    findings: list[Finding] = field(default_factory=list)
+    headline: str = ""
+    fr_verdicts: list = field(default_factory=list)
+
+
+def _missing(culprit: int = 1) -> Diagnosis:
+    return Diagnosis([State(0, "collective", 10), State(culprit, "compute", 11)],
+                     [Finding("HANG_RANK_MISSING_COLLECTIVE", "rank 0 waits in barrier; "
+                              "rank 1 is computing", ranks=[culprit])])
+
+
+def test_odd_rank_idle_while_others_wait_is_confirmed():
+    v = judge(_missing(), "", active=set())
+    assert v.confirmed and v.culprits == (1,)
+
+
+def test_odd_rank_still_working_is_not_a_hang():
+    """rank 0 waits in a barrier while rank 1 saves a checkpoint: the stacks alone say
+    HANG_RANK_MISSING_COLLECTIVE; rank 1's CPU time says it is working."""
+    v = judge(_missing(), "", active={1})
+    assert not v.confirmed and "still working" in v.reason and v.active == (1,)
+
+
+@pytest.mark.parametrize("kinds,headline", [
+    (["compute", "compute"], "no rank waits in a collective: no hang visible"),
+    (["collective", "collective"], "ranks [0,1] wait in all_reduce: no odd one out"),
+    (["idle", "idle"], "no rank waits in a collective: no hang visible")])
+def test_no_finding_is_no_hang(kinds, headline):
+    d = Diagnosis([State(r, k, 10 + r) for r, k in enumerate(kinds)], headline=headline)
+    v = judge(d, "", active=set())
+    assert not v.confirmed and v.reason == headline
+
+
+def test_unreadable_stacks_are_no_hang():
+    v = judge(None, "pid 7 is not a Python process", active=set())
+    assert not v.confirmed and "not a Python process" in v.reason
+
+
+def test_stopped_rank_confirms_but_a_suspended_job_or_a_debugger_does_not():
+    one = Diagnosis([State(0, "collective", 10), State(1, "stopped", 11)])
+    assert judge(one, "", set()).confirmed
+    assert judge(one, "", set()).culprits == (1,)
+    every = Diagnosis([State(0, "stopped", 10), State(1, "stopped", 11)])
+    assert not judge(every, "", set()).confirmed
+    assert not judge(one, "", set(), traced={11}).confirmed
+
+
+def test_gone_rank_confirms_only_while_the_others_sit_idle():
+    d = Diagnosis([State(0, "collective", 10), State(1, "dead", 11)],
+                  [Finding("RANK_CRASHED", "rank 1 has exited", ranks=[1])])
+    assert judge(d, "", set()).confirmed
+    assert not judge(d, "", {0}).confirmed  # rank 0 is still finishing its work
+
+
+def test_finding_without_a_waiting_rank_is_not_confirmed():
+    d = Diagnosis([State(0, "idle", 10), State(1, "dataloader", 11)],
+                  [Finding("HANG_DATALOADER", "rank 1 in data loading", ranks=[1])])
+    assert not judge(d, "", set()).confirmed
+
+
+def test_cpu_of_a_heartbeat_rank_marks_it_active_without_ending_the_quiet_spell():
+    from ddpdoctor.supervise.progress import Heartbeat
+
+    t = ProgressTracker(0.0)
+    hb = {0: Heartbeat(0, 5, 1.0, 1.0, "data/forward", "running")}
+    t.update(0.0, 0, TreeSample(0.0, [ProcSample(10, 0, 1.0, 1.0)]), hb)
+    t.update(1.0, 0, TreeSample(1.0, [ProcSample(10, 0, 2.0, 1.0)]), hb)
+    assert t.stalled_for(1.0) == 1.0  # a heartbeat rank's CPU is not a step
+    assert t.active_ranks(1.0, 2.0) == {0}  # ... but it is working
+    assert t.active_ranks(10.0, 2.0) == set()
+
+
+def test_memory_history_is_bounded_and_spans_the_run():
+    h = MemoryHistory(0.0, max_points=8, interval=1.0)
+    for i in range(100):
+        h.add(TreeSample(float(i), [ProcSample(10, 1, 0.0, 0.0, rss=(100 + i) << 20),
+                                    ProcSample(11, 1, 0.0, 0.0, top=False, rss=1 << 20)]))
+    pts = h.series(1)
+    assert 4 <= len(pts) <= 8
+    assert pts[0] == (0.0, 101.0)  # the rank's process + its worker
+    assert pts[-1][0] >= 80  # still reaches the end
+    ev = h.evidence(1)
+    assert ev["rss_mb_peak"] == max(mb for _, mb in pts) and ev["rss_mb_first"] == 101.0
+    assert h.evidence(5) is None
+
+
+def test_secret_values_and_scrub():
+    env = {"HF_TOKEN": "hf_abcdef123", "MASTER_PASSWORD": "hunter22", "PATH": "/bin",
+           "SHORT_TOKEN": "x1"}
+    argv = ["train.py", "--token", "tok_9876", "--api-key=key_5555", "--lr", "0.1"]
+    secrets = secret_values(env, argv)
+    assert set(secrets) == {"hf_abcdef123", "hunter22", "tok_9876", "key_5555"}
+    got = scrub({"line": "login failed: hf_abcdef123 (hunter22)", "PATH": "/bin",
+                 "cmd": "python train.py --token tok_9876", "HF_TOKEN": "hf_abcdef123",
+                 "n": 3, "list": ["key_5555"]}, secrets)
+    text = repr(got)
+    for s in secrets:
+        assert s not in text
+    assert got["PATH"] == "/bin" and got["n"] == 3 and "--token ***" in got["cmd"]
+
+
+def test_kept_file_counts_what_a_write_error_keeps_out(tmp_path):
+    """/dev/full fails every write with ENOSPC: the file says so and counts the loss."""
+    fd = os.open("/dev/full", os.O_WRONLY)
+    f = KeptFile(Path("/dev/full"), fd)
+    f.write(b"first line\n")
+    f.write(b"second\n")
+    assert not f.complete
+    assert f.error.startswith("ENOSPC") and f.lines == 0
+    assert f.lost_lines == 2 and f.lost_bytes == len(b"first line\nsecond\n")
+    ok = KeptFile(tmp_path / "x", os.open(tmp_path / "x", os.O_WRONLY | os.O_CREAT))
+    ok.write(b"a\n")
+    assert ok.complete and ok.lines == 1 and (tmp_path / "x").read_bytes() == b"a\n"
+    ok._close()
