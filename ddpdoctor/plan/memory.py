@@ -9,7 +9,7 @@ zero2 and zero3/fsdp (FSDP2 in the reference trainer) divide all three by D, zer
 keeps every layer's gathered weights from forward to backward and zero3 only two blocks
 (the one running and the one prefetched). tp divides the block matrices by the TP degree,
 pp gives each stage its own blocks. Activations follow the block of
-``ddpdoctor.train.model``: 17 s*b*h elements saved per block (4 replicated, 13 split by
+``ddpdoctor.train.model``: 16 s*b*h elements saved per block (4 replicated, 12 split by
 TP), plus the loss's fp32 logits. The README ("How plan computes") derives each number.
 """
 
@@ -61,6 +61,7 @@ class Setup:
     checkpointing: bool = False  # activation checkpointing of every block
     offload: bool = False        # optimizer state (FSDP family: all shards) on the host
     flash: bool = True           # SDPA flash/memory-efficient attention: no s^2 scores kept
+    foreach: bool = True         # multi-tensor optimizer step (torch's default on GPU)
     margin: float = 0.10         # allocator slack, fraction of the subtotal
     reserve: int = 0             # bytes outside the allocator: CUDA context, NCCL
 
@@ -76,6 +77,7 @@ class RankMemory:
     activations: float = 0.0
     buffers: float = 0.0
     margin: float = 0.0
+    step_temp: float = 0.0       # foreach optimizer step: one fp32 temporary per parameter
     host: float = 0.0            # offloaded to CPU memory (not in total)
     params: float = 0.0          # parameters this rank holds (local shard)
     notes: list[str] = field(default_factory=list)
@@ -86,8 +88,15 @@ class RankMemory:
 
     @property
     def subtotal(self) -> float:
-        """What the allocator hands out at the peak: compare with max_memory_allocated."""
-        return self.model_states + self.activations + self.buffers
+        """What the allocator hands out at the peak: compare with max_memory_allocated.
+
+        Backward frees each block's activations as its gradients appear (grads are None
+        after ``zero_grad(set_to_none=True)``), so the two never peak together: the
+        peak is at the start of backward (all activations) or at the optimizer step (all
+        gradients plus the step's temporaries).
+        """
+        return (self.weights + self.optimizer + self.buffers
+                + max(self.activations, self.grads + self.step_temp))
 
     @property
     def total(self) -> float:
@@ -97,6 +106,7 @@ class RankMemory:
         return {"ranks": self.ranks, "params": self.params, "weights": self.weights,
                 "grads": self.grads, "optimizer": self.optimizer,
                 "activations": self.activations, "buffers": self.buffers,
+                "step_temp": self.step_temp,
                 "margin": self.margin, "total": self.total, "model_states": self.model_states,
                 "subtotal": self.subtotal, "host": self.host, "notes": self.notes}
 
@@ -137,7 +147,9 @@ def _activations(shape: ModelShape, setup: Setup, layers: int, tp: int, batch: i
     """Bytes saved for backward (plus the loss's transient logits) for one micro-batch."""
     e, s, h = setup.precision.act, shape.seq, shape.dim
     sbh = s * batch * h
-    block = sbh * (4 + 13 / tp) * e
+    # saved per block: x, ln1 out, ln2 in, ln2 out (whole); q, k, v, attention out,
+    # fc1 out (4h), gelu out (4h) (split by TP). o's input is a view of attention's output.
+    block = sbh * (4 + 12 / tp) * e
     if not setup.flash:  # math attention keeps scores and probabilities: 2 a s^2 b
         block += 2 * (shape.heads / tp) * s * s * batch * e
     if setup.checkpointing:
@@ -180,6 +192,8 @@ def estimate(strategy: str, shape: ModelShape, setup: Setup) -> list[RankMemory]
         m.weights = local * p.weight / div_w
         m.grads = local * p.grad / div_w
         m.optimizer = local * (p.master + k * p.state) / div_o
+        if setup.foreach and k:
+            m.step_temp = local / div_o * 4
         # buffers: what the strategy allocates beyond the states
         if strategy in ("ddp", "zero1"):
             m.buffers = local * p.grad
