@@ -213,7 +213,10 @@ def estimate(strategy: str, shape: ModelShape, setup: Setup) -> list[RankMemory]
             micro = setup.batch_size // setup.microbatches
             inflight = (setup.microbatches if setup.schedule == "gpipe"
                         else min(pp - ranks[0], setup.microbatches))
-            m.buffers += 2 * shape.seq * micro * shape.dim * p.act  # p2p send + recv
+            # per micro-batch in flight: a non-last stage keeps its output and receives its
+            # gradient, a non-first stage receives its input and sends its gradient
+            ends = (0 if last else 2) + (0 if first else 2)
+            m.buffers += inflight * ends * shape.seq * micro * shape.dim * p.act
         m.activations = inflight * _activations(shape, setup, layers, tp, micro, first, last)
         if setup.offload:
             moved = m.optimizer + (m.weights + m.grads if shard_states else 0.0)
