@@ -29,7 +29,7 @@ def measure(size: str, nproc: int, strategies: list[str], batch: int, device: st
             work: Path) -> dict[str, dict]:
     jlog = work / f"{size}-{nproc}.jsonl"
     cmd = [sys.executable, "-m", "ddpdoctor", "train", "--nproc", str(nproc), "--size", size,
-           "--strategy", ",".join(strategies), "--steps", "2", "--batch-size", str(batch),
+           "--strategy", ",".join(strategies), "--steps", "3", "--batch-size", str(batch),
            "--device", device, "--json-log", str(jlog)]
     env = {**os.environ, "TMPDIR": str(work), "DDPDOCTOR_TRAIN_MEMORY": "1"}
     proc = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True,

@@ -101,3 +101,16 @@ def test_bad_input_is_a_one_line_usage_error(args: list[str], words: str) -> Non
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert words in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_model_factory_from_the_current_directory() -> None:
+    """--model imports the user's module as `python -m` would, from the working directory,
+    and builds it on the meta device."""
+    proc = subprocess.run([str(Path(sys.executable).parent / "ddpdoctor"), "plan", "--model",
+                           "test_plan_model:tiny_gpt", "--seq", "128", "--nproc", "2",
+                           "--gpu-mem", "8G", "--strategy", "ddp"],
+                          cwd=REPO / "tests", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Cheapest that fits in 8 GiB: ddp" in proc.stdout
+    bad = _run("plan", "--model", "ddpdoctor.train.model:GPT")
+    assert bad.returncode == 2 and "GPT() raised TypeError" in bad.stderr

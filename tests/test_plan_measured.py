@@ -29,7 +29,7 @@ BATCH = 8
 def _measure(tmp: Path, nproc: int, strategies: list[str]) -> dict[str, dict]:
     jlog = tmp / "train.jsonl"
     cmd = [sys.executable, "-m", "ddpdoctor", "train", "--nproc", str(nproc), "--strategy",
-           ",".join(strategies), "--steps", "2", "--batch-size", str(BATCH),
+           ",".join(strategies), "--steps", "3", "--batch-size", str(BATCH),
            "--device", "cpu", "--json-log", str(jlog)]
     env = {**os.environ, "TMPDIR": str(tmp), "DDPDOCTOR_TRAIN_MEMORY": "1"}
     rc, out = run_job(cmd, 200, env=env, cwd=tmp)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import sys
 from dataclasses import dataclass
 
 from ddpdoctor.train.config import SIZES
@@ -124,12 +126,17 @@ def from_module(spec: str, seq: int = 2048, heads: int | None = None) -> ModelSh
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:
         raise ValueError(f"--model {spec!r}: expected module.path:factory")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: the user's package from here
     try:
         factory = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"--model {spec!r}: {e}") from None
-    with torch.device("meta"):
-        model = factory()
+    try:
+        with torch.device("meta"):
+            model = factory()
+    except Exception as e:  # noqa: BLE001 - the user's code: any failure is a usage error
+        raise ValueError(f"--model {spec!r}: {attr}() raised {type(e).__name__}: {e}") from None
     if not isinstance(model, nn.Module):
         raise ValueError(f"--model {spec!r} returned {type(model).__name__}, not an nn.Module")
     total = sum(p.numel() for p in model.parameters())

@@ -40,6 +40,8 @@ def table(plans: list[StrategyPlan], gpu_mem: int | None) -> str:
              for row in grid]
     lines.insert(1, "-" * len(lines[0]))
     good = best(plans)
+    lines.append("total = weights + optimizer + buffers + max(activations, grads + step "
+                 "temporaries) + margin: backward frees activations as gradients appear.")
     lines.append("")
     if gpu_mem is None:
         lines.append("GPU memory unknown (no NVML here): pass --gpu-mem 80G to decide what fits.")
