@@ -96,7 +96,8 @@ def advice_for_oom(params: int, world_size: int, strategy: str, gpu_mem: int,
     that fits ('' when none does).
     """
     shape = from_params(params, seq=seq)
-    setup = Setup(world=world_size, precision=PRECISIONS[precision], batch_size=batch_size)
+    setup = Setup(world=world_size, precision=PRECISIONS[precision], batch_size=batch_size,
+                  reserve=2**30)  # as `ddpdoctor plan`'s default --reserve
     plans = plan(shape, setup, gpu_mem=gpu_mem)
     current = next((sp for sp in plans if sp.strategy == strategy), None)
     good = best(plans)

@@ -8,13 +8,16 @@ The trainer measures its last step when ``DDPDOCTOR_TRAIN_MEMORY=1`` is set (tes
   of ZeroRedundancyOptimizer), taken after ``optimizer.step()``, before ``zero_grad``;
 - activations: the bytes autograd saves for backward in the step (saved-tensor hooks,
   each storage once, parameters and views of them left out);
-- peak: ``torch.cuda.max_memory_allocated`` on GPU; on CPU the peak of live tensor bytes
-  during the step from the profiler's memory timeline (PyTorch's allocator has no CPU
-  statistics). The pack hook returns the tensor it is given: the step computes the same.
+- peak: ``torch.cuda.max_memory_allocated`` on GPU; on CPU (PyTorch's allocator keeps no
+  CPU statistics) what lived when the step began (parameters, optimizer state, DDP's
+  buckets) plus the highest rise of the profiler's allocation total during the step.
+
+The pack hook returns the tensor it is given: the step computes the same.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -61,12 +64,8 @@ def _is_param(t: torch.Tensor) -> bool:
 
 
 class StepMemory:
-    """Measure the last training step of one strategy.
-
-    ``start()`` before the strategy is built (on CPU the profiler then sees every tensor
-    the rank allocates, so its running total is absolute), ``step()`` around the last
-    step, ``take_states(...)`` after ``optimizer.step()``, ``stop()`` after it.
-    """
+    """Measure the last training step of one strategy: ``step()`` before it begins,
+    ``take_states(...)`` after ``optimizer.step()``, ``stop()`` after that."""
 
     MARK = "ddpdoctor_measured_step"
 
@@ -77,6 +76,7 @@ class StepMemory:
         self._hooks: Any = None
         self._prof: Any = None
         self._mark: Any = None
+        self._resident = 0
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
         if not _is_param(t):
@@ -88,27 +88,29 @@ class StepMemory:
                 self.values["activations_bytes"] += storage.nbytes()
         return t
 
-    def start(self) -> StepMemory:
-        if self.device.type != "cuda":
-            from torch.profiler import ProfilerActivity, profile
-
-            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self._prof.__enter__()
-        return self
-
     def step(self) -> None:
+        # tensors of earlier steps caught in reference cycles die whenever the cyclic GC
+        # runs: collect them now so the peak is this step's, not the GC's timing
+        gc.collect()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
+            from torch.profiler import ProfilerActivity, profile
+
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            self._prof.__enter__()
             self._mark = torch.profiler.record_function(self.MARK)
             self._mark.__enter__()
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
         self._hooks.__enter__()
 
-    def take_states(self, module: nn.Module, optimizer: Any) -> None:
+    def take_states(self, module: nn.Module, optimizer: Any, wrapper: Any = None) -> None:
         p, g, o = state_bytes(module, optimizer)
         self.values.update(params_bytes=p, grads_bytes=g, optimizer_bytes=o)
+        # what lived before the step began: parameters, optimizer state (made in step 1),
+        # and DDP's gradient buckets (DDP reports their sizes itself)
+        self._resident = p + o + _ddp_bucket_bytes(wrapper)
 
     def stop(self) -> None:
         if self._hooks is not None:
@@ -120,7 +122,7 @@ class StepMemory:
         if self._mark is not None:
             self._mark.__exit__(None, None, None)
         self._prof.__exit__(None, None, None)
-        self.values["peak_bytes"] = _cpu_peak(self._prof, self.MARK)
+        self.values["peak_bytes"] = self._resident + _cpu_growth(self._prof, self.MARK)
 
     def vector(self) -> list[float]:
         return [float(self.values[k]) for k in FIELDS]
@@ -132,20 +134,33 @@ def _events(events: Any) -> Any:
         yield from _events(e.children)
 
 
-def _cpu_peak(prof: Any, mark: str) -> float:
-    """The CPU allocator's running total at its highest inside ``mark``, counted from
-    ``start``: the reporter's total also keeps tensors that an earlier profile saw
-    allocated and that were freed while it was off, so its value at ``start`` is taken off.
+def _ddp_bucket_bytes(wrapper: Any) -> int:
+    get = getattr(wrapper, "_get_ddp_logging_data", None)
+    if get is None:
+        return 0
+    sizes = str(get().get("bucket_sizes", "") or "")
+    return sum(int(x) for x in sizes.split(",") if x.strip().isdigit())
+
+
+def _cpu_growth(prof: Any, mark: str) -> float:
+    """How far the CPU allocator's running total rose above its value when ``mark`` began.
+
+    Only the rise inside the step is taken from the counter: a tensor freed on a thread the
+    profiler does not follow (gloo's, after an earlier step) is never subtracted from it,
+    so its absolute value drifts by whole buffers from run to run.
     """
     from torch._C._profiler import _EventType
 
     events = list(_events(prof.profiler.kineto_results.experimental_event_tree()))
-    allocs = sorted((e for e in events if e.tag == _EventType.Allocation
-                     and e.extra_fields.device.type == "cpu"), key=lambda e: e.start_time_ns)
     window = [e for e in events if e.name == mark]
-    if not window or not allocs:
+    if not window:
         return float("nan")
-    base = allocs[0].extra_fields.total_allocated - allocs[0].extra_fields.alloc_size
     lo, hi = window[0].start_time_ns, window[0].end_time_ns
-    totals = [e.extra_fields.total_allocated for e in allocs if lo <= e.start_time_ns <= hi]
-    return float(max(totals, default=float("nan")) - base)
+    allocs = sorted((e for e in events if e.tag == _EventType.Allocation
+                     and e.extra_fields.device.type == "cpu"
+                     and lo <= e.start_time_ns <= hi), key=lambda e: e.start_time_ns)
+    if not allocs:
+        return float("nan")
+    first = allocs[0].extra_fields
+    base = first.total_allocated - first.alloc_size
+    return float(max(e.extra_fields.total_allocated for e in allocs) - base)

@@ -6,8 +6,8 @@ Model states per parameter a rank holds (bytes):
 
 ddp keeps all three whole; zero1 divides the optimizer part by the data-parallel degree D;
 zero2 and zero3/fsdp (FSDP2 in the reference trainer) divide all three by D, zero2 then
-keeps every layer's gathered weights from forward to backward and zero3 only two blocks
-(the one running and the one prefetched). tp divides the block matrices by the TP degree,
+keeps every layer's gathered weights from forward to backward and zero3 only the root's
+and one block's. tp divides the block matrices by the TP degree,
 pp gives each stage its own blocks. Activations follow the block of
 ``ddpdoctor.train.model``: 16 s*b*h elements saved per block (4 replicated, 12 split by
 TP), plus the loss's fp32 logits. The README ("How plan computes") derives each number.
@@ -202,8 +202,11 @@ def estimate(strategy: str, shape: ModelShape, setup: Setup) -> list[RankMemory]
             m.buffers = local * p.compute + block_local * p.grad
             m.notes.append("every layer's weights stay gathered from forward to backward")
         elif shard_states:
-            m.buffers = (root + 2 * block_local) * p.compute + block_local * p.grad
-            m.notes.append("gathered: embeddings/head + the running and the prefetched block")
+            # at the peak (backward begins, every activation alive) the root stays gathered
+            # and the first block to run backward is gathered; later blocks and their
+            # unsharded gradients come as activations go
+            m.buffers = (root + block_local) * p.compute
+            m.notes.append("gathered: embeddings/head + the block running backward")
         if p.name == "amp" and strategy != "fsdp":
             # autocast caches a 2-byte copy of each weight; backward keeps it alive
             m.buffers += local * 2

@@ -108,7 +108,7 @@ def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.devic
     if memory_enabled():
         from ddpdoctor.plan.measure import StepMemory
 
-        meter = StepMemory(device).start()
+        meter = StepMemory(device)
     try:
         strategy = build(name, mcfg, rcfg, device, injector)
     except ValueError as e:  # a size that this strategy cannot split: say why, exit 1
@@ -167,7 +167,7 @@ def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.devic
         gnorm = strategy.clip(rcfg.clip)
         strategy.optimizer.step()
         if meter is not None and step == rcfg.steps:
-            meter.take_states(strategy.module, strategy.optimizer)
+            meter.take_states(strategy.module, strategy.optimizer, strategy.model)
             meter.stop()
         strategy.optimizer.zero_grad(set_to_none=True)
         injector.step_end(device)
