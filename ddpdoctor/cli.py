@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "Map the error lines of a crashed job's logs to findings and playbooks."),
     "train": ("ddpdoctor.commands.train",
               "Reference trainer (DDP/FSDP/ZeRO/PP/TP) that can plant any fault on purpose."),
+    "plan": ("ddpdoctor.commands.plan",
+             "Will it fit, and with which strategy: memory per rank, predicted and checked."),
     "playbook": ("ddpdoctor.commands.playbook",
                  "Show how to fix a finding: list playbooks or render one."),
 }

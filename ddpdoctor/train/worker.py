@@ -104,6 +104,11 @@ def _watch(strategy: Strategy, loader: Any) -> Any:
 def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
               injector: injections.Injector, log: Log) -> None:
     world = dist.get_world_size()
+    meter = None  # DDPDOCTOR_TRAIN_MEMORY=1: what this rank holds in the last step (plan)
+    if memory_enabled():
+        from ddpdoctor.plan.measure import StepMemory
+
+        meter = StepMemory(device)
     try:
         strategy = build(name, mcfg, rcfg, device, injector)
     except ValueError as e:  # a size that this strategy cannot split: say why, exit 1
@@ -138,6 +143,8 @@ def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.devic
     t_run = time.perf_counter()
     tok_rates: list[float] = []
     for step in range(start + 1, rcfg.steps + 1):
+        if meter is not None and step == rcfg.steps:
+            meter.step()
         t0 = time.perf_counter()
         injector.step_begin(step, strategy.params)
         x, y, idx = batches.next()
@@ -159,6 +166,9 @@ def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.devic
         strategy.backward(loss)
         gnorm = strategy.clip(rcfg.clip)
         strategy.optimizer.step()
+        if meter is not None and step == rcfg.steps:
+            meter.take_states(strategy.module, strategy.optimizer, strategy.model)
+            meter.stop()
         strategy.optimizer.zero_grad(set_to_none=True)
         injector.step_end(device)
         if device.type == "cuda":
@@ -197,7 +207,24 @@ def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.devic
     log.record({"event": "summary", "strategy": name, "steps": len(tok_rates),
                 "first_loss": first_loss, "final_loss": last_loss, "loss_down": ok,
                 "time_s": total, "tokens_per_s": mean_tok, "peak_mem_mb": peak,
-                "world": world})
+                "world": world, **_rank_memory(meter, device, world)})
+
+
+def memory_enabled() -> bool:
+    return os.environ.get("DDPDOCTOR_TRAIN_MEMORY", "") == "1"
+
+
+def _rank_memory(meter: Any, device: torch.device, world: int) -> dict[str, Any]:
+    """Every rank's measured bytes, gathered to rank 0 (only when the last step was measured)."""
+    if meter is None:
+        return {}
+    from ddpdoctor.plan.measure import FIELDS
+
+    mine = torch.tensor(meter.vector(), dtype=torch.float64, device=device)
+    out = torch.zeros(world * len(FIELDS), dtype=torch.float64, device=device)
+    _all_gather_flat(out, mine)
+    rows = out.view(world, len(FIELDS)).cpu().tolist()
+    return {"rank_memory": [dict(zip(FIELDS, row)) for row in rows]}
 
 
 @record
