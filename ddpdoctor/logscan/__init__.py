@@ -45,6 +45,7 @@ class LogInput:
     rank: int | None = None
     stream: BinaryIO | None = None
     name: str = ""
+    rank_from_path: bool = True  # False: the file name is not a per-rank name
 
 
 @dataclass
@@ -68,7 +69,7 @@ def scan_inputs(inputs: Iterable[LogInput]) -> ScanResult:
     result = ScanResult()
     for inp in inputs:
         rank = inp.rank if inp.rank is not None else (
-            rank_from_path(inp.path) if inp.path != "-" else None)
+            rank_from_path(inp.path) if inp.path != "-" and inp.rank_from_path else None)
         if inp.stream is not None:
             events, stats = scan_stream(inp.stream, inp.name or inp.path, rank)
         else:

@@ -62,7 +62,8 @@ def load(directory: Path = DEFAULT_DIR) -> list[Case]:
 def run(case: Case) -> Result:
     from ddpdoctor.logscan import LogInput, diagnose_logs
 
-    findings, _ = diagnose_logs([LogInput(str(case.log))])
+    # The corpus' file names describe the case ("..._rank0_..."): not per-rank log names.
+    findings, _ = diagnose_logs([LogInput(str(case.log), rank_from_path=False)])
     first: Finding | None = findings[0] if findings else None
     return Result(case, first.id if first else "(none)",
                   tuple(first.ranks) if first else (),

@@ -85,7 +85,8 @@ class EventKind(str, Enum):
     AGENT_FAILED = "agent_failed"
     TORCHRUN_FAILURE = "torchrun_failure"
     KNOWN_BUG = "known_bug"  # a line that matches a known upstream bug's signature
-    NATIVE_FRAME = "native_frame"  # a gdb/faulthandler frame: "#0 0x... in f () at file"
+    NATIVE_FRAME = "native_frame"
+    BUSY = "busy"  # informational: a rank's progress line ("Running predictions on rank=0")  # a gdb/faulthandler frame: "#0 0x... in f () at file"
     EXCEPTION = "exception"
     ERROR_LINE = "error_line"  # "[E ...]" c10d lines: a failure, wording unknown
 
@@ -100,7 +101,7 @@ CASCADE = frozenset({
 })
 # Facts that say nothing went wrong by themselves.
 INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,
-                           EventKind.NATIVE_FRAME})
+                           EventKind.NATIVE_FRAME, EventKind.BUSY})
 
 
 @dataclass(frozen=True)

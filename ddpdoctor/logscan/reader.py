@@ -39,7 +39,8 @@ _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27))
 
 # torchrun prefixes: `[rank1]:` (the excepthook of init_process_group, and c10 logs) and
 # `[default1]:` (--tee / --local-ranks-filter: role name + local rank).
-_RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d+)\]:[ ]?")
+# torchx: `[trainer3]:`, `[trainer0|0]:` (role + replica).
+_RANK_PREFIX = re.compile(r"\[(?:rank|default|trainer)(\d+)(?:\|\d+)?\]:[ ]?")
 # Per-rank file names: rank1.log, node0-rank-3.txt, worker_rank_2.err, and torchrun's
 # --log-dir layout <run_id>/attempt_0/<local_rank>/stderr.log.
 _PATH_RANK = [

@@ -124,35 +124,43 @@ def _behind(states: list[Event]) -> list[int]:
 
 def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """N-1 ranks time out in one collective: the rank that did not report it is the culprit."""
-    watchdog = ix.of(K.NCCL_WATCHDOG)
+    watchdog = ix.of(K.NCCL_WATCHDOG, K.GLOO_TIMEOUT)
     states = ix.of(K.NCCL_WORK_STATE)
     if not watchdog and not states:
         return []
     by_seq: dict[int, list[Event]] = {}
     for e in watchdog:
-        by_seq.setdefault(e.data["seq"], []).append(e)
-    seq, evs = (min(by_seq.items(), key=lambda kv: kv[0]) if by_seq else (None, []))
-    culprits = _behind(states) or _silent(ranks_of(evs))
+        by_seq.setdefault(e.data.get("seq", -1), []).append(e)
+    seq, evs = min(by_seq.items(), key=lambda kv: kv[0]) if by_seq else (None, [])
+    reporting = set(ranks_of(evs + states))
+    # A rank whose progress line shows it busy elsewhere, and that reports no timeout.
+    busy = sorted({e.data["busy_rank"] for e in ix.of(K.BUSY)} - reporting)
+    culprits = _behind(states) or busy or _silent(ranks_of(evs))
     barrier = any(e.data.get("op") == "BARRIER" or (e.data.get("op") == "ALLREDUCE"
                   and e.data.get("numel_in") == 1) for e in evs)
     if not culprits and not barrier:
         return []
     d = (evs or states)[0].data
-    op = f"{d.get('op', 'collective')} #{d.get('seq', seq)}"
+    op = f"{d.get('op', 'a collective')}" + (f" #{d['seq']}" if "seq" in d else "")
     ev: dict[str, Any] = {"collective": {k: d[k] for k in ("op", "seq", "timeout_ms", "ran_ms")
                                          if k in d},
                           "ranks_reporting": fmt(evs + states)}
-    if culprits:
+    if busy and culprits == busy:
+        acts = sorted({e.data["activity"] for e in ix.of(K.BUSY)})
+        ev["busy"] = [e.quote(200) for e in ix.of(K.BUSY)][-3:]
+        title = (f"rank {format_ranks(culprits)} was busy elsewhere ({', '.join(acts)}) while "
+                 f"the others waited in {op} until the timeout")
+    elif culprits:
         title = (f"rank {format_ranks(culprits)} never entered {op}; rank "
-                 f"{fmt(evs + states)} timed out waiting for it")
+                 f"{fmt(evs + states) or '?'} timed out waiting for it")
     else:
         title = (f"rank {fmt(evs) or '?'} timed out in a barrier ({op}) that another rank "
                  "never reached: it was busy elsewhere (data preparation, tokenizing, saving)")
         ev["hint"] = ("a barrier early in the job times out when one process prepares data "
                       "longer than the process-group timeout: raise the timeout or prepare "
                       "the data before launching")
-    return [verdict(ix, "HANG_RANK_MISSING_COLLECTIVE", title, evs + states, ev,
-                    ranks=culprits)]
+    return [verdict(ix, "HANG_RANK_MISSING_COLLECTIVE", title, evs + states + ix.of(K.BUSY)[-1:],
+                    ev, ranks=culprits)]
 
 
 def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -175,7 +183,7 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if w:
         ev["collective"] = {k: w[0].data[k] for k in ("op", "seq", "timeout_ms", "ran_ms")
                             if k in w[0].data}
-    op = f" ({w[0].data['op']} #{w[0].data['seq']})" if w else ""
+    op = f" ({w[0].data['op']} #{w[0].data['seq']})" if w and "op" in w[0].data else ""
     return [verdict(ix, "COLLECTIVE_TIMEOUT", f"a collective timed out on rank {fmt(evs) or '?'}"
                     f"{op}; the logs name no culprit", evs, ev, ranks=[])]
 

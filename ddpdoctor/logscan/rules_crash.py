@@ -92,10 +92,12 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """torchrun's first failure that no line above explains: a signal or a bare exit."""
     explained = explained_ranks(earlier)
     felt = {e.rank for e in ix.events if e.kind in CASCADE and e.kind is not K.AGENT_FAILED}
-    out = []
+    out: list[Verdict] = []
+    pids = {e.data.get("pid") for e in ix.root_failures} - {None}
     for e in list(ix.root_failures) + ix.of(K.SIGKILL):
         code = e.data.get("exit_code")
-        if e.rank in explained:
+        if e.rank in explained or (e.kind is K.SIGKILL and (e.data.get("pid") in pids
+                                                             or (out and e.rank is None))):
             continue
         if e.rank in felt and code is not None and (code > 0 or code == -6):
             # It exited on an error it felt (a timeout, a reset; NCCL aborts with SIGABRT
@@ -108,11 +110,29 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         sig = e.data.get("signal")
         who = f"rank {e.rank}" if e.rank is not None else f"process {e.data.get('process', '?')}"
         if code == -9 or sig == "SIGKILL":
-            ev["hint"] = ("SIGKILL with no message is most often the host's OOM killer: check "
-                          "`dmesg -T | grep -i oom` on that host (or pass that output to "
-                          "ddpdoctor diagnose too)")
-            title = f"{who} was killed by SIGKILL" + (" (exit code -9)" if code == -9 else "")
-        elif code is not None and code < 0:
+            # Nothing printed, then SIGKILL: in the public reports this is the host's (or
+            # the container's) OOM killer almost every time; say so, and how to confirm it.
+            ev.update(kind="host (probable)", confirmed=False, hint=(
+                "SIGKILL with no message is most often the host's OOM killer: confirm with "
+                "`dmesg -T | grep -i oom` on that host (or pass that output to ddpdoctor "
+                "diagnose too); a scheduler's kill (time limit) is the other cause"))
+            out.append(verdict(ix, "OOM", f"{who} was killed by SIGKILL"
+                               + (" (exit code -9)" if code == -9 else "")
+                               + ": most likely the host ran out of memory", [e], ev,
+                               ranks=[e.rank] if e.rank is not None else []))
+            explained.add(e.rank)
+            continue
+        if code == -7 or sig == "SIGBUS":
+            ev["hint"] = ("SIGBUS in a training process: a page of a shared-memory mapping "
+                          "could not be backed, almost always /dev/shm full (a container's 64 "
+                          "MB default)")
+            out.append(verdict(ix, "ENV_SHM_TOO_SMALL", f"{who} died of SIGBUS (exit code "
+                               f"{code if code is not None else -7}): /dev/shm is most likely "
+                               "too small", [e] + ix.of(K.SIGKILL), ev,
+                               ranks=[e.rank] if e.rank is not None else []))
+            explained.add(e.rank)
+            continue
+        if code is not None and code < 0:
             title = f"{who} died of {sig or 'a signal'} (exit code {code})"
         elif code is not None:
             title = f"{who} exited with code {code} (its traceback is not in the logs)"

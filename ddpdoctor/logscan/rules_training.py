@@ -25,7 +25,10 @@ def ddp(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                      "got no gradient in the previous iteration")
         out.append(verdict(ix, "DDP_REDUCTION_NOT_FINISHED", title, red, ev))
     unused = ix.of(K.UNUSED_NAMES, K.UNUSED_INDICES)
-    framework = ix.of(K.UNUSED_FRAMEWORK)
+    # The reduction error's own text names the cause: "your module has parameters that were
+    # not used in producing loss" (not so with static_graph or find_unused_parameters=True).
+    framework = ix.of(K.UNUSED_FRAMEWORK) + [e for e in red if _says_unused(e.text)
+                                             and not e.data.get("marked_twice")]
     if unused or framework:
         per_rank: dict[str, dict[str, Any]] = {}
         for e in unused:
@@ -50,6 +53,12 @@ def ddp(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                            f"parameters that received no gradient: {what}", unused + framework,
                            ev, ranks=ranks))
     return out
+
+
+def _says_unused(text: str) -> bool:
+    # Every wording but these two goes on "...your module has parameters that were not
+    # used in producing loss" (a pasted log may wrap that part onto the next line).
+    return "static_graph" not in text and "is enabled" not in text
 
 
 def shm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -149,7 +158,18 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         if sizes.get("total_capacity"):
             msg += (f" on GPU {sizes.get('gpu', '?')} ({sizes.get('free', '?')} free of "
                     f"{sizes['total_capacity']})")
-        out.append(verdict(ix, "OOM", msg, cuda, {**sizes, "kind": "CUDA"}))
+        others = cuda[0].data.get("other_processes", 0)
+        if others >= 2:
+            # Many processes hold memory on one GPU: ranks touch a GPU that is not theirs
+            # (a CUDA context each), not a model too big for the card.
+            out.append(verdict(
+                ix, "GPU_DEVICE_MAPPING", f"{others} other processes hold memory on GPU "
+                f"{sizes.get('gpu', '?')}, so it ran out ({msg}): each rank must use only its "
+                "own GPU", cuda, {**sizes, "other_processes": others,
+                                  "fix": "torch.cuda.set_device(LOCAL_RANK) before any CUDA call"
+                                         "; no .cuda()/torch.device('cuda') without an index"}))
+        else:
+            out.append(verdict(ix, "OOM", msg, cuda, {**sizes, "kind": "CUDA"}))
     cpu = ix.of(K.CPU_OOM)
     if cpu:
         asked = cpu[0].data["tried_to_allocate_bytes"]

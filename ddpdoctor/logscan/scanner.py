@@ -12,9 +12,9 @@ from ddpdoctor.logscan.kb import match_line
 from ddpdoctor.logscan.reader import RawLine, split_rank_prefix
 
 _EXCEPTION = re.compile(
-    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|EnforceNotMet))"
+    r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet))"
     r"(?::\s?(.*))?$")
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)')
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\s*$')
 _NCCL_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
 # "[E ProcessGroupNCCL.cpp:489]", "[E1206 18:44:16.99 socket.cpp:1023]": c10d's error lines.
 _C10D_ERROR = re.compile(r"^\[E\d*(?: [\d:.]+)* ?[\w.]+\.(?:cpp|hpp|h):\d+\]")
@@ -28,7 +28,7 @@ MAX_EVENTS_PER_KIND = 200
 # The words the scanner's own state machines need, beyond the signatures' needles.
 SCANNER_NEEDLES = ("rror", "xception", "Interrupt", "raceback", 'File "', "Root Cause",
                    "Failures:", "======", "exitcode", "rank      :", "host      :",
-                   "traceback :", "[E")
+                   "traceback :", ".cpp:")
 
 
 def _signal_name(exitcode: int) -> str:

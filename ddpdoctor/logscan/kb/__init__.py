@@ -41,4 +41,4 @@ def match_line(body: str) -> Iterator[tuple[Signature, dict]]:
 
 def needles() -> tuple[str, ...]:
     """The literals the reader's prefilter must look for so that every signature can fire."""
-    return tuple(sorted({s.needle for s in SIGNATURES}))
+    return tuple(sorted({n for s in SIGNATURES for n in s.needles}))

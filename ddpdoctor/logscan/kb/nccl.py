@@ -105,7 +105,9 @@ SIGNATURES = (
                  "network error, NCCL version 2.21.5",
                  "https://github.com/NVIDIA/nccl/issues/2076"),)),
     Signature(
-        "nccl.error_class", K.NCCL_DETAIL, "nccl",
+        "nccl.error_class", K.NCCL_DETAIL,
+        ("ncclRemoteError", "ncclSystemError", "ncclInvalidUsage", "ncclInternalError",
+         "ncclUnhandledCudaError", "ncclInvalidArgument"),
         r"^(?P<nccl_error>ncclRemoteError|ncclSystemError|ncclInvalidUsage|ncclInternalError"
         r"|ncclUnhandledCudaError|ncclInvalidArgument):",
         "COMM_CONNECTIVITY", "NCCL >= 2.12",
@@ -195,7 +197,7 @@ SIGNATURES = (
                  {"rank_a": 0, "rank_b": 1, "device": "2000"}),),
         convert={"rank_a": int, "rank_b": int}),
     Signature(
-        "nccl.shm_call_failed", K.NCCL_SHM, "failed",
+        "nccl.shm_call_failed", K.NCCL_SHM, "Call to ",
         r"Call to (?P<call>shm_open|posix_fallocate|ftruncate|mmap|shm_unlink) failed ?: "
         r"(?P<reason>.+)",
         "ENV_SHM_TOO_SMALL", "NCCL 2.4 - 2.11 (include/shm.h)",
@@ -248,4 +250,20 @@ SIGNATURES = (
                  "cpu not found", "https://github.com/aws/aws-ofi-nccl/issues/785",
                  {"message": "Attribute arch of node cpu not found"}),),
         fallback=True),
+    Signature(
+        "nccl.socket_no_address", K.NCCL_WARN, "nor AF_INET6",
+        r"connecting to address\s+with family (?P<family>\d+) is neither AF_INET\(2\) nor "
+        r"AF_INET6\(10\)", "ENV_NCCL_CONFIG", "NCCL 2.18 - 2.27",
+        (Example("[trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is "
+                 "neither AF_INET(2) nor AF_INET6(10)", "https://github.com/NVIDIA/nccl/issues/1837",
+                 {"family": "59936"}),),
+        extra=lambda m: {"config": "NCCL_SOCKET_IFNAME"}),
+    Signature(
+        "nccl.watchdog_check_timeout_frame", K.NCCL_WATCHDOG, "WorkNCCL::checkTimeout",
+        r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout", "COLLECTIVE_TIMEOUT",
+        "torch >= 2.2 (C++ stack of the watchdog's timeout exception)",
+        (Example("frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::"
+                 "chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in "
+                 "/mnt/home/ewulff/miniforge3/envs/mlpf/lib/python3.11/site-packages/torch/lib/"
+                 "libtorch_cuda.so)", "https://github.com/jpata/particleflow/issues/390"),)),
 )

@@ -13,7 +13,11 @@ _SIZE = r"[\d.]+ ?(?:[KMGT]i?B|bytes|B)"
 
 def _gpu(m: re.Match[str]) -> dict[str, int]:
     gpu = m["gpu"] or m["gpu_old"]
-    return {"gpu": int(gpu)} if gpu else {}
+    out = {"gpu": int(gpu)} if gpu else {}
+    others = len(re.findall(r"Process \d+ has [\d.]+ \w+ memory in use", m.string))
+    if others:
+        out["other_processes"] = others
+    return out
 
 
 SIGNATURES = (
@@ -121,7 +125,7 @@ SIGNATURES = (
                  {"pid": 9021, "process": "python3"}),),
         convert={"pid": int}),
     Signature(
-        "oom.kernel_killer", K.HOST_OOM, "oom",
+        "oom.kernel_killer", K.HOST_OOM, ("oom-kill", "oom_kill"),
         r"(?:invoked oom-killer|oom-kill:|Detected \d+ oom[-_]kill event)", "OOM",
         "Linux kernel log (dmesg), slurmstepd",
         (Example("[Thu Nov 20 03:11:01 2026] python3 invoked oom-killer: gfp_mask=0x140cca"
@@ -142,7 +146,7 @@ SIGNATURES = (
                  "`parameters` is non-finite, so it cannot be clipped.", FIX + "nan_clip.log",
                  {"norm_order": "2.0"}),)),
     Signature(
-        "nan.loss_guard", K.LOSS_NAN, "oss",
+        "nan.loss_guard", K.LOSS_NAN, ("nan", "NaN", " inf"),
         r"\b[Ll]oss (?:is|became)(?: infinite or)? (?P<value>nan|NaN|inf|infinite)\b"
         r"(?:.*?at iteration=(?P<iteration>\d+))?",
         "GRAD_NONFINITE", "detectron2, DINO/MAE/DEIT style training loops",
@@ -153,7 +157,7 @@ SIGNATURES = (
                  "https://github.com/facebookresearch/dino/issues/97", {"value": "nan"})),
         convert={"iteration": int}),
     Signature(
-        "nan.loss_value", K.LOSS_NAN, "oss",
+        "nan.loss_value", K.LOSS_NAN, ("nan", "NaN", " inf", "(inf", "=inf"),
         r"\b(?P<loss_name>\w*loss\w*)'?\"?\s*[:=]\s*(?:tensor\()?(?P<value>nan|NaN|-?inf)\b",
         "GRAD_NONFINITE", "any training loop that prints its losses",
         (Example("loss_dict = {'loss_cls': tensor(nan, device='cuda:0', grad_fn=<DivBackward0>), "
@@ -212,6 +216,16 @@ SIGNATURES = (
                  {"exit_code": -9, "local_rank": 1, "pid": 14447}),),
         convert={"exit_code": int, "local_rank": int, "pid": int}),
     Signature(
+        "elastic.signal_received", K.SIGKILL, "received by PID",
+        r"Signal (?P<signal_number>\d+) \((?P<signal>SIG\w+)\) received by PID (?P<pid>\d+)",
+        "RANK_CRASHED", "torch.distributed.elastic >= 1.9",
+        (Example("The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, "
+                 "error_file='<N/A>', error_file_data={'message': '<NONE>'}, message='Signal 7 "
+                 "(SIGBUS) received by PID 54', timestamp=1711419181)}",
+                 "https://github.com/intelligent-machine-learning/dlrover/pull/1046",
+                 {"signal_number": 7, "signal": "SIGBUS", "pid": 54}),),
+        convert={"signal_number": int, "pid": int}),
+    Signature(
         "spawn.process_signal", K.SIGKILL, "terminated with signal",
         r"process (?P<process>\d+) terminated with signal (?P<signal>SIG\w+)", "RANK_CRASHED",
         "torch.multiprocessing.spawn",
@@ -219,4 +233,37 @@ SIGNATURES = (
                  "signal SIGKILL", "https://github.com/lyu-yx/ACUMEN/issues/4",
                  {"process": 0, "signal": "SIGKILL"}),),
         convert={"process": int}),
+    Signature(
+        "deepspeed.loss_scale_min", K.LOSS_NAN, "loss scale already at minimum",
+        r"Current loss scale already at minimum - cannot decrease scale anymore",
+        "GRAD_NONFINITE", "DeepSpeed fp16 dynamic loss scaling",
+        (Example("Exception: Current loss scale already at minimum - cannot decrease scale "
+                 "anymore. Exiting run.", "https://github.com/hiyouga/LlamaFactory/issues/2172"),),
+        extra=lambda m: {"loss_name": "the fp16 gradients", "value": "inf/NaN at every step "
+                         "(DeepSpeed's loss scale hit its minimum)"}),
+    Signature(
+        "elastic.process_failure", K.AGENT_FAILED, "ProcessFailure(",
+        r"ProcessFailure\(local_rank=(?P<local_rank>\d+), pid=(?P<pid>\d+), "
+        r"exitcode=(?P<exit_code>-?\d+)", "RANK_CRASHED", "torch.distributed.elastic (dlrover)",
+        (Example("The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, "
+                 "error_file='<N/A>', error_file_data={'message': '<NONE>'}, message='Signal 7 "
+                 "(SIGBUS) received by PID 54', timestamp=1711419181)}",
+                 "https://github.com/intelligent-machine-learning/dlrover/pull/1046",
+                 {"local_rank": 0, "pid": 54, "exit_code": -7}),),
+        convert={"local_rank": int, "pid": int, "exit_code": int}),
+    Signature(
+        "shell.killed", K.SIGKILL, "Killed",
+        r"line \d+: +(?P<pid>\d+) Killed\b", "OOM", "bash reporting a child killed by SIGKILL",
+        (Example("2020-11-24 20:22:28.106 /bin/bash: line 27: 318 Killed sh start.sh",
+                 "https://github.com/divamgupta/deep-clustering-kingdra/issues/2", {"pid": 318}),),
+        convert={"pid": int}, extra=lambda m: {"signal": "SIGKILL"}),
+    Signature(
+        "progress.busy_rank", K.BUSY, "on rank",
+        r"(?P<activity>[Rr]unning \w+|[Tt]okeniz\w+|[Pp]reprocess\w*|[Ss]aving \w+|[Gg]enerat\w+|"
+        r"[Vv]alidat\w+|[Ee]valuat\w+|[Pp]redict\w+)\b[^\r\n|]{0,80}?\bon rank[ =:]?"
+        r"(?P<busy_rank>\d+)", "HANG_RANK_MISSING_COLLECTIVE", "any progress bar naming its rank",
+        (Example("Running predictions on sample clic_edm_ttbar_pf on rank=0:  25%|██▌       | "
+                 "1/4 [01:49<05:29, 109.87s/it]", "https://github.com/jpata/particleflow/issues/390",
+                 {"activity": "Running predictions", "busy_rank": 0}),),
+        convert={"busy_rank": int}),
 )

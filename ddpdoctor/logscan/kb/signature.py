@@ -27,15 +27,16 @@ class Example:
 class Signature:
     """One known error text.
 
-    ``needle`` is a literal every match contains: the reader's prefilter looks for needles
-    in whole chunks at C speed, and only lines holding one reach ``pattern``. The named
+    ``needle`` is a literal every match contains (or a tuple: one of them): the reader's
+    prefilter looks for needles in whole chunks at C speed, and only lines holding one reach
+    ``pattern``. The named
     groups of ``pattern`` are the fields it extracts; ``convert`` turns a group's text into
     its value (``int``, a list of ranks); ``extra`` adds computed fields.
     """
 
     name: str
     kind: EventKind
-    needle: str
+    needle: str | tuple[str, ...]  # one literal, or several (any of them)
     pattern: str
     finding: str  # the finding id this text leads to when it is the root cause
     versions: str  # the releases that print this wording
@@ -53,13 +54,16 @@ class Signature:
         return self._regex  # type: ignore[attr-defined,no-any-return]
 
     @property
+    def needles(self) -> tuple[str, ...]:
+        return (self.needle,) if isinstance(self.needle, str) else self.needle
+
+    @property
     def fields(self) -> tuple[str, ...]:
         return tuple(self.regex.groupindex)
 
     def match(self, body: str) -> dict[str, Any] | None:
         """The fields of ``body`` (a line without its rank prefix), or None."""
-        if self.needle not in body and not (self.flags & re.IGNORECASE
-                                            and self.needle.lower() in body.lower()):
+        if not any(n in body for n in self.needles):
             return None
         m = self.regex.search(body)
         if m is None:
