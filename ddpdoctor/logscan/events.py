@@ -51,6 +51,7 @@ class EventKind(str, Enum):
     NCCL_XML = "nccl_xml"
     NCCL_ENV = "nccl_env"  # informational: "NCCL_X set by environment to Y"
     NCCL_WARN = "nccl_warn"
+    NET_CONFIG = "net_config"  # an interface / address setting that cannot work
     VERSION = "version"  # informational: "NCCL version 2.19.3"
     # GPU
     DUPLICATE_GPU = "duplicate_gpu"
@@ -84,9 +85,10 @@ class EventKind(str, Enum):
     SIGKILL = "sigkill"
     AGENT_FAILED = "agent_failed"
     TORCHRUN_FAILURE = "torchrun_failure"
+    TEARDOWN = "teardown"  # the launcher stopping its workers: "closing signal SIGTERM"
     KNOWN_BUG = "known_bug"  # a line that matches a known upstream bug's signature
-    NATIVE_FRAME = "native_frame"
-    BUSY = "busy"  # informational: a rank's progress line ("Running predictions on rank=0")  # a gdb/faulthandler frame: "#0 0x... in f () at file"
+    NATIVE_FRAME = "native_frame"  # a gdb/faulthandler frame: "#0 0x... in f () at file"
+    BUSY = "busy"  # informational: a rank's progress line ("Running predictions on rank=0")
     EXCEPTION = "exception"
     ERROR_LINE = "error_line"  # "[E ...]" c10d lines: a failure, wording unknown
 
@@ -98,6 +100,7 @@ CASCADE = frozenset({
     EventKind.CONN_REFUSED, EventKind.CONNECT_TIMEOUT, EventKind.CPP_ABORT, EventKind.DL_EXITED,
     EventKind.AGENT_FAILED, EventKind.NCCL_DETAIL, EventKind.NCCL_WORK_STATE,
     EventKind.NCCL_PEER_LOST, EventKind.NCCL_WARN, EventKind.ERROR_LINE, EventKind.NCCL_CUDA,
+    EventKind.TEARDOWN,
 })
 # Facts that say nothing went wrong by themselves.
 INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,

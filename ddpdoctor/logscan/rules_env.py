@@ -68,7 +68,7 @@ def _loopback(e: Event) -> bool:
 
 def nccl_config(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     xml = ix.of(K.NCCL_XML)
-    configured = [e for e in ix.of(K.NCCL_WARN) if e.data.get("config")]
+    configured = ix.of(K.NET_CONFIG)
     loop = [e for e in ix.of(K.NCCL_SOCKET, K.CONN_REFUSED) if _loopback(e)]
     out = []
     env = {e.data["var"]: e.data["value"] for e in ix.of(K.NCCL_ENV)}
@@ -81,10 +81,21 @@ def nccl_config(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                            {"variables": files}, ranks=[]))
     if configured:
         d = configured[0].data
+        env_ifname = env.get("NCCL_SOCKET_IFNAME")
         if "local_size" in d:
             title = (f"NCCL ranks disagree on message sizes with peer {d['peer']} (local "
                      f"{d['local_size']} vs remote {d['remote_size']}): NCCL_* settings "
                      "differ between nodes")
+        elif "interface" in d:
+            title = (f"gloo found no interface named {d['interface']!r}: set "
+                     "GLOO_SOCKET_IFNAME to one existing interface name (gloo does not take "
+                     "NCCL's ^exclude lists)")
+        elif d["config"].startswith("GLOO"):
+            title = ("gloo could not resolve this host's name to a local address and used "
+                     "loopback, so other nodes cannot reach it: set GLOO_SOCKET_IFNAME")
+        elif env_ifname and d["config"] == "NCCL_SOCKET_IFNAME":
+            title = (f"NCCL_SOCKET_IFNAME={env_ifname} matches no usable interface on this "
+                     "host: set it to an existing interface (ip -br addr)")
         else:
             title = f"NCCL found no usable network interface: set {d['config']}"
         out.append(verdict(ix, "ENV_NCCL_CONFIG", title, configured, {"setting": d["config"]},
@@ -122,6 +133,7 @@ RULES = (
     Rule("port_in_use", port_in_use, frozenset({K.EXCEPTION, K.ERROR_LINE, K.PROCESS_EXIT})),
     Rule("device_mapping", device_mapping, _NCCL_FALLOUT),
     Rule("gpu_health", gpu_health, _NCCL_FALLOUT | {K.CUDA_ILLEGAL}),
-    Rule("nccl_config", nccl_config, _NCCL_FALLOUT | {K.CONN_REFUSED, K.NCCL_SOCKET}),
+    Rule("nccl_config", nccl_config, _NCCL_FALLOUT | {K.CONN_REFUSED, K.NCCL_SOCKET,
+                                                       K.CONNECT_TIMEOUT, K.GLOO_TIMEOUT}),
     Rule("ib_errors", ib_errors, _NCCL_FALLOUT | {K.NCCL_WATCHDOG}),
 )

@@ -145,7 +145,7 @@ SIGNATURES = (
                  {"address": "172....", "port": 33759, "reason": "Connection reset by peer"}),),
         convert={"port": int}),
     Signature(
-        "nccl.no_socket_interface", K.NCCL_WARN, "no socket interface found",
+        "nccl.no_socket_interface", K.NET_CONFIG, "no socket interface found",
         r"Bootstrap ?: no socket interface found", "ENV_NCCL_CONFIG", "NCCL >= 2.7",
         (Example("[rank0]: Bootstrap : no socket interface found",
                  "https://github.com/EvolvingLMMs-Lab/open-r1-multimodal/issues/7"),),
@@ -166,7 +166,7 @@ SIGNATURES = (
         convert={"peer_port": int, "code": int, "opcode": int, "len": int, "vendor_err": int},
         extra=_ib),
     Signature(
-        "nccl.ib_size_mismatch", K.NCCL_WARN, "collective mismatch error",
+        "nccl.ib_size_mismatch", K.NET_CONFIG, "collective mismatch error",
         r"NET/IB ?: req \S+ tag \S+ peer (?P<peer>[^<\s]+)<\d+> collective mismatch error, "
         r"local size (?P<local_size>\d+) remote size (?P<remote_size>\d+)",
         "ENV_NCCL_CONFIG", "NCCL >= 2.12",
@@ -251,7 +251,7 @@ SIGNATURES = (
                  {"message": "Attribute arch of node cpu not found"}),),
         fallback=True),
     Signature(
-        "nccl.socket_no_address", K.NCCL_WARN, "nor AF_INET6",
+        "nccl.socket_no_address", K.NET_CONFIG, "nor AF_INET6",
         r"connecting to address\s+with family (?P<family>\d+) is neither AF_INET\(2\) nor "
         r"AF_INET6\(10\)", "ENV_NCCL_CONFIG", "NCCL 2.18 - 2.27",
         (Example("[trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is "
@@ -266,4 +266,20 @@ SIGNATURES = (
                  "chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in "
                  "/mnt/home/ewulff/miniforge3/envs/mlpf/lib/python3.11/site-packages/torch/lib/"
                  "libtorch_cuda.so)", "https://github.com/jpata/particleflow/issues/390"),)),
+    Signature(
+        "gloo.interface_not_found", K.NET_CONFIG, "Unable to find address for",
+        r"Unable to find address for: (?P<interface>\S+)", "ENV_NCCL_CONFIG",
+        "gloo (all torch releases)",
+        (Example("RuntimeError: [enforce fail at /root/pytorch/third_party/gloo/gloo/transport/"
+                 "tcp/device.cc:83] ifa != nullptr. Unable to find address for: bond1",
+                 "https://github.com/NVIDIA/Megatron-LM/issues/436", {"interface": "bond1"}),),
+        extra=lambda m: {"config": "GLOO_SOCKET_IFNAME"}),
+    Signature(
+        "gloo.hostname_loopback", K.NET_CONFIG, "Unable to resolve hostname",
+        r"Unable to resolve hostname to a \(local\) address\. Using the loopback",
+        "ENV_NCCL_CONFIG", "gloo (torch >= 1.8)",
+        (Example("[rank8] Warning: Unable to resolve hostname to a (local) address. Using the "
+                 "loopback", "https://github.com/aws-samples/aws-do-eks/pull/50"),),
+        extra=lambda m: {"config": "GLOO_SOCKET_IFNAME (the hostname resolves to no local "
+                                   "address)"}),
 )

@@ -266,4 +266,12 @@ SIGNATURES = (
                  "1/4 [01:49<05:29, 109.87s/it]", "https://github.com/jpata/particleflow/issues/390",
                  {"activity": "Running predictions", "busy_rank": 0}),),
         convert={"busy_rank": int}),
+    Signature(
+        "elastic.closing_signal", K.TEARDOWN, "closing signal",
+        r"Sending process (?P<pid>\d+) closing signal (?P<signal>SIG\w+)", "RANK_CRASHED",
+        "torch.distributed.elastic >= 1.9",
+        (Example("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4193 "
+                 "closing signal SIGHUP", "https://github.com/ultralytics/ultralytics/issues/918",
+                 {"pid": 4193, "signal": "SIGHUP"}),),
+        convert={"pid": int}),
 )
