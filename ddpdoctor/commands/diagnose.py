@@ -67,6 +67,8 @@ def _check_for(stats: ReadStats, findings: list[Finding]) -> Check:
                      "logs", data)
     if stats.bytes_read == 0:
         return Check(stats.name, "skipped: empty", "skipped", "logs", data)
+    if stats.bytes_read == stats.leading_nul:
+        return Check(stats.name, "skipped: only NUL bytes", "skipped", "logs", data)
     mine = sum(1 for f in findings for q in f.evidence.get("lines", [])
                if q.startswith(stats.name + ":"))
     notes = []
