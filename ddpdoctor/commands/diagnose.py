@@ -54,6 +54,12 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None) -> 
         report.checks.append(_check_for(stats, findings))
     for f in findings:
         report.add(f)
+    unread = [s for s in scan.stats if s.incomplete]
+    if unread and not any(f.severity == "error" for f in findings):
+        # What could be read shows no failure, but part of the input is missing: that is
+        # not a healthy job, it is a diagnosis that could not be completed.
+        report.doctor_error = "; ".join(f"could not read all of {s.name}: {s.notes[-1]}"
+                                        for s in unread)
     ranks = sorted({e.rank for e in scan.events if e.rank is not None})
     report.world = {"logs": [s.name for s in scan.stats], "ranks_seen": ranks}
     finish(report, json_path, verbose)
@@ -84,16 +90,23 @@ def _check_for(stats: ReadStats, findings: list[Finding]) -> Check:
         summary += f", {mine} quoted below"
     if notes:
         summary += f" ({'; '.join(notes)})"
-    return Check(stats.name, summary, "ok", "logs", data)
+    return Check(stats.name, summary, "warning" if stats.incomplete else "ok", "logs", data)
 
 
 def _check_readable(path: str) -> None:
     import os
+    import stat
 
     if not os.path.exists(path):
         _usage(f"no such file: {path}")
     if os.path.isdir(path):
         _usage(f"{path} is a directory; pass the log files in it (e.g. {path}/*.log)")
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        # A FIFO with no writer would block the read forever; a device never ends.
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        _usage(f"{path} is {kind}; diagnose reads log files: pipe it instead "
+               f"(cat {path} | ddpdoctor diagnose)")
     if not os.access(path, os.R_OK):
         _usage(f"permission denied: {path}")
 

@@ -61,7 +61,7 @@ def scan_stream(stream: BinaryIO, name: str, rank: int | None = None) -> tuple[l
     scanner = LineScanner(name, rank)
     for line in iter_picked(stream, KEYWORDS, stats):
         scanner.feed(line)
-    return scanner.events, stats
+    return scanner.finish(), stats
 
 
 def scan_inputs(inputs: Iterable[LogInput]) -> ScanResult:

@@ -90,6 +90,7 @@ class EventKind(str, Enum):
     NATIVE_FRAME = "native_frame"  # a gdb/faulthandler frame: "#0 0x... in f () at file"
     BUSY = "busy"  # informational: a rank's progress line ("Running predictions on rank=0")
     EXCEPTION = "exception"
+    TRACEBACK = "traceback"  # a Python traceback whose exception line was not recognised
     ERROR_LINE = "error_line"  # "[E ...]" c10d lines: a failure, wording unknown
 
 
@@ -100,7 +101,7 @@ CASCADE = frozenset({
     EventKind.CONN_REFUSED, EventKind.CONNECT_TIMEOUT, EventKind.CPP_ABORT, EventKind.DL_EXITED,
     EventKind.AGENT_FAILED, EventKind.NCCL_DETAIL, EventKind.NCCL_WORK_STATE,
     EventKind.NCCL_PEER_LOST, EventKind.NCCL_WARN, EventKind.ERROR_LINE, EventKind.NCCL_CUDA,
-    EventKind.TEARDOWN,
+    EventKind.TEARDOWN, EventKind.TRACEBACK,
 })
 # Facts that say nothing went wrong by themselves.
 INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,

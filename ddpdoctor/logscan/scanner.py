@@ -52,6 +52,7 @@ class LineScanner:
         self.file_rank = file_rank
         self.events: list[Event] = []
         self._frames: dict[int | None, list[tuple[str, int, str]]] = {}
+        self._tb_line: dict[int | None, tuple[RawLine, str]] = {}  # each rank's open traceback
         self._in_worker: dict[int | None, int] = {}
         self._summary = ""  # "", "failures" or "root"
         self._record: dict[str, Any] = {}
@@ -63,7 +64,9 @@ class LineScanner:
         if self._summary_line(line, stripped, body):
             return
         if "Traceback (most recent call last)" in stripped:
+            self._close_traceback(rank)
             self._frames[rank] = []
+            self._tb_line[rank] = (line, stripped)
             return
         fm = _FRAME.match(body)
         if fm:
@@ -112,7 +115,26 @@ class LineScanner:
             rank = self.file_rank
         return rank, body
 
+    def finish(self) -> list[Event]:
+        """Close what the input left open (a traceback with no exception line); the events."""
+        for rank in list(self._tb_line):
+            self._close_traceback(rank)
+        return self.events
+
+    def _close_traceback(self, rank: int | None) -> None:
+        """A traceback whose exception line never came (its class name holds no keyword
+        the reader looks for, or the log was cut): still a failure, with its frames."""
+        opened = self._tb_line.pop(rank, None)
+        frames = self._frames.get(rank)
+        if opened is None or not frames:
+            return
+        line, text = opened
+        data = self._exception_data(rank, "", "")
+        data.pop("exception", None)
+        self._emit(EventKind.TRACEBACK, line, rank, text, data)
+
     def _exception_data(self, rank: int | None, name: str, message: str) -> dict[str, Any]:
+        self._tb_line.pop(rank, None)
         frames = self._frames.pop(rank, [])
         data: dict[str, Any] = {"exception": f"{name}: {message}".strip().rstrip(":")}
         user = [f for f in frames if not is_library_frame(f[0])]

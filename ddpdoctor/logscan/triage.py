@@ -43,6 +43,7 @@ _LABELS = {
     EventKind.EXCEPTION: "exception(s)",
     EventKind.ERROR_LINE: "c10d error line(s)",
     EventKind.NCCL_WARN: "NCCL WARN line(s)",
+    EventKind.TRACEBACK: "other traceback(s)",
 }
 _CAUSE_BEFORE_EFFECT = [("ENV_SHM_TOO_SMALL", "DATALOADER_WORKER_FAILURE"),
                         ("DDP_UNUSED_PARAMETERS", "DDP_REDUCTION_NOT_FINISHED")]
@@ -73,7 +74,8 @@ def unrecognized(ix: EventIndex) -> Verdict | None:
     failures = [e for e in ix.events if e.is_failure]
     if not failures:
         return None
-    root = next((e for e in failures if e.kind is EventKind.EXCEPTION), failures[0])
+    root = next((e for e in failures if e.kind is EventKind.EXCEPTION),
+                next((e for e in failures if e.kind is EventKind.TRACEBACK), failures[0]))
     who = f"rank {root.rank}" if root.rank is not None else "the job"
     where = root.data.get("where") or root.data.get("raised_at")
     at = f" (at {where})" if where else ""
