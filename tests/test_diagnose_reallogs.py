@@ -46,3 +46,15 @@ def test_cli_exit_code_is_1_on_every_failed_log():
         if case.failed:
             result = CliRunner().invoke(command, [str(case.log)])
             assert result.exit_code == 1, (case.name, result.output[-500:])
+
+
+def test_titles_have_no_empty_slots():
+    import re
+
+    from ddpdoctor.logscan import LogInput, diagnose_logs
+
+    empty = re.compile(r"rank\s*[:,)]|rank\s*$|\(\s*\)|\s{2,}|\bNone\b")
+    for case in CASES:
+        findings, _ = diagnose_logs([LogInput(str(case.log), rank_from_path=False)])
+        for f in findings:
+            assert not empty.search(f.title), (case.name, f.title)

@@ -18,6 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from ddpdoctor.logscan.gunzip import GZIP_MAGIC as _GZIP_MAGIC
+from ddpdoctor.logscan.gunzip import Gunzip
+
 CHUNK_BYTES = 1 << 20
 # A longer line is cut here: tracebacks and error lines fit; a 50 MB tqdm line does not.
 MAX_LINE_BYTES = 8192
@@ -33,7 +36,6 @@ _MAGIC = {
     b"\x80\x02": "pickle",
     b"\x93NUMPY": "numpy array",
 }
-_GZIP_MAGIC = b"\x1f\x8b"
 # Control bytes that never occur in a text log (tab, LF, CR, ESC and form feed do).
 _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27))
 
@@ -155,7 +157,7 @@ def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
     head = stream.read(SNIFF_BYTES)
     if head.startswith(_GZIP_MAGIC):
         stats.compressed = True
-        stream = _Gunzip(head, stream, stats)  # type: ignore[assignment]
+        stream = Gunzip(head, stream, stats)  # type: ignore[assignment]
         head = stream.read(SNIFF_BYTES)
     head, skipped = _skip_leading_nul(head, stream, stats)
     stats.leading_nul = skipped
@@ -286,54 +288,3 @@ class Prefilter:
         stats.picked += 1
         text = raw.replace(b"\x00", b"").decode("utf-8", errors="replace")
         return RawLine(lineno, text, truncated)
-
-
-class _Gunzip:
-    """A gzip stream decompressed piece by piece, so a cut or corrupt archive still yields
-    everything before the damage (GzipFile drops the last block's data on EOFError)."""
-
-    def __init__(self, head: bytes, raw: BinaryIO, stats: ReadStats) -> None:
-        self._raw = raw
-        self._pending = head
-        self._stats = stats
-        self._z = zlib.decompressobj(wbits=31)
-        self._out = b""
-        self._done = False
-        self._consumed = 0
-
-    def read(self, n: int) -> bytes:
-        while len(self._out) < n and not self._done:
-            self._fill(n)
-        out, self._out = self._out[:n], self._out[n:]
-        return out
-
-    def _fill(self, n: int) -> None:
-        data = self._pending or self._raw.read(max(n, 1 << 16))
-        self._pending = b""
-        if not data:
-            if not self._z.eof:
-                self._note(f"truncated gzip: the archive ends after {self._consumed} "
-                           "compressed bytes; what came before was read")
-            self._done = True
-            return
-        if self._z.eof:
-            if not data.startswith(_GZIP_MAGIC):  # not another member (cat a.gz b.gz)
-                if data.strip(b"\x00"):
-                    self._note("trailing bytes after the gzip data ignored")
-                self._done = True
-                return
-            self._z = zlib.decompressobj(wbits=31)
-        try:
-            self._out += self._z.decompress(data)
-        except zlib.error as e:
-            self._note(f"corrupt gzip after {self._consumed} compressed bytes ({e}); what "
-                       "came before was read")
-            self._done = True
-            return
-        self._consumed += len(data) - len(self._z.unused_data)
-        if self._z.eof and self._z.unused_data:
-            self._pending = self._z.unused_data
-
-    def _note(self, text: str) -> None:
-        self._stats.notes.append(text)
-        self._stats.incomplete = True
