@@ -37,15 +37,19 @@ SIGNATURES = (
         convert={"seq": int, "numel_in": int, "numel_out": int, "timeout_ms": int,
                  "ran_ms": int}),
     Signature(
-        "nccl.work_state", K.NCCL_WORK_STATE, "last enqueued NCCL work",
-        r"(?:Timeout at|detected by watchdog at) (?:NCCL )?work: (?P<seq>\d+), last enqueued "
-        r"NCCL work: (?P<last_enqueued>-?\d+), last completed NCCL work: "
-        r"(?P<last_completed>-?\d+)",
+        "nccl.work_state", K.NCCL_WORK_STATE, "last enqueued",
+        r"(?:Timeout at|detected by watchdog at) (?:NCCL )?work(?: sequence id)?: (?P<seq>\d+)"
+        r"(?:,| PG status:) last enqueued (?:NCCL )?work: (?P<last_enqueued>-?\d+), last "
+        r"completed (?:NCCL )?work: (?P<last_completed>-?\d+)",
         "HANG_RANK_MISSING_COLLECTIVE", "torch >= 2.3",
         (Example("[rank0]:[E1206 18:44:16.994932383 ProcessGroupNCCL.cpp:1709] [PG 1 Rank 0] "
                  "Timeout at NCCL work: 7753, last enqueued NCCL work: 7755, last completed "
                  "NCCL work: 7752.", "https://github.com/hiyouga/LlamaFactory/issues/6269",
-                 {"seq": 7753, "last_enqueued": 7755, "last_completed": 7752}),),
+                 {"seq": 7753, "last_enqueued": 7755, "last_completed": 7752}),
+         Example("[rank0]:[E515 18:36:47.343391940 ProcessGroupNCCL.cpp:2268] [PG ID 0 PG GUID "
+                 "0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 241 "
+                 "PG status: last enqueued work: 315, last completed work: 183", "https://github.com/pytorch/pytorch/issues/152623",
+                 {"seq": 241, "last_enqueued": 315, "last_completed": 183})),
         convert={"seq": int, "last_enqueued": int, "last_completed": int}),
     Signature(
         "nccl.desync_never_joined", K.DESYNC_MISSING, "are the lagging ranks",
@@ -60,9 +64,8 @@ SIGNATURES = (
         "nccl.desync_header", K.DESYNC_HEADER, "caused the desync are",
         r"the lagging/dead/mismatched ranks that caused the desync are",
         "COLLECTIVE_TIMEOUT", "torch >= 2.0 with TORCH_NCCL_DESYNC_DEBUG=1",
-        (Example("\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the "
-                 "desync are:", "https://github.com/pytorch/pytorch/blob/v2.3.0/torch/csrc/"
-                 "distributed/c10d/TraceUtils.h"),)),
+        (Example("         - To our best knowledge, the lagging/dead/mismatched ranks that "
+                 "caused the desync are:", "https://github.com/pytorch/pytorch/issues/152623"),)),
     Signature(
         "nccl.desync_unfinished", K.DESYNC_UNFINISHED, "didn't finish collective",
         r"\[(?P<ranks>[\d, ]+)\] joined but didn't finish collective #(?P<seq>\d+)",
@@ -76,25 +79,22 @@ SIGNATURES = (
         r"\[(?P<ranks>[\d, ]+)\] finished collective #(?P<seq>\d+), but didn't join "
         r"collective #(?P<next>\d+)",
         "COLLECTIVE_TIMEOUT", "torch >= 2.0 with TORCH_NCCL_DESYNC_DEBUG=1",
-        (Example("\t     [7] finished collective #182, but didn't join collective #183 (count "
-                 "from 1)", "https://github.com/pytorch/pytorch/blob/v2.3.0/torch/csrc/"
-                 "distributed/c10d/TraceUtils.h", {"ranks": [7], "seq": 182, "next": 183}),),
+        (Example("             [7] finished collective #182, but didn't join collective #183 "
+                 "(count from 1)", "https://github.com/pytorch/pytorch/issues/152623", {"ranks": [7], "seq": 182, "next": 183}),),
         convert={"ranks": ints, "seq": int, "next": int}),
     Signature(
         "nccl.desync_timeout_at", K.DESYNC_TIMEOUT_AT, "Timeout at collective",
         r"\[(?P<at_rank>\d+)\] Timeout at collective: (?P<op>\w+), #(?P<seq>\d+)",
         "COLLECTIVE_TIMEOUT", "torch >= 2.0 with TORCH_NCCL_DESYNC_DEBUG=1",
-        (Example("\t - [0] Timeout at collective: ALLREDUCE, #315",
-                 "https://github.com/pytorch/pytorch/blob/v2.3.0/torch/csrc/distributed/c10d/"
-                 "TraceUtils.h", {"at_rank": 0, "op": "ALLREDUCE", "seq": 315}),),
+        (Example("         - [0] Timeout at collective: ALLREDUCE, #315", "https://github.com/pytorch/pytorch/issues/152623",
+                 {"at_rank": 0, "op": "ALLREDUCE", "seq": 315}),),
         convert={"at_rank": int, "seq": int}),
     Signature(
         "nccl.desync_started", K.DESYNC_STARTED, "] started ",
         r"^\s*\[(?P<ranks>[\d, ]+)\] started (?P<op>\w+)\s*$",
         "HANG_COLLECTIVE_MISMATCH", "torch >= 2.0 with TORCH_NCCL_DESYNC_DEBUG=1",
-        (Example("\t     [3, 4, 5, 6] started _ALLGATHER_BASE",
-                 "https://github.com/pytorch/pytorch/blob/v2.3.0/torch/csrc/distributed/c10d/"
-                 "TraceUtils.h", {"ranks": [3, 4, 5, 6], "op": "_ALLGATHER_BASE"}),),
+        (Example("             [3, 4, 5, 6] started _ALLGATHER_BASE", "https://github.com/pytorch/pytorch/issues/152623",
+                 {"ranks": [3, 4, 5, 6], "op": "_ALLGATHER_BASE"}),),
         convert={"ranks": ints}),
     Signature(
         "nccl.remote_error", K.NCCL_REMOTE, "remote process exited or there was a network error",
