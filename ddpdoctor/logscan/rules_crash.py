@@ -20,6 +20,9 @@ from ddpdoctor.logscan.index import (
     verdict,
 )
 
+# Signals with a cause of their own (SIGKILL: the OOM killer, SIGBUS: /dev/shm), not a crash
+# in native code.
+_OWN_RULE = ("SIGKILL", "SIGBUS")
 _CRASH_FALLOUT = frozenset({K.CPP_ABORT, K.PROCESS_EXIT, K.SEGFAULT, K.ERROR_LINE,
                             K.NCCL_WATCHDOG, K.NCCL_DETAIL, K.NCCL_CUDA, K.CUDA_ERROR,
                             K.AGENT_FAILED, K.TORCHRUN_FAILURE, K.EXCEPTION, K.FATAL_PYTHON})
@@ -45,7 +48,7 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if earlier:
         return []
     bad = ix.of(K.FATAL_PYTHON, K.SEGFAULT) or [
-        e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal")]
+        e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") not in (None, *_OWN_RULE)]
     if not bad:
         return []
     e = bad[0]
@@ -94,10 +97,12 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     felt = {e.rank for e in ix.events if e.kind in CASCADE and e.kind is not K.AGENT_FAILED}
     out: list[Verdict] = []
     pids = {e.data.get("pid") for e in ix.root_failures} - {None}
-    for e in list(ix.root_failures) + ix.of(K.SIGKILL):
+    signalled = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") in _OWN_RULE]
+    for e in list(ix.root_failures) + ix.of(K.SIGKILL) + signalled:
         code = e.data.get("exit_code")
-        if e.rank in explained or (e.kind is K.SIGKILL and (e.data.get("pid") in pids
-                                                             or (out and e.rank is None))):
+        if e.rank in explained or (e.kind is not K.TORCHRUN_FAILURE and e.kind is not
+                                   K.AGENT_FAILED and (e.data.get("pid") in pids
+                                                       or (out and e.rank is None))):
             continue
         if e.rank in felt and code is not None and (code > 0 or code == -6):
             # It exited on an error it felt (a timeout, a reset; NCCL aborts with SIGABRT
@@ -108,7 +113,14 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             if e.data.get(key):
                 ev[key] = e.data[key]
         sig = e.data.get("signal")
-        who = f"rank {e.rank}" if e.rank is not None else f"process {e.data.get('process', '?')}"
+        if e.rank is not None:
+            who = f"rank {e.rank}"
+        elif e.data.get("process") is not None:
+            who = f"process {e.data['process']}"
+        else:
+            who = f"a process (pid {e.data['pid']})" if e.data.get("pid") else "a process"
+        if e.kind is K.PROCESS_EXIT:  # a shell's 128+N: the signal is what counts
+            code = None
         if code == -9 or sig == "SIGKILL":
             # Nothing printed, then SIGKILL: in the public reports this is the host's (or
             # the container's) OOM killer almost every time; say so, and how to confirm it.

@@ -80,7 +80,8 @@ SIGNATURES = (
         r"collective #(?P<next>\d+)",
         "COLLECTIVE_TIMEOUT", "torch >= 2.0 with TORCH_NCCL_DESYNC_DEBUG=1",
         (Example("             [7] finished collective #182, but didn't join collective #183 "
-                 "(count from 1)", "https://github.com/pytorch/pytorch/issues/152623", {"ranks": [7], "seq": 182, "next": 183}),),
+                 "(count from 1)", "https://github.com/pytorch/pytorch/issues/152623",
+                 {"ranks": [7], "seq": 182, "next": 183}),),
         convert={"ranks": ints, "seq": int, "next": int}),
     Signature(
         "nccl.desync_timeout_at", K.DESYNC_TIMEOUT_AT, "Timeout at collective",

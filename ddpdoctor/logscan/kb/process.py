@@ -128,9 +128,12 @@ SIGNATURES = (
         "oom.kernel_killer", K.HOST_OOM, ("oom-kill", "oom_kill"),
         r"(?:invoked oom-killer|oom-kill:|Detected \d+ oom[-_]kill event)", "OOM",
         "Linux kernel log (dmesg), slurmstepd",
-        (Example("[Thu Nov 20 03:11:01 2026] python3 invoked oom-killer: gfp_mask=0x140cca"
+        (Example("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. "
+                 "Some of your processes may have been killed by the cgroup out-of-memory "
+                 "handler.", "https://github.com/ArjunaCluster/ArjunaUsers/issues/52"),
+         Example("[Thu Nov 20 03:11:01 2026] python3 invoked oom-killer: gfp_mask=0x140cca"
                  "(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
-                 FIX + "recorded/host_oom_dmesg.txt"),)),
+                 FIX + "recorded/host_oom_dmesg.txt"))),
     Signature(
         "nan.anomaly_backward", K.GRAD_NAN, "returned nan values",
         r"Function '(?P<function>\w+)' returned nan values in its (?P<output>\d+)\w* output",
@@ -189,11 +192,14 @@ SIGNATURES = (
     Signature(
         "process.exit_code", K.PROCESS_EXIT, "exit code",
         r"(?:Process finished|exited) with exit code (?P<exit_code>-?\d+)(?: \(interrupted by "
-        r"signal (?P<signal_number>\d+): (?P<signal>\w+)\))?",
+        r"signal (?P<signal_number>\d+): ?(?P<signal>\w+)\))?",
         "RANK_CRASHED", "IDE runners, shells",
         (Example("Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)",
                  "https://github.com/facebookresearch/detectron2/issues/214",
-                 {"exit_code": 139, "signal": "SIGSEGV"}),),
+                 {"exit_code": 139, "signal": "SIGSEGV"}),
+         Example("Process finished with exit code 137 (interrupted by signal 9:SIGKILL)",
+                 "https://github.com/noelshin/selfmask/issues/11",
+                 {"exit_code": 137, "signal": "SIGKILL"})),
         convert={"exit_code": int, "signal_number": int}),
     Signature(
         "launcher.called_process_error", K.PROCESS_EXIT, "returned non-zero exit status",
@@ -217,7 +223,8 @@ SIGNATURES = (
         convert={"exit_code": int, "local_rank": int, "pid": int}),
     Signature(
         "elastic.signal_received", K.SIGKILL, "received by PID",
-        r"Signal (?P<signal_number>\d+) \((?P<signal>SIG\w+)\) received by PID (?P<pid>\d+)",
+        r"Signal (?P<signal_number>\d+) \((?P<signal>SIG\w+)\) received by PID"
+        r"(?: (?P<pid>\d+))?",
         "RANK_CRASHED", "torch.distributed.elastic >= 1.9",
         (Example("The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, "
                  "error_file='<N/A>', error_file_data={'message': '<NONE>'}, message='Signal 7 "
@@ -225,6 +232,14 @@ SIGNATURES = (
                  "https://github.com/intelligent-machine-learning/dlrover/pull/1046",
                  {"signal_number": 7, "signal": "SIGBUS", "pid": 54}),),
         convert={"signal_number": int, "pid": int}),
+    Signature(
+        "launch.died_with_signal", K.SIGKILL, "died with <Signals.",
+        r"died with <Signals\.(?P<signal>SIG\w+): (?P<signal_number>\d+)>", "RANK_CRASHED",
+        "torch.distributed.launch (torch < 1.9), mmcv/mmdet dist_train",
+        (Example("In 3.x there are often errors reported: `died with <Signals.SIGKILL: 9>`.",
+                 "https://github.com/open-mmlab/mmdetection/issues/10101",
+                 {"signal": "SIGKILL", "signal_number": 9}),),
+        convert={"signal_number": int}),
     Signature(
         "spawn.process_signal", K.SIGKILL, "terminated with signal",
         r"process (?P<process>\d+) terminated with signal (?P<signal>SIG\w+)", "RANK_CRASHED",
