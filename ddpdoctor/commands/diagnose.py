@@ -27,7 +27,10 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None) -> 
 
     Reads PyTorch, gloo, NCCL, DataLoader, CUDA and torchrun error texts; reports the rank
     that failed first with file:line, and counts the fallout on the other ranks (timeouts,
-    connection resets) instead of listing it. Any size of log, binary files are skipped.
+    connection resets) instead of listing it. A failure no known text explains is reported
+    as UNRECOGNIZED_FAILURE, never as healthy. Any size of log; .gz is read as a stream
+    (a damaged archive: what precedes the damage); binary files are skipped; a FIFO is
+    refused (pipe it instead).
     """
     from ddpdoctor.logscan import LogInput, diagnose_logs
 
