@@ -104,3 +104,16 @@ def test_all_examples_together_triage_without_error():
     # every one of them with a per-rank file rank, too
     events, _ = scan_stream(io.BytesIO(text.encode()), "rank3.log", rank=3)
     assert triage(events)
+
+
+def test_nccl_global_rank_beats_the_file_name_but_a_subgroup_rank_does_not():
+    from ddpdoctor.logscan.reader import RawLine
+
+    sc = LineScanner("job_rank0.log", file_rank=0)
+    sc.feed(RawLine(1, "[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective "
+                       "operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, "
+                       "NumelOut=1, Timeout(ms)=1800000) ran for 1800328 milliseconds"))
+    sc.feed(RawLine(2, "[E1206 18:44:16.994932383 ProcessGroupNCCL.cpp:1709] [PG 1 Rank 1] "
+                       "Timeout at NCCL work: 7753, last enqueued NCCL work: 7755, last "
+                       "completed NCCL work: 7752."))
+    assert [e.rank for e in sc.events] == [2, 0]

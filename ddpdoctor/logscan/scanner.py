@@ -15,7 +15,9 @@ _EXCEPTION = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet))"
     r"(?::\s?(.*))?$")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\s*$')
-_NCCL_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
+_NCCL_RANK = re.compile(r"\[(?P<pg>PG [^\]]*?)?Rank (\d+)\]")
+# The default process group's own rank is the global rank; a subgroup's is not.
+_DEFAULT_PG = re.compile(r"^PG (?:ID )?0\b|default_pg")
 # "[E ProcessGroupNCCL.cpp:489]", "[E1206 18:44:16.99 socket.cpp:1023]": c10d's error lines.
 _C10D_ERROR = re.compile(r"^\[E\d*(?: [\d:.]+)* ?[\w.]+\.(?:cpp|hpp|h):\d+\]")
 # Frames that are not the user's code: libraries, the stdlib, console-script launchers.
@@ -79,28 +81,38 @@ class LineScanner:
         exc_data: dict[str, Any] = {}
         if exc:
             exc_data = self._exception_data(rank, exc.group(1), exc.group(2) or "")
+        in_line = self._nccl_rank(stripped) if matches else None
         for sig, data in matches:
             if exc_data:
                 data.update(exc_data)
             data["signature"] = sig.name
-            ev_rank = rank
-            if ev_rank is None:
-                nm = _NCCL_RANK.search(stripped)
-                ev_rank = int(nm.group(1)) if nm else None
-            self._emit(sig.kind, line, ev_rank, stripped, data)
+            self._emit(sig.kind, line, self._line_rank(rank, in_line), stripped, data)
         if exc and not matches:
             if exc.group(1).endswith("ChildFailedError"):
                 return  # torchrun's own traceback: the summary block says more
             self._emit(EventKind.EXCEPTION, line, rank, stripped, exc_data)
         elif not matches and not exc and _C10D_ERROR.match(stripped):
-            nm = _NCCL_RANK.search(stripped)
             self._emit(EventKind.ERROR_LINE, line,
-                       rank if rank is not None or nm is None else int(nm.group(1)),
-                       stripped, {})
+                       self._line_rank(rank, self._nccl_rank(stripped)), stripped, {})
         for sig, data in matches:
             if sig.kind is EventKind.DL_WORKER_EXCEPTION:
                 # The next exception of this rank is the worker's, re-raised.
                 self._in_worker[rank] = data["worker"]
+
+    @staticmethod
+    def _nccl_rank(text: str) -> tuple[int, bool] | None:
+        """``[Rank N]`` / ``[PG 0 Rank N]`` in a c10d line: (N, whether it is global)."""
+        m = _NCCL_RANK.search(text)
+        if m is None:
+            return None
+        return int(m.group(2)), not m["pg"] or bool(_DEFAULT_PG.search(m["pg"]))
+
+    def _line_rank(self, rank: int | None, in_line: tuple[int, bool] | None) -> int | None:
+        """The line's rank: its torchrun prefix, else the global rank NCCL printed in it, else
+        the file's rank, else a subgroup rank as the best there is."""
+        if in_line is None or (rank is not None and rank != self.file_rank):
+            return rank
+        return in_line[0] if in_line[1] or rank is None else rank
 
     def _rank_and_body(self, text: str) -> tuple[int | None, str]:
         rank = None
