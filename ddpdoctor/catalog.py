@@ -95,6 +95,12 @@ _SPECS = [
           "or in start-up) and was killed at the deadline", "check"),
     _spec("COLLECTIVE_TIMEOUT", "error",
           "a collective hit its timeout (NCCL watchdog / gloo timeout)", "run, diagnose"),
+    _spec("UNRECOGNIZED_FAILURE", "error",
+          "the logs show a failure (traceback, non-zero exit, fatal error line) that no "
+          "known signature explains", "run, diagnose"),
+    _spec("KNOWN_UPSTREAM_BUG", "warning",
+          "the versions in use (or a log line) match a known bug in torch, NCCL or a plugin",
+          "check, diagnose"),
 ]
 
 CATALOG: dict[str, FindingSpec] = {s.id: s for s in _SPECS}

@@ -43,8 +43,8 @@ def test_stdin_dash_and_no_file():
         p = run_cli(*args, stdin=data)
         assert p.returncode == 1, (args, p.stderr)
     report = json.loads(p.stdout)
-    assert [f["id"] for f in report["findings"]] == ["DDP_REDUCTION_NOT_FINISHED",
-                                                     "DDP_UNUSED_PARAMETERS"]
+    assert [f["id"] for f in report["findings"]] == ["DDP_UNUSED_PARAMETERS",
+                                                     "DDP_REDUCTION_NOT_FINISHED"]
 
 
 def test_clean_empty_binary_inputs_exit_0(tmp_path):

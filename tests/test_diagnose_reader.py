@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from ddpdoctor.logscan import scan_stream
+from ddpdoctor.logscan import KEYWORDS, EventKind, scan_stream
+from ddpdoctor.logscan.kb import SIGNATURES, match_line
 from ddpdoctor.logscan.reader import (
     ReadStats,
     iter_picked,
@@ -16,7 +17,7 @@ from ddpdoctor.logscan.reader import (
     sniff_binary,
     split_rank_prefix,
 )
-from ddpdoctor.logscan.rules import KEYWORDS, RULES, LineScanner, match_rules
+from ddpdoctor.logscan.scanner import LineScanner
 
 
 def picked(data: bytes, **kw):
@@ -24,9 +25,10 @@ def picked(data: bytes, **kw):
     return list(iter_picked(io.BytesIO(data), KEYWORDS, stats, **kw)), stats
 
 
-def test_every_rule_needle_passes_the_prefilter():
-    for rule in RULES:
-        assert any(k.decode() in rule.needle for k in KEYWORDS), rule.kind
+def test_every_signature_needle_passes_the_prefilter():
+    for sig in SIGNATURES:
+        for needle in sig.needles:
+            assert any(k.decode() in needle for k in KEYWORDS), sig.name
 
 
 def test_line_numbers_nul_bytes_and_bad_utf8():
@@ -86,7 +88,7 @@ def test_gzip_logs_are_read(tmp_path):
     raw = b"x\n[rank1]: ValueError: boom\n"
     events, stats = scan_stream(io.BytesIO(gzip.compress(raw)), "train.log.gz")
     assert stats.compressed and [(e.kind, e.rank, e.lineno) for e in events] == [
-        ("exception", 1, 2)]
+        (EventKind.EXCEPTION, 1, 2)]
     events, stats = scan_stream(io.BytesIO(gzip.compress(raw)[:20]), "cut.gz")
     assert stats.notes  # a truncated archive ends the input with a note, not a crash
 
@@ -120,8 +122,7 @@ def test_watchdog_rule_extracts_fields():
             "caught collective operation timeout: WorkNCCL(SeqNum=7753, "
             "OpType=_REDUCE_SCATTER_BASE, NumelIn=544997376, NumelOut=68124672, "
             "Timeout(ms)=600000) ran for 600099 milliseconds before timing out.")
-    (rule, m), = match_rules(line)
-    d = rule.extract(m)
+    (sig, d), = match_line(line)
     assert (d["seq"], d["op"], d["timeout_ms"], d["ran_ms"]) == (
         7753, "_REDUCE_SCATTER_BASE", 600000, 600099)
 
@@ -130,7 +131,6 @@ def test_old_cuda_oom_format():
     line = ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 1.96 GiB total "
             "capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB reserved in total by "
             "PyTorch)")
-    (rule, m), = match_rules(line)
-    d = rule.extract(m)
-    assert d["tried_to_allocate"] == "20.00 MiB" and d["total_capacity"] == "1.96 GiB"
-    assert d["gpu"] == 0 and d["free"] == "2.88 MiB"
+    (sig, d), = match_line(line)
+    assert d["tried_to_allocate"] == "20.00 MiB" and d["total_old"] == "1.96 GiB"
+    assert d["gpu"] == 0 and d["free_old"] == "2.88 MiB"

@@ -27,7 +27,10 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None) -> 
 
     Reads PyTorch, gloo, NCCL, DataLoader, CUDA and torchrun error texts; reports the rank
     that failed first with file:line, and counts the fallout on the other ranks (timeouts,
-    connection resets) instead of listing it. Any size of log, binary files are skipped.
+    connection resets) instead of listing it. A failure no known text explains is reported
+    as UNRECOGNIZED_FAILURE, never as healthy. Any size of log; .gz is read as a stream
+    (a damaged archive: what precedes the damage); binary files are skipped; a FIFO is
+    refused (pipe it instead).
     """
     from ddpdoctor.logscan import LogInput, diagnose_logs
 
@@ -54,6 +57,12 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None) -> 
         report.checks.append(_check_for(stats, findings))
     for f in findings:
         report.add(f)
+    unread = [s for s in scan.stats if s.incomplete]
+    if unread and not any(f.severity == "error" for f in findings):
+        # What could be read shows no failure, but part of the input is missing: that is
+        # not a healthy job, it is a diagnosis that could not be completed.
+        report.doctor_error = "; ".join(f"could not read all of {s.name}: {s.notes[-1]}"
+                                        for s in unread)
     ranks = sorted({e.rank for e in scan.events if e.rank is not None})
     report.world = {"logs": [s.name for s in scan.stats], "ranks_seen": ranks}
     finish(report, json_path, verbose)
@@ -67,6 +76,8 @@ def _check_for(stats: ReadStats, findings: list[Finding]) -> Check:
                      "logs", data)
     if stats.bytes_read == 0:
         return Check(stats.name, "skipped: empty", "skipped", "logs", data)
+    if stats.bytes_read == stats.leading_nul:
+        return Check(stats.name, "skipped: only NUL bytes", "skipped", "logs", data)
     mine = sum(1 for f in findings for q in f.evidence.get("lines", [])
                if q.startswith(stats.name + ":"))
     notes = []
@@ -82,16 +93,23 @@ def _check_for(stats: ReadStats, findings: list[Finding]) -> Check:
         summary += f", {mine} quoted below"
     if notes:
         summary += f" ({'; '.join(notes)})"
-    return Check(stats.name, summary, "ok", "logs", data)
+    return Check(stats.name, summary, "warning" if stats.incomplete else "ok", "logs", data)
 
 
 def _check_readable(path: str) -> None:
     import os
+    import stat
 
     if not os.path.exists(path):
         _usage(f"no such file: {path}")
     if os.path.isdir(path):
         _usage(f"{path} is a directory; pass the log files in it (e.g. {path}/*.log)")
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        # A FIFO with no writer would block the read forever; a device never ends.
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        _usage(f"{path} is {kind}; diagnose reads log files: pipe it instead "
+               f"(cat {path} | ddpdoctor diagnose)")
     if not os.access(path, os.R_OK):
         _usage(f"permission denied: {path}")
 

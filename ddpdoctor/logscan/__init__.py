@@ -9,8 +9,8 @@ Used by ``ddpdoctor diagnose LOGFILE...`` and by ``ddpdoctor run`` on the logs i
     scan = scan_inputs([LogInput(path, rank=1)])
     findings = triage(scan.events)
 
-Pipeline: reader (bytes -> picked lines, bounded memory) -> rules (lines -> events) ->
-triage (events -> findings). Nothing here imports torch.
+Pipeline: reader (bytes -> picked lines, bounded memory) -> scanner + knowledge base (lines
+-> events) -> triage rules (events -> findings). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -20,12 +20,16 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ddpdoctor.findings import Finding
+from ddpdoctor.logscan.events import Event, EventKind
+from ddpdoctor.logscan.kb import needles
 from ddpdoctor.logscan.reader import ReadStats, iter_picked, open_input, rank_from_path
-from ddpdoctor.logscan.rules import KEYWORDS, Event, LineScanner
+from ddpdoctor.logscan.scanner import SCANNER_NEEDLES, LineScanner
 from ddpdoctor.logscan.triage import triage
 
-__all__ = ["Event", "LogInput", "ReadStats", "ScanResult", "diagnose_logs", "scan_inputs",
-           "scan_stream", "triage"]
+KEYWORDS: tuple[bytes, ...] = tuple(sorted({n.encode() for n in needles() + SCANNER_NEEDLES}))
+
+__all__ = ["KEYWORDS", "Event", "EventKind", "LogInput", "ReadStats", "ScanResult",
+           "diagnose_logs", "scan_inputs", "scan_stream", "triage"]
 
 
 @dataclass
@@ -41,6 +45,7 @@ class LogInput:
     rank: int | None = None
     stream: BinaryIO | None = None
     name: str = ""
+    rank_from_path: bool = True  # False: the file name is not a per-rank name
 
 
 @dataclass
@@ -56,7 +61,7 @@ def scan_stream(stream: BinaryIO, name: str, rank: int | None = None) -> tuple[l
     scanner = LineScanner(name, rank)
     for line in iter_picked(stream, KEYWORDS, stats):
         scanner.feed(line)
-    return scanner.events, stats
+    return scanner.finish(), stats
 
 
 def scan_inputs(inputs: Iterable[LogInput]) -> ScanResult:
@@ -64,7 +69,7 @@ def scan_inputs(inputs: Iterable[LogInput]) -> ScanResult:
     result = ScanResult()
     for inp in inputs:
         rank = inp.rank if inp.rank is not None else (
-            rank_from_path(inp.path) if inp.path != "-" else None)
+            rank_from_path(inp.path) if inp.path != "-" and inp.rank_from_path else None)
         if inp.stream is not None:
             events, stats = scan_stream(inp.stream, inp.name or inp.path, rank)
         else:

@@ -1,8 +1,10 @@
 """A failed job: its kept output through logscan's triage, and what the sampler saw.
 
 The output copy holds every rank's lines in arrival order with torchrun's rank prefixes,
-so logscan can tell the first root cause from the cascade. When the output names no
-cause, the rank whose process went away first (the sampler watched them) is the lead.
+so logscan can tell the first root cause from the cascade. This is the same code path as
+``ddpdoctor diagnose`` (one knowledge base, ``ddpdoctor/logscan/kb``, and one list of triage
+rules): every signature works live and after the fact. When the output names no cause,
+the rank whose process went away first (the sampler watched them) is the lead.
 """
 
 from __future__ import annotations

@@ -1,0 +1,217 @@
+"""Lines -> events: the knowledge base applied line by line, plus the little state real logs
+need (each rank's traceback, a DataLoader worker's re-raised error, torchrun's summary)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from ddpdoctor.logscan.events import Event, EventKind
+from ddpdoctor.logscan.kb import match_line
+from ddpdoctor.logscan.reader import RawLine, split_rank_prefix
+
+_EXCEPTION = re.compile(
+    r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet))"
+    r"(?::\s?(.*))?$")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\s*$')
+_NCCL_RANK = re.compile(r"\[(?P<pg>PG [^\]]*?)?Rank (\d+)\]")
+# The default process group's own rank is the global rank; a subgroup's is not.
+_DEFAULT_PG = re.compile(r"^PG (?:ID )?0\b|default_pg")
+# "[E ProcessGroupNCCL.cpp:489]", "[E1206 18:44:16.99 socket.cpp:1023]": c10d's error lines.
+_C10D_ERROR = re.compile(r"^\[E\d*(?: [\d:.]+)* ?[\w.]+\.(?:cpp|hpp|h):\d+\]")
+# Frames that are not the user's code: libraries, the stdlib, console-script launchers.
+_LIBRARY_PATH = re.compile(r"(?:site-packages|dist-packages|/lib/python\d[\d.]*/|^<frozen "
+                           r"|/bin/[^/]+$)")
+_SUMMARY_FIELD = re.compile(r"^\s{2}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?"
+                            r"(?P<val>.*)$")
+_MAX_FRAMES = 64
+MAX_EVENTS_PER_KIND = 200
+# The words the scanner's own state machines need, beyond the signatures' needles.
+SCANNER_NEEDLES = ("rror", "xception", "Interrupt", "raceback", 'File "', "Root Cause",
+                   "Failures:", "======", "exitcode", "rank      :", "host      :",
+                   "traceback :", ".cpp:")
+
+
+def _signal_name(exitcode: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def is_library_frame(path: str) -> bool:
+    return bool(_LIBRARY_PATH.search(path))
+
+
+class LineScanner:
+    """Turns the picked lines of one input into events (:attr:`events`, in log order)."""
+
+    def __init__(self, source: str, file_rank: int | None = None) -> None:
+        self.source = source
+        self.file_rank = file_rank
+        self.events: list[Event] = []
+        self._frames: dict[int | None, list[tuple[str, int, str]]] = {}
+        self._tb_line: dict[int | None, tuple[RawLine, str]] = {}  # each rank's open traceback
+        self._in_worker: dict[int | None, int] = {}
+        self._summary = ""  # "", "failures" or "root"
+        self._record: dict[str, Any] = {}
+        self._last: dict[tuple[EventKind, int | None], tuple[int, int]] = {}
+
+    def feed(self, line: RawLine) -> None:
+        rank, body = self._rank_and_body(line.text)
+        stripped = body.strip()
+        if self._summary_line(line, stripped, body):
+            return
+        if "Traceback (most recent call last)" in stripped:
+            self._close_traceback(rank)
+            self._frames[rank] = []
+            self._tb_line[rank] = (line, stripped)
+            return
+        fm = _FRAME.match(body)
+        if fm:
+            frames = self._frames.setdefault(rank, [])
+            frames.append((fm["file"], int(fm["line"]), fm["fn"]))
+            del frames[:-_MAX_FRAMES]
+            return
+        matches = list(match_line(stripped))
+        exc = _EXCEPTION.match(stripped)
+        exc_data: dict[str, Any] = {}
+        if exc:
+            exc_data = self._exception_data(rank, exc.group(1), exc.group(2) or "")
+        in_line = self._nccl_rank(stripped) if matches else None
+        for sig, data in matches:
+            if exc_data:
+                data.update(exc_data)
+            data["signature"] = sig.name
+            self._emit(sig.kind, line, self._line_rank(rank, in_line), stripped, data)
+        if exc and not matches:
+            if exc.group(1).endswith("ChildFailedError"):
+                return  # torchrun's own traceback: the summary block says more
+            self._emit(EventKind.EXCEPTION, line, rank, stripped, exc_data)
+        elif not matches and not exc and _C10D_ERROR.match(stripped):
+            self._emit(EventKind.ERROR_LINE, line,
+                       self._line_rank(rank, self._nccl_rank(stripped)), stripped, {})
+        for sig, data in matches:
+            if sig.kind is EventKind.DL_WORKER_EXCEPTION:
+                # The next exception of this rank is the worker's, re-raised.
+                self._in_worker[rank] = data["worker"]
+
+    @staticmethod
+    def _nccl_rank(text: str) -> tuple[int, bool] | None:
+        """``[Rank N]`` / ``[PG 0 Rank N]`` in a c10d line: (N, whether it is global)."""
+        m = _NCCL_RANK.search(text)
+        if m is None:
+            return None
+        return int(m.group(2)), not m["pg"] or bool(_DEFAULT_PG.search(m["pg"]))
+
+    def _line_rank(self, rank: int | None, in_line: tuple[int, bool] | None) -> int | None:
+        """The line's rank: its torchrun prefix, else the global rank NCCL printed in it, else
+        the file's rank, else a subgroup rank as the best there is."""
+        if in_line is None or (rank is not None and rank != self.file_rank):
+            return rank
+        return in_line[0] if in_line[1] or rank is None else rank
+
+    def _rank_and_body(self, text: str) -> tuple[int | None, str]:
+        rank = None
+        body = text
+        # `[default1]:[rank1]: ...` under --tee: the innermost [rankN] is the global rank.
+        for _ in range(3):
+            r, rest = split_rank_prefix(body)
+            if r is None:
+                break
+            rank, body = r, rest
+        if rank is None:
+            rank = self.file_rank
+        return rank, body
+
+    def finish(self) -> list[Event]:
+        """Close what the input left open (a traceback with no exception line); the events."""
+        for rank in list(self._tb_line):
+            self._close_traceback(rank)
+        return self.events
+
+    def _close_traceback(self, rank: int | None) -> None:
+        """A traceback whose exception line never came (its class name holds no keyword
+        the reader looks for, or the log was cut): still a failure, with its frames."""
+        opened = self._tb_line.pop(rank, None)
+        frames = self._frames.get(rank)
+        if opened is None or not frames:
+            return
+        line, text = opened
+        data = self._exception_data(rank, "", "")
+        data.pop("exception", None)
+        self._emit(EventKind.TRACEBACK, line, rank, text, data)
+
+    def _exception_data(self, rank: int | None, name: str, message: str) -> dict[str, Any]:
+        self._tb_line.pop(rank, None)
+        frames = self._frames.pop(rank, [])
+        data: dict[str, Any] = {"exception": f"{name}: {message}".strip().rstrip(":")}
+        user = [f for f in frames if not is_library_frame(f[0])]
+        if user:
+            file, lineno, fn = user[-1]
+            data["where"] = f"{file}:{lineno} in {fn}"
+        if frames:
+            file, lineno, fn = frames[-1]
+            data["raised_at"] = f"{file}:{lineno} in {fn}"
+        if any("torch/utils/data/" in f[0] for f in frames):
+            data["in_dataloader"] = True
+        if rank in self._in_worker:
+            data["in_dataloader_worker"] = self._in_worker.pop(rank)
+        return data
+
+    def _summary_line(self, line: RawLine, stripped: str, body: str) -> bool:
+        """torchrun's ChildFailedError block; True when the line belonged to it."""
+        if stripped.startswith("Root Cause (first observed failure)"):
+            self._summary, self._record = "root", {}
+            return True
+        if stripped == "Failures:":
+            self._summary, self._record = "failures", {}
+            return True
+        if not self._summary:
+            return False
+        if stripped.startswith("=====") or stripped.startswith("-----"):
+            if stripped.startswith("="):
+                self._summary = ""
+            return True
+        fm = _SUMMARY_FIELD.match(body)
+        if fm is None:
+            return False
+        key, val = fm["key"], fm["val"].strip()
+        if key == "host":
+            self._record = {"host": val}
+        elif key == "rank":
+            m = re.match(r"(\d+) \(local_rank: (\d+)\)", val)
+            if m:
+                self._record["rank"] = int(m.group(1))
+                self._record["local_rank"] = int(m.group(2))
+        elif key == "exitcode":
+            m = re.match(r"(-?\d+)(?: \(pid: (\d+)\))?", val)
+            if m and "rank" in self._record:
+                code = int(m.group(1))
+                data = dict(self._record, exit_code=code, first=self._summary == "root")
+                if m.group(2):
+                    data["pid"] = int(m.group(2))
+                if code < 0:
+                    data["signal"] = _signal_name(code)
+                self._emit(EventKind.TORCHRUN_FAILURE, line, data["rank"], stripped, data)
+        elif (key == "traceback" and self.events
+              and self.events[-1].kind is EventKind.TORCHRUN_FAILURE
+              and not val.startswith("To enable traceback")):
+            last = self.events[-1]
+            self.events[-1] = replace(last, data={**last.data, "traceback": val})
+        return True
+
+    def _emit(self, kind: EventKind, line: RawLine, rank: int | None, text: str,
+              data: dict[str, Any]) -> None:
+        # A log with a million identical timeouts must not become a million events: past
+        # the cap, repeats are only counted on the last kept event.
+        key = (kind, rank)
+        count, at = self._last.get(key, (0, -1))
+        if at >= 0 and count >= MAX_EVENTS_PER_KIND:
+            self.events[at] = replace(self.events[at], repeats=self.events[at].repeats + 1)
+            return
+        self.events.append(Event(kind, self.source, line.lineno, rank, text, data))
+        self._last[key] = (count + 1, len(self.events) - 1)

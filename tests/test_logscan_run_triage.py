@@ -1,0 +1,39 @@
+"""run's crash triage and diagnose share one knowledge base and one set of rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddpdoctor.logscan import corpus
+from ddpdoctor.supervise.progress import RankExit
+from ddpdoctor.supervise.triage import triage_output
+
+REAL = Path(__file__).parent / "fixtures" / "reallogs"
+
+
+def test_every_corpus_log_gets_the_same_first_finding_live_and_after_the_fact(tmp_path):
+    for case in corpus.load(REAL):
+        # run keeps the job's output under its own name: copy it there, as run does.
+        out = tmp_path / "output.log"
+        out.write_bytes(case.log.read_bytes())
+        live, info = triage_output(out, [], returncode=1)
+        after = corpus.run(case)
+        assert live and live[0].id == after.got_id, case.name
+        assert info["events"] > 0
+
+
+def test_run_names_the_first_exit_when_the_output_holds_nothing(tmp_path):
+    out = tmp_path / "output.log"
+    out.write_text("epoch 1 loss 0.5\n")
+    findings, info = triage_output(out, [RankExit(rank=2, pid=4242, time=1.0)], returncode=-9)
+    assert [(f.id, f.ranks) for f in findings] == [("RANK_CRASHED", [2])]
+    assert info["first_exit"] == {"rank": 2, "pid": 4242}
+
+
+def test_run_reports_an_unrecognized_failure_instead_of_nothing(tmp_path):
+    out = tmp_path / "output.log"
+    out.write_text("[rank3]: Traceback (most recent call last):\n"
+                   '[rank3]:   File "/work/train.py", line 12, in <module>\n'
+                   "[rank3]: mylib.WeirdThing: the flux capacitor is empty\n")
+    findings, _ = triage_output(out, [], returncode=1)
+    assert [(f.id, f.ranks) for f in findings] == [("UNRECOGNIZED_FAILURE", [3])]
