@@ -12,7 +12,7 @@ from ddpdoctor.schedule import round_robin
 def _env(**over):
     d = {
         "hostname": "node-a", "pid": 1, "local_rank": 0,
-        "versions": {"python": "3.11.7", "torch": "2.13.0", "cuda": "12.8", "nccl": "2.27.3"},
+        "versions": {"python": "3.11.7", "torch": "2.13.0", "cuda": "12.8", "nccl": "2.27.7"},
         "env": {"NCCL_DEBUG": "WARN", "MASTER_ADDR": "10.0.0.1"},
         "interfaces": {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"], "ib0": ["10.1.0.2"]},
         "shm": {"total": 8 << 30, "free": 8 << 30},
@@ -32,7 +32,8 @@ def _ids(findings):
 def test_env_healthy_gives_no_findings():
     checks, findings = env.analyze({r: _env() for r in range(4)}, 4)
     assert findings == []
-    assert [c.name for c in checks] == ["versions", "env vars", "socket config", "shm", "limits"]
+    assert [c.name for c in checks] == ["versions", "known bugs", "env vars", "socket config", "shm",
+                                           "limits"]
 
 
 def test_env_version_mismatch_names_the_odd_rank():
@@ -41,6 +42,17 @@ def test_env_version_mismatch_names_the_odd_rank():
     _, findings = env.analyze(per, 4)
     assert _ids(findings) == [("ENV_VERSION_MISMATCH", [2])]
     assert findings[0].evidence["ranks_by_value"] == {"2.13.0": "0-1,3", "2.12.1": "2"}
+
+
+def test_known_upstream_bug_warns_on_the_ranks_running_the_affected_version():
+    per = {r: _env() for r in range(3)}
+    per[1] = _env(versions={**per[1]["versions"], "nccl": "2.18.5"})
+    checks, findings = env.analyze(per, 3)
+    bugs = [f for f in findings if f.id == "KNOWN_UPSTREAM_BUG"]
+    assert [(f.ranks, f.severity, f.evidence["bug"]) for f in bugs] == \
+        [([1], "warning", "nccl-2.18.5-cuda-invalid-argument")]
+    assert bugs[0].evidence["upstream"] == "https://github.com/NVIDIA/nccl/issues/1024"
+    assert next(c for c in checks if c.name == "known bugs").summary.startswith("1 known")
 
 
 def test_env_var_differing_on_one_rank():

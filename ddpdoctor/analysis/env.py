@@ -77,6 +77,29 @@ def _versions(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
     return Check("versions", summary, group=GROUP), findings
 
 
+def _known_bugs(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
+    """The same known-bug table diagnose matches in logs, applied to the versions read."""
+    from ddpdoctor.logscan.known_bugs import findings_for_versions
+
+    by_versions: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    for rank, d in per_rank.items():
+        key = tuple(sorted((k, str(v)) for k, v in d["versions"].items() if v))
+        by_versions.setdefault(key, []).append(rank)
+    findings: dict[str, Finding] = {}
+    for key, ranks in by_versions.items():
+        wanted = {k: v for k, v in key if k in ("torch", "nccl", "python", "cuda")}
+        for f in findings_for_versions(**wanted):
+            bug = f.evidence["bug"]
+            if bug in findings:
+                findings[bug].ranks = sorted({*findings[bug].ranks, *ranks})
+            else:
+                f.ranks = sorted(ranks)
+                findings[bug] = f
+    summary = (f"{len(findings)} known upstream bug(s) affect these versions" if findings
+               else "no known upstream bug affects these versions")
+    return Check("known bugs", summary, group=GROUP), list(findings.values())
+
+
 def _env_vars(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
     names = sorted({k for d in per_rank.values() for k in d["env"]} - PER_RANK_VARS)
     findings = _mismatches(per_rank, "env", names, "ENV_VAR_MISMATCH",
@@ -199,6 +222,7 @@ def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
     findings: list[Finding] = []
     parts = [
         _versions(per_rank),
+        _known_bugs(per_rank),
         _env_vars(per_rank),
         _socket_config(per_rank),
         _shm(per_rank, int(opts.get("shm_min_free", SHM_MIN_FREE))),
