@@ -32,8 +32,8 @@ def _ids(findings):
 def test_env_healthy_gives_no_findings():
     checks, findings = env.analyze({r: _env() for r in range(4)}, 4)
     assert findings == []
-    assert [c.name for c in checks] == ["versions", "known bugs", "env vars", "socket config", "shm",
-                                           "limits"]
+    assert [c.name for c in checks] == ["versions", "known bugs", "env vars", "socket config",
+                                        "shm", "limits"]
 
 
 def test_env_version_mismatch_names_the_odd_rank():

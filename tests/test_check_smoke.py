@@ -27,7 +27,8 @@ def test_check_two_cpu_ranks_is_healthy_with_every_probe_reported(tmp_path):
     from ddpdoctor.preflight import PROBES
 
     statuses = {name: p["status"] for name, p in report["probes"].items()}
-    checks_of = {"env": ["versions", "env vars", "socket config", "shm", "limits"]}
+    checks_of = {"env": ["versions", "known bugs", "env vars", "socket config", "shm",
+                         "limits"]}
     for probe in PROBES:
         for name in checks_of.get(probe, [probe]):
             assert name in statuses, f"probe {name} not reported"
