@@ -92,7 +92,7 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 
 
 def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    """torchrun's first failure that no line above explains: a signal or a bare exit."""
+    """A death no line above explains: torchrun's first failure, a signal, a bare exit."""
     explained = explained_ranks(earlier)
     felt = {e.rank for e in ix.events if e.kind in CASCADE and e.kind is not K.AGENT_FAILED}
     out: list[Verdict] = []
@@ -100,58 +100,15 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     signalled = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") in _OWN_RULE]
     for e in list(ix.root_failures) + ix.of(K.SIGKILL) + signalled:
         code = e.data.get("exit_code")
-        if e.rank in explained or (e.kind is not K.TORCHRUN_FAILURE and e.kind is not
-                                   K.AGENT_FAILED and (e.data.get("pid") in pids
-                                                       or (out and e.rank is None))):
-            continue
+        launcher = e.kind in (K.TORCHRUN_FAILURE, K.AGENT_FAILED)
+        if e.rank in explained or (not launcher and (e.data.get("pid") in pids
+                                                     or (out and e.rank is None))):
+            continue  # the same death, as another line tells it
         if e.rank in felt and code is not None and (code > 0 or code == -6):
             # It exited on an error it felt (a timeout, a reset; NCCL aborts with SIGABRT
             # after a watchdog timeout): fallout, not a crash of its own.
             continue
-        ev: dict[str, Any] = {"exit_code": code}
-        for key in ("host", "traceback"):
-            if e.data.get(key):
-                ev[key] = e.data[key]
-        sig = e.data.get("signal")
-        if e.rank is not None:
-            who = f"rank {e.rank}"
-        elif e.data.get("process") is not None:
-            who = f"process {e.data['process']}"
-        else:
-            who = f"a process (pid {e.data['pid']})" if e.data.get("pid") else "a process"
-        if e.kind is K.PROCESS_EXIT:  # a shell's 128+N: the signal is what counts
-            code = None
-        if code == -9 or sig == "SIGKILL":
-            # Nothing printed, then SIGKILL: in the public reports this is the host's (or
-            # the container's) OOM killer almost every time; say so, and how to confirm it.
-            ev.update(kind="host (probable)", confirmed=False, hint=(
-                "SIGKILL with no message is most often the host's OOM killer: confirm with "
-                "`dmesg -T | grep -i oom` on that host (or pass that output to ddpdoctor "
-                "diagnose too); a scheduler's kill (time limit) is the other cause"))
-            out.append(verdict(ix, "OOM", f"{who} was killed by SIGKILL"
-                               + (" (exit code -9)" if code == -9 else "")
-                               + ": most likely the host ran out of memory", [e], ev,
-                               ranks=[e.rank] if e.rank is not None else []))
-            explained.add(e.rank)
-            continue
-        if code == -7 or sig == "SIGBUS":
-            ev["hint"] = ("SIGBUS in a training process: a page of a shared-memory mapping "
-                          "could not be backed, almost always /dev/shm full (a container's 64 "
-                          "MB default)")
-            out.append(verdict(ix, "ENV_SHM_TOO_SMALL", f"{who} died of SIGBUS (exit code "
-                               f"{code if code is not None else -7}): /dev/shm is most likely "
-                               "too small", [e] + ix.of(K.SIGKILL), ev,
-                               ranks=[e.rank] if e.rank is not None else []))
-            explained.add(e.rank)
-            continue
-        if code is not None and code < 0:
-            title = f"{who} died of {sig or 'a signal'} (exit code {code})"
-        elif code is not None:
-            title = f"{who} exited with code {code} (its traceback is not in the logs)"
-        else:
-            title = f"{who} died of {sig}"
-        out.append(verdict(ix, "RANK_CRASHED", title, [e], ev,
-                           ranks=[e.rank] if e.rank is not None else []))
+        out.append(_death(ix, e))
         explained.add(e.rank)
     exits = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("exit_code") and not out
              and not earlier]
@@ -161,6 +118,49 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                            f"{e.data['exit_code']} (its own error is not in the logs)", [e],
                            {"exit_code": e.data["exit_code"]}))
     return out
+
+
+def _who(e: Event) -> str:
+    if e.rank is not None:
+        return f"rank {e.rank}"
+    if e.data.get("process") is not None:
+        return f"process {e.data['process']}"
+    return f"a process (pid {e.data['pid']})" if e.data.get("pid") else "a process"
+
+
+def _death(ix: EventIndex, e: Event) -> Verdict:
+    """The finding for one process death: the signal decides which."""
+    # A shell's 128+N exit code says nothing the signal does not.
+    code = None if e.kind is K.PROCESS_EXIT else e.data.get("exit_code")
+    sig = e.data.get("signal")
+    who = _who(e)
+    ranks = [e.rank] if e.rank is not None else []
+    ev: dict[str, Any] = {"exit_code": code}
+    ev.update({k: e.data[k] for k in ("host", "traceback") if e.data.get(k)})
+    if code == -9 or sig == "SIGKILL":
+        # Nothing printed, then SIGKILL: in the public reports this is the host's (or the
+        # container's) OOM killer almost every time; say so, and how to confirm it.
+        ev.update(kind="host (probable)", confirmed=False, hint=(
+            "SIGKILL with no message is most often the host's OOM killer: confirm with "
+            "`dmesg -T | grep -i oom` on that host (or pass that output to ddpdoctor "
+            "diagnose too); a scheduler's kill (time limit) is the other cause"))
+        return verdict(ix, "OOM", f"{who} was killed by SIGKILL"
+                       + (" (exit code -9)" if code == -9 else "")
+                       + ": most likely the host ran out of memory", [e], ev, ranks=ranks)
+    if code == -7 or sig == "SIGBUS":
+        ev["hint"] = ("SIGBUS in a training process: a page of a shared-memory mapping could "
+                      "not be backed, almost always /dev/shm full (a container's 64 MB "
+                      "default)")
+        return verdict(ix, "ENV_SHM_TOO_SMALL", f"{who} died of SIGBUS (exit code "
+                       f"{code if code is not None else -7}): /dev/shm is most likely too "
+                       "small", [e] + ix.of(K.SIGKILL), ev, ranks=ranks)
+    if code is not None and code < 0:
+        title = f"{who} died of {sig or 'a signal'} (exit code {code})"
+    elif code is not None:
+        title = f"{who} exited with code {code} (its traceback is not in the logs)"
+    else:
+        title = f"{who} died of {sig}"
+    return verdict(ix, "RANK_CRASHED", title, [e], ev, ranks=ranks)
 
 
 def rendezvous(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
