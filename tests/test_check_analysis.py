@@ -235,7 +235,9 @@ def _stuck(rank, step, progress, state="sleeping", stopped=()):
 
 
 @pytest.mark.parametrize("step,finding", [
-    ("bandwidth", "COMM_CONNECTIVITY"), ("connectivity", "COMM_CONNECTIVITY"),
+    ("bandwidth", "COMM_CONNECTIVITY"), ("bandwidth: link round 1 with rank 0",
+                                         "COMM_CONNECTIVITY"),
+    ("connectivity: p2p round 0 with rank 1", "COMM_CONNECTIVITY"),
     ("init_process_group", "COMM_CONNECTIVITY"), ("dataloader", "DATALOADER_WORKER_FAILURE"),
     ("env", "RANK_UNRESPONSIVE"), ("gpu", "RANK_UNRESPONSIVE"), ("", "RANK_UNRESPONSIVE"),
 ])
