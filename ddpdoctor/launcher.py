@@ -337,8 +337,9 @@ def launch(
     started = time.monotonic()
     work = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="ddpdoctor-launch-"))
     work.mkdir(parents=True, exist_ok=True)
-    result_dir = work / "results"
-    result_dir.mkdir(exist_ok=True)
+    # A fresh private directory (0700, unpredictable name): results are unpickled from it,
+    # so nothing planted beforehand in a shared --log-dir can be read back as a result.
+    result_dir = Path(tempfile.mkdtemp(prefix="results-", dir=work))
     store, listener = _free_store(master_addr, nproc, deadline_s)
 
     envs = {}
@@ -401,28 +402,21 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
     pids = pc.pids()
     tree = _RankTree(pids)
     exitcodes: dict[int, int | None] = {}
-    timed_out = False
     states: dict[int, tuple[str, list[int]]] = {}
+    waiter = _Waiter(pc, deadline_s)
     try:
-        run = None
-        while run is None:
-            remaining = deadline_s - (time.monotonic() - started)
-            if remaining <= 0:
-                break
-            tree.refresh()
-            run = pc.wait(timeout=min(0.5, remaining), period=0.1)
-            if run is None and on_progress is not None:
-                on_progress({r: _read_progress(store, r)[1] for r in range(nproc)})
-        if run is None:
-            timed_out = True
+        run, answered = _watch(waiter, tree, nproc, deadline_s, started, store, result_dir,
+                               on_progress)
+        timed_out = run is None and not answered
+        if timed_out:
             states = tree.states()
-        else:
+        elif run is not None:
             for local_rank, failure in run.failures.items():
                 exitcodes[local_rank] = failure.exitcode
     finally:
         progress = {r: _read_progress(store, r) for r in range(nproc)}
-        if timed_out:
-            tree.kill()
+        tree.kill()  # before torch's cleanup: nothing it waits on is left alive
+        waiter.join(CLOSE_TIMEOUT_S)  # its wait ends with the processes
         _close_bounded(pc, tree)
     elapsed = time.monotonic() - started
 
@@ -464,7 +458,47 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
     return LaunchResult(nproc, backend, deadline_s, round(elapsed, 3), outcomes, str(work))
 
 
-CLOSE_TIMEOUT_S = 5.0
+class _Waiter(threading.Thread):
+    """torch's ``pc.wait`` in a thread of its own: it is not bounded (once every
+    entrypoint has returned it blocks until every process exits, forever if one cannot,
+    e.g. a teardown joining a stopped DataLoader worker), so the launcher keeps the time."""
+
+    def __init__(self, pc: Any, deadline_s: float) -> None:
+        super().__init__(name="ddpdoctor-launcher-wait", daemon=True)
+        self.pc, self.deadline_s = pc, deadline_s
+        self.run_result: Any = None
+        self.start()
+
+    def run(self) -> None:
+        with contextlib.suppress(Exception):  # the outcomes are read from the result files
+            self.run_result = self.pc.wait(timeout=self.deadline_s + 1, period=0.1)
+
+
+def _watch(waiter: _Waiter, tree: _RankTree, nproc: int, deadline_s: float, started: float,
+           store: Any, result_dir: Path, on_progress: Any) -> tuple[Any, bool]:
+    """Wait for the ranks until the deadline; returns (torch's result, or None when it did
+    not come, and whether every rank has written its answer)."""
+    answered_at: float | None = None
+    while waiter.is_alive():
+        remaining = deadline_s - (time.monotonic() - started)
+        if remaining <= 0:
+            break
+        if answered_at is None and all((result_dir / f"rank{r}.pkl").exists()
+                                       for r in range(nproc)):
+            answered_at = time.monotonic()
+        elif answered_at is not None and time.monotonic() - answered_at > EXIT_GRACE_S:
+            break  # every rank answered but some process cannot exit: end it now
+        tree.refresh()
+        waiter.join(min(0.5, remaining))
+        if waiter.is_alive() and on_progress is not None:
+            on_progress({r: _read_progress(store, r)[1] for r in range(nproc)})
+    if waiter.is_alive():
+        return None, answered_at is not None
+    return waiter.run_result, True
+
+
+CLOSE_TIMEOUT_S = 5.0  # torch's own cleanup, after the launcher's kill
+EXIT_GRACE_S = 5.0  # every rank has answered: how long their processes get to exit
 
 
 def _close_bounded(pc: Any, tree: _RankTree) -> None:

@@ -64,7 +64,7 @@ def sweep(ctx: Any, opts: dict[str, Any]) -> list[dict[str, Any]]:
     trials = int(opts.get("trials", 3))
     rows = []
     for coll in opts.get("collectives", COLLECTIVES):
-        ctx.progress(f"bandwidth {coll}")
+        ctx.progress(f"{NAME}: {coll}")
         for size in size_sweep(int(opts.get("min_bytes", 1024)), int(opts["max_bytes"])):
             run = _op(coll, size, ctx.world_size, ctx.device)
             for _ in range(warmup):
@@ -98,7 +98,7 @@ def links(ctx: Any, opts: dict[str, Any]) -> dict[str, float]:
         peer = pairs.get(ctx.rank)
         if peer is None:
             continue
-        ctx.progress(f"link round {i} with rank {peer}")
+        ctx.progress(f"{NAME}: link round {i} with rank {peer}")
         # Lower rank sends first; each direction is timed where it lands.
         for sender in sorted((ctx.rank, peer)):
             times = []

@@ -46,7 +46,7 @@ def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
         peer = pairs.get(ctx.rank)
         if peer is None:
             continue
-        ctx.progress(f"p2p round {i} with rank {peer}")
+        ctx.progress(f"{NAME}: p2p round {i} with rank {peer}")
         send = _pattern(ctx.rank, peer, ctx.device)
         recv = torch.empty_like(send)
         start = time.perf_counter()

@@ -97,3 +97,12 @@ def watched_pause(ctx, events):
     handle.close()
     return {"step": handle.step,
             "findings": [(f.id, f.ranks, f.evidence.get("step")) for f in handle.findings]}
+
+
+def answer_then_never_exit(ctx):
+    """Returns its answer, then the process cannot exit: a non-daemon thread that never
+    ends (like a teardown joining a stopped DataLoader worker)."""
+    import threading
+
+    threading.Thread(target=time.sleep, args=(3600,), name="never-ends").start()
+    return ctx.rank

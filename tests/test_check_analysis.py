@@ -237,3 +237,55 @@ def test_bandwidth_between_nodes_below_the_nic_line_rate():
     assert bandwidth.analyze(fast, 2)[1] == []
     unknown = {0: _bw("a", {"1": 1.0}), 1: _bw("b", {"0": 1.1})}
     assert bandwidth.analyze(unknown, 2)[1] == []
+
+
+def _stuck(rank, step, progress, state="sleeping", stopped=()):
+    from ddpdoctor.launcher import STATUS_TIMEOUT, RankOutcome
+
+    return RankOutcome(rank=rank, status=STATUS_TIMEOUT, pid=1000 + rank, progress=progress,
+                       last_step=step, process_state=state, stopped_children=list(stopped))
+
+
+@pytest.mark.parametrize("step,finding", [
+    ("bandwidth", "COMM_CONNECTIVITY"), ("bandwidth: link round 1 with rank 0",
+                                         "COMM_CONNECTIVITY"),
+    ("connectivity: p2p round 0 with rank 1", "COMM_CONNECTIVITY"),
+    ("init_process_group", "COMM_CONNECTIVITY"), ("dataloader", "DATALOADER_WORKER_FAILURE"),
+    ("env", "RANK_UNRESPONSIVE"), ("gpu", "RANK_UNRESPONSIVE"), ("", "RANK_UNRESPONSIVE"),
+])
+def test_a_deadline_overrun_is_named_by_the_step_it_hit(step, finding):
+    from ddpdoctor.analysis.launch import analyze_launch
+    from ddpdoctor.launcher import LaunchResult
+    from ddpdoctor.preflight import PROBES
+
+    # both ranks in the same step; rank 1's process is stopped: it is the culprit
+    result = LaunchResult(2, "gloo", 30.0, 30.1, [_stuck(0, step, 4),
+                                                  _stuck(1, step, 4, state="stopped")])
+    stall = {n: p.stall_finding for n, p in PROBES.items()}
+    findings = analyze_launch(result, stall)
+    assert [(f.id, f.ranks) for f in findings] == [(finding, [1])]
+    assert findings[0].evidence["process_state"] == {0: "sleeping", 1: "stopped"}
+    assert findings[0].severity == "error"
+
+
+def test_a_stopped_child_makes_its_rank_the_culprit():
+    from ddpdoctor.analysis.launch import analyze_launch
+    from ddpdoctor.launcher import LaunchResult
+
+    result = LaunchResult(2, "gloo", 30.0, 30.1, [_stuck(0, "dataloader", 5),
+                                                  _stuck(1, "dataloader", 5, stopped=[4242])])
+    [f] = analyze_launch(result, {"dataloader": "DATALOADER_WORKER_FAILURE"})
+    assert (f.id, f.ranks) == ("DATALOADER_WORKER_FAILURE", [1])
+    assert f.evidence["stopped_children"] == {1: [4242]}
+    assert f.evidence["also_unfinished"] == [0]  # not waiting for rank 1: just not done
+
+
+def test_a_rank_that_raised_is_never_healthy():
+    from ddpdoctor.launcher import STATUS_ERROR, STATUS_OK, LaunchResult, RankOutcome
+    from ddpdoctor.preflight import assemble_report
+
+    outcomes = [RankOutcome(0, STATUS_OK, value={}),
+                RankOutcome(1, STATUS_ERROR, error="RuntimeError: boom", last_step="gpu")]
+    report = assemble_report(LaunchResult(2, "gloo", 30.0, 1.0, outcomes), ["gpu"], {})
+    assert [(f.id, f.ranks) for f in report.findings] == [("RANK_CRASHED", [1])]
+    assert report.exit_code == 1

@@ -101,3 +101,13 @@ def test_failed_check_without_finding_is_not_no_issues():
     out = _text(r)
     assert "No issues found" not in out
     assert "1 check(s) failed without a diagnosis: job" in out
+
+
+def test_a_check_in_error_without_a_finding_is_not_healthy():
+    from ddpdoctor.report import Check, Report
+
+    report = Report("check")
+    report.checks.append(Check("bandwidth", "no data from rank(s) 1", status="error"))
+    assert report.exit_code == 1
+    report.checks[0].status = "skipped"
+    assert report.exit_code == 0

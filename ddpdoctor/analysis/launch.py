@@ -26,6 +26,12 @@ UNRESPONSIVE = "RANK_UNRESPONSIVE"
 LAUNCHER_STEPS: dict[str, str] = {"init_process_group": COLLECTIVE, "pre_init done": COLLECTIVE}
 
 
+def step_probe(label: str) -> str:
+    """The step a progress label belongs to: probes mark sub-steps as ``"probe: detail"``
+    (``"bandwidth: all_reduce"``)."""
+    return label.split(":", 1)[0].strip()
+
+
 def _stage_name(label: str) -> str:
     return label or "start-up (before the rendezvous)"
 
@@ -46,12 +52,13 @@ def _deadline_findings(result: LaunchResult, stuck: list[RankOutcome], culprits:
     # Ranks inside a collective (or the store barrier), or past the culprits, wait for
     # them; the others were merely not done yet either.
     behind = min(by_rank[r].progress for r in culprits)
-    waiting = [o.rank for o in others if stall_findings.get(o.last_step) == COLLECTIVE
+    waiting = [o.rank for o in others
+               if stall_findings.get(step_probe(o.last_step)) == COLLECTIVE
                or o.progress > behind]
     unfinished = [o.rank for o in others if o.rank not in waiting]
     groups: dict[str, list[int]] = {}
     for r in culprits:
-        fid = stall_findings.get(by_rank[r].last_step, UNRESPONSIVE)
+        fid = stall_findings.get(step_probe(by_rank[r].last_step), UNRESPONSIVE)
         groups.setdefault(fid, []).append(r)
     findings = []
     for fid, ranks in groups.items():

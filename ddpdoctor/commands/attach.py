@@ -12,7 +12,7 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
 
 @click.command(name="attach")
 # A PID below 1 would address a process group (kill(-5)) or every process: refused.
-@click.argument("pids", nargs=-1, required=True, type=click.IntRange(1, (1 << 22) - 1),
+@click.argument("pids", nargs=-1, required=True, type=click.IntRange(1, 2**31 - 1),
                 metavar="PID...")
 @click.option("--native", is_flag=True,
               help="Add native (C/C++) frames to the stacks (slower: ~1 s per rank).")

@@ -35,13 +35,13 @@ class Option:
             value = self.type(text)
         except (TypeError, ValueError):
             kind = "an integer" if self.type is int else "a number"
-            raise ValueError(f"{self.flag}: {text!r} is not {kind}") from None
+            raise ValueError(f"{text!r} is not {kind}") from None
         if not math.isfinite(value):
-            raise ValueError(f"{self.flag}: {text!r} is not a finite number")
+            raise ValueError(f"{text!r} is not a finite number")
         low_bad = self.min is not None and (value < self.min
                                             or (self.min_open and value == self.min))
         if low_bad or (self.max is not None and value > self.max):
-            raise ValueError(f"{self.flag}: {text!r} is out of range ({self.range_text()})")
+            raise ValueError(f"{text!r} is out of range ({self.range_text()})")
         return value
 
     def range_text(self) -> str:
