@@ -15,7 +15,8 @@ from typing import Any
 MASK = "***"
 
 _SECRET_WORDS = frozenset({
-    "TOKEN", "TOKENS", "KEY", "KEYS", "APIKEY", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
+    # Singular on purpose: evidence counts "tokens" (throughput) and names store "keys".
+    "TOKEN", "KEY", "APIKEY", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
     "PASS", "PWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "CREDS", "AUTH", "AUTHORIZATION",
     "COOKIE", "SESSION", "PRIVATE", "SIGNATURE", "BEARER", "JWT", "PAT", "SAS", "DSN",
 })

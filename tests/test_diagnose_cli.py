@@ -65,6 +65,22 @@ def test_clean_empty_binary_inputs_exit_0(tmp_path):
     assert "ELF executable" in report["probes"][shutil.which("ls")]["summary"]
 
 
+def test_nothing_readable_is_never_healthy(tmp_path):
+    # An empty log, a binary, only NULs, a closed stdin: no evidence of health either.
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    nul = tmp_path / "nul.log"
+    nul.write_bytes(b"\x00" * 100)
+    p = run_cli(str(empty), str(nul))
+    assert p.returncode == 3, p.stdout
+    assert b"nothing to diagnose" in p.stdout
+    code = ("import sys; from ddpdoctor.cli import main; "
+            "sys.argv=['ddpdoctor', 'diagnose', '-']; main()")
+    closed = subprocess.run(f"{sys.executable} -c \"{code}\" <&-", shell=True, cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert closed.returncode == 3, closed.stdout + closed.stderr
+
+
 def test_usage_errors_exit_2_with_one_line(tmp_path):
     for args, text in ((["/nonexistent/train.log"], b"no such file: /nonexistent/train.log"),
                        ([str(tmp_path)], b"is a directory"),

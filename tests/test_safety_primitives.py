@@ -53,6 +53,7 @@ def test_open_append_is_line_buffered(tmp_path):
     ("HF_TOKEN", True), ("MASTER_PASSWORD", True), ("AWS_SECRET_ACCESS_KEY", True),
     ("WANDB_API_KEY", True), ("--api-key", True), ("my.credentials", True),
     ("NCCL_IB_PKEY", False), ("MASTER_PORT", False), ("PWD", False), ("OMP_NUM_THREADS", False),
+    ("keys", False), ("tokens_per_s", False),
 ])
 def test_secret_names(name, secret):
     assert redact.is_secret_name(name) is secret

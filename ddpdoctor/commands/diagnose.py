@@ -63,6 +63,11 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None) -> 
         # not a healthy job, it is a diagnosis that could not be completed.
         report.doctor_error = "; ".join(f"could not read all of {s.name}: {s.notes[-1]}"
                                         for s in unread)
+    if not findings and scan.stats and all(s.lines == 0 for s in scan.stats):
+        # Nothing was read (empty, binary, only NULs, a closed stdin): no evidence of
+        # health either. Saying "No issues found!" here would call an unread log healthy.
+        report.doctor_error = ("nothing to diagnose: no input had a line to read ("
+                               + ", ".join(c.summary for c in report.checks) + ")")
     ranks = sorted({e.rank for e in scan.events if e.rank is not None})
     report.world = {"logs": [s.name for s in scan.stats], "ranks_seen": ranks}
     finish(report, json_path, verbose)
