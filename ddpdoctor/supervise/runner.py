@@ -60,6 +60,11 @@ class RunOptions:
         # "working now": CPU in the last few samples, not earlier in the quiet spell
         return max(2.0, 3 * self.poll_s)
 
+    @property
+    def recheck_s(self) -> float:
+        # a hang the stacks show is confirmed by watching the culprits this long more
+        return max(1.0, min(10.0, self.hang_timeout / 4))
+
 
 @dataclass
 class RunResult:
