@@ -73,7 +73,12 @@ def test_quiet_but_working_job_is_not_stopped(quiet_runs, mode):
     stall = report["probes"]["stall"]
     assert stall["status"] == "warning" and stall["data"]["looks"], stall
     assert not any(lk["confirmed"] for lk in stall["data"]["looks"])
-    assert job.output.count("still watching") == 1, job.output[-3000:]
+    # said once for the quiet part (each quiet spell gets one line; a loaded machine's
+    # slow start may have had its own): never stopped, and not a line per look
+    quiet_part = job.output[job.output.rindex("silently"):]
+    said = quiet_part.count("still watching")
+    assert 1 <= said <= 2, job.output[-3000:]
+    assert "ddpdoctor run: hang confirmed" not in job.output
     assert "done" in job.output  # both ranks went on training after the quiet part
     if mode == "ckpt":
         # the stacks alone would name rank 0 (rank 1 waits in barrier, rank 0 is not
@@ -224,7 +229,11 @@ def test_a_rank_killed_after_growing_shows_its_memory_climb(signal_runs):
     series = [mb for _, mb in mem["rss_mb_history"]]
     assert len(series) >= 3, mem
     assert mem["rss_mb_peak"] - mem["rss_mb_first"] >= 100, mem  # 16 x 16 MB held
-    assert series == sorted(series), series  # climbing up to the kill
+    # climbing up to the kill (a sample taken while the kernel tears the killed process
+    # down may already show its memory going)
+    peak = series.index(max(series))
+    assert series[:peak + 1] == sorted(series[:peak + 1]), series
+    assert peak >= len(series) - 2, series
 
 
 @pytest.mark.timeout(120)

@@ -109,6 +109,11 @@ def _finish(result, json_path: str | None) -> None:  # noqa: ANN001
     try:
         finish(report, json_path, after=after)
     except OSError:  # the terminal went away while the report was printed
+        if json_path and json_path != "-":
+            try:
+                report.write_json(json_path)  # what finish() would have written next
+            except OSError:
+                pass
         sys.exit(report.exit_code)
 
 

@@ -64,8 +64,80 @@ def look(job: Any, tracker: ProgressTracker, stalled: float, opts: Any,
     if verdict.confirmed and tracker.stalled_for(now) < stalled:
         verdict = HangVerdict(False, "the job made progress while its stacks were read",
                               verdict.culprits, verdict.active)
+    if verdict.confirmed:
+        verdict = _recheck(job, tracker, verdict, outcome.diagnosis, opts.recheck_s,
+                           rank_cache, heartbeats)
+        if verdict is None:
+            say("ddpdoctor run: the job ended while it was being looked at; no hang")
+            return None, outcome
     headline = outcome.diagnosis.headline if outcome.diagnosis is not None else outcome.error
     return Look(at_s, stalled, tracker.last_what, verdict, headline), outcome
+
+
+# A rank blocked in a collective, asleep or stopped uses next to no CPU (the watch's
+# heartbeat thread: ~2 ms a second); one still working, even starved on a loaded host,
+# uses far more. Storage I/O (a checkpoint written to a slow disk) counts as work too.
+_WORK_CPU_SHARE = 0.01  # of one core, over the recheck
+_WORK_CPU_MIN_S = 0.02
+_WORK_IO_BYTES = 256 << 10
+
+
+def rank_usage(job_pid: int, rank_cache: dict) -> dict[int, tuple[float, int]]:
+    """CPU seconds and storage bytes (read + written) per rank, workers included."""
+    import psutil
+
+    now = time.monotonic()
+    out: dict[int, tuple[float, int]] = {}
+    for p in sample_tree(job_pid, now, rank_cache).procs:
+        if p.rank is None or p.zombie:
+            continue
+        try:
+            io = psutil.Process(p.pid).io_counters()
+            moved = io.read_bytes + io.write_bytes
+        except (psutil.Error, AttributeError, OSError):
+            moved = 0
+        cpu, io_total = out.get(p.rank, (0.0, 0))
+        out[p.rank] = (cpu + p.cpu_s, io_total + moved)
+    return out
+
+
+def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis: Any,
+             seconds: float, rank_cache: dict, heartbeats: Any) -> HangVerdict | None:
+    """Watch the ranks the stacks blame for ``seconds`` more: a hang is confirmed only
+    if none of them used CPU or did storage I/O meanwhile and nothing else moved.
+    None: the job ended meanwhile."""
+    live = {s.rank for s in getattr(diagnosis, "states", [])
+            if s.kind not in ("dead", "zombie", "missing")}
+    watched = sorted(set(verdict.culprits) & live) or sorted(live)
+    before = rank_usage(job.pid, rank_cache)
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        if job.poll() is not None:
+            return None
+        time.sleep(min(0.2, seconds))
+    after = rank_usage(job.pid, rank_cache)
+    took = time.monotonic() - start
+    now = time.monotonic()
+    quiet_before = tracker.stalled_for(now)
+    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
+    if tracker.stalled_for(now) < quiet_before:
+        return HangVerdict(False, f"the job made progress ({tracker.last_what}) while run "
+                           "watched it", verdict.culprits, verdict.active)
+    busy = []
+    for r in watched:
+        if r not in before or r not in after:
+            continue
+        cpu = after[r][0] - before[r][0]
+        io = after[r][1] - before[r][1]
+        if cpu > max(_WORK_CPU_MIN_S, _WORK_CPU_SHARE * took) or io >= _WORK_IO_BYTES:
+            busy.append(f"rank {r} used {cpu:.2f} s of CPU"
+                        + (f" and {io / 1e6:.1f} MB of I/O" if io else "")
+                        + f" in {took:.1f} s")
+    if busy:
+        return HangVerdict(False, f"{verdict.reason}; but {'; '.join(busy)}: working, not "
+                           "hung", verdict.culprits, verdict.active)
+    return HangVerdict(True, verdict.reason + f" (rank(s) {', '.join(map(str, watched))} "
+                       f"idle for {took:.1f} s more)", verdict.culprits, verdict.active)
 
 
 def _traced(diagnosis: Any) -> set[int]:

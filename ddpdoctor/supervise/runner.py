@@ -27,6 +27,7 @@ from ddpdoctor.supervise.memory import MemoryHistory
 from ddpdoctor.supervise.process import Job, JobStartError
 from ddpdoctor.supervise.progress import ProgressTracker, read_heartbeats, sample_tree
 from ddpdoctor.supervise.reaper import Reaper
+from ddpdoctor.supervise.secrets import scrub_report
 from ddpdoctor.supervise.signals import RunSignals
 from ddpdoctor.supervise.tree import JobTree, Killed, set_subreaper
 
@@ -59,6 +60,11 @@ class RunOptions:
     def cpu_window_s(self) -> float:
         # "working now": CPU in the last few samples, not earlier in the quiet spell
         return max(2.0, 3 * self.poll_s)
+
+    @property
+    def recheck_s(self) -> float:
+        # a hang the stacks show is confirmed by watching the culprits this long more
+        return max(1.0, min(10.0, self.hang_timeout / 4))
 
 
 @dataclass
@@ -211,6 +217,7 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
                         break
                     view = Report(command="run")
                     outcome.add_to(view, opts.hang_timeout)
+                    scrub_report(view, result.secrets)
                     try:
                         hang_mod.print_diagnosis(view, outcome)
                     except (OSError, ValueError):
