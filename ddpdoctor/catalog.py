@@ -92,6 +92,9 @@ _SPECS = [
           "check, attach, run, diagnose"),
     _spec("COLLECTIVE_TIMEOUT", "error",
           "a collective hit its timeout (NCCL watchdog / gloo timeout)", "run, diagnose"),
+    _spec("GRAD_ACCUM_OUT_OF_STEP", "warning",
+          "ranks run different numbers of micro-batches per optimizer step (gradient "
+          "accumulation out of step)", "watch, run"),
 ]
 
 CATALOG: dict[str, FindingSpec] = {s.id: s for s in _SPECS}
