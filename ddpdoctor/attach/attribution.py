@@ -76,6 +76,9 @@ _C10D_CORE = ("torch/distributed/distributed_c10d.py", "torch/distributed/c10d_l
 _FSDP_DIRS = ("torch/distributed/fsdp/", "torch/distributed/_composable/fsdp/")
 _OPTIM_DIRS = ("torch/optim/", "torch/distributed/optim/")
 _BARRIERS = {"barrier", "monitored_barrier"}
+# Training-loop code of frameworks: a collective issued straight from it (not from a user
+# hook it calls) runs every step, e.g. Lightning's per-step SIGTERM broadcast.
+_LOOP_DIRS = ("lightning/pytorch/loops/", "pytorch_lightning/loops/")
 
 
 def _leaf(name: str) -> str:
@@ -98,6 +101,9 @@ def _usual_reason(state: RankState) -> str:
     if state.op.startswith("backward"):
         return "waits in DDP's gradient all-reduce in backward (every step)"
     for f in state.frames:
+        if any(d in f.filename for d in _LOOP_DIRS):
+            return (f"waits in a collective of the framework's training loop "
+                    f"({_leaf(f.name)}, every step)")
         if any(d in f.filename for d in _FSDP_DIRS):
             return "waits in FSDP's all-gather / reduce-scatter (every step)"
         if any(d in f.filename for d in _OPTIM_DIRS) and _leaf(f.name) == "step":

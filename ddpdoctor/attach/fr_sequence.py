@@ -22,7 +22,7 @@ from ddpdoctor.attach.flight_recorder import FrTrace
 
 BREAKS = "left the regular sequence"
 MISSING = "is missing a collective"
-PARAM_ORDER = "parameter order"
+PARAM_ORDER = "runs the step's collectives in another parameter order (sizes permuted)"
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,12 @@ def _agreed(keys: dict[int, dict[int, str]]) -> dict[int, str]:
 def period_of(history: list[str]) -> int:
     """The shortest shift under which the tail of ``history`` repeats (0: none found).
 
-    Only the tail is checked (up to three periods): the first steps may differ (DDP's
-    start-up broadcasts, a warm-up).
+    Only the tail is checked (two periods): the first steps may differ (DDP's start-up
+    broadcasts, a warm-up).
     """
     n = len(history)
     for p in range(1, n // 2 + 1):
-        span = min(n - p, 3 * p)
+        span = min(n - p, 2 * p)
         if all(history[i] == history[i - p] for i in range(n - span, n)):
             return p
     return 0
