@@ -75,6 +75,17 @@ def test_no_guard_outside_rank_conditions(line):
     assert guard_at(GUARDED, line) is None
 
 
+def test_flags_computed_from_a_rank_are_guards_devices_are_not():
+    src = ("culprit = rank == args.culprit\n"
+           "device = torch.device(f'cuda:{local_rank}')\n"
+           "if culprit and args.fault == 'mismatch':\n"
+           "    dist.broadcast(y, src=0)\n"
+           "if device.type == 'cuda':\n"
+           "    torch.cuda.synchronize()\n")
+    assert guard_at(src, 4) == (3, "culprit and args.fault == 'mismatch'")
+    assert guard_at(src, 6) is None
+
+
 def test_find_guard_reads_the_file_and_skips_library_frames(tmp_path):
     src = tmp_path / "train.py"
     src.write_text(GUARDED)

@@ -53,17 +53,27 @@ def _leaf_name(node: ast.AST) -> str:
     return ""
 
 
-def _mentions_rank(test: ast.AST) -> bool:
-    """The condition reads a rank (``x.rank == 0``, ``get_rank() != 0``) or a main flag."""
+def _mentions_rank(test: ast.AST, derived: frozenset[str] = frozenset()) -> bool:
+    """The condition reads a rank (``x.rank == 0``, ``get_rank() != 0``), a main flag, or
+    a flag the file computed from one (``is_master = rank == 0``)."""
     for node in ast.walk(test):
         name = _leaf_name(node)
-        if not name:
-            continue
-        if _RANK_FLAGS.match(name):
-            return True
-        if _RANK_NAMES.match(name):
+        if name and (_RANK_FLAGS.match(name) or _RANK_NAMES.match(name) or name in derived):
             return True
     return False
+
+
+def _derived_flags(tree: ast.AST) -> frozenset[str]:
+    """Names assigned a comparison of a rank: ``is_master = rank == 0``. Comparisons
+    only: ``device = torch.device(f"cuda:{local_rank}")`` is no rank flag."""
+    names = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], (ast.Name, ast.Attribute))
+                and isinstance(node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp))
+                and _mentions_rank(node.value)):
+            names.add(_leaf_name(node.targets[0]))
+    return frozenset(names)
 
 
 def _decorated_rank_zero_only(fn: ast.AST) -> bool:
@@ -80,8 +90,9 @@ class _Block:
 
 
 class _GuardFinder(ast.NodeVisitor):
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, derived: frozenset[str]) -> None:
         self.source = source
+        self.derived = derived
         self.blocks: list[_Block] = []
 
     def _add(self, body: list[ast.stmt], line: int, text: str) -> None:
@@ -90,7 +101,7 @@ class _GuardFinder(ast.NodeVisitor):
                                                           for s in body), line, text))
 
     def visit_If(self, node: ast.If) -> None:  # noqa: N802 - ast's spelling
-        if _mentions_rank(node.test):
+        if _mentions_rank(node.test, self.derived):
             text = ast.get_source_segment(self.source, node.test) or "rank guard"
             self._add(node.body, node.lineno, text)
             self._add(node.orelse, node.lineno, f"not ({text})")
@@ -111,7 +122,7 @@ def _blocks_of(source: str) -> tuple[_Block, ...]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return ()
-    finder = _GuardFinder(source)
+    finder = _GuardFinder(source, _derived_flags(tree))
     finder.visit(tree)
     return tuple(finder.blocks)
 
