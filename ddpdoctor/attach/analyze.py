@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ddpdoctor.attach.attribution import attribute, parameter_order
+from ddpdoctor.attach.attribution import attribute
 from ddpdoctor.attach.classify import (
     COLLECTIVE,
     DATALOADER,
@@ -22,113 +22,22 @@ from ddpdoctor.attach.classify import (
     P2P,
     WAITING,
     RankState,
-    signature,
 )
 from ddpdoctor.attach.evidence import HangEvidence, of_states
 from ddpdoctor.attach.flight_recorder import PgVerdict
+from ddpdoctor.attach.fr_findings import apply_flight_recorder
 from ddpdoctor.attach.stacks import STOPPED
+from ddpdoctor.attach.wording import (  # noqa: F401 - StackGroup, group_stacks, ranks_text: API
+    StackGroup,
+    culprit_line,
+    culprit_phrase,
+    evidence_of,
+    group_stacks,
+    majority,
+    ranks_text,
+    waiting_phrase,
+)
 from ddpdoctor.findings import Finding
-
-_MAX_STACK_LINES = 12
-_MAX_NAMED = 3  # culprit places spelled out in a title; the rest are in the evidence
-
-
-@dataclass
-class StackGroup:
-    """Ranks whose stacks are identical, shown once (the merged view)."""
-
-    ranks: list[int]
-    state: RankState  # the first rank's, standing for all of them
-
-
-def ranks_text(ranks: list[int]) -> str:
-    """``rank 1``, ``ranks [0,2,3]``, ``ranks [0-511]``; long irregular sets are cut."""
-    from ddpdoctor.findings import format_ranks
-
-    ranks = sorted(ranks)
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    inner = ",".join(map(str, ranks)) if len(ranks) <= 8 else format_ranks(ranks)
-    if len(inner) > 48:
-        inner = inner[:40].rsplit(",", 1)[0] + f",... ({len(ranks)} ranks)"
-    return f"ranks [{inner}]"
-
-
-def group_stacks(states: list[RankState]) -> list[StackGroup]:
-    """Identical stacks once each, the biggest group first."""
-    groups: dict[tuple, StackGroup] = {}
-    for s in states:
-        key = signature(s)
-        g = groups.get(key)
-        if g is None:
-            groups[key] = StackGroup([s.rank], s)
-        else:
-            g.ranks.append(s.rank)
-    return sorted(groups.values(), key=lambda g: (-len(g.ranks), g.ranks[0]))
-
-
-def _by_place(states: list[RankState]) -> dict[str, list[RankState]]:
-    """Group culprits by what they do and where, so 1,000 stuck ranks read as one line."""
-    places: dict[str, list[RankState]] = defaultdict(list)
-    for s in states:
-        places[s.describe()].append(s)
-    return places
-
-
-def _culprit_phrase(states: list[RankState]) -> str:
-    places = sorted(_by_place(states).items(), key=lambda kv: kv[1][0].rank)
-    parts = []
-    for text, members in places[:_MAX_NAMED]:
-        verb = text.replace("is ", "are ", 1) if len(members) > 1 and text.startswith("is ") \
-            else text
-        verb = verb.replace("waits ", "wait ", 1) if len(members) > 1 else verb
-        verb = verb.replace("has ", "have ", 1) if len(members) > 1 else verb
-        parts.append(f"{ranks_text([m.rank for m in members])} {verb}")
-    if len(places) > _MAX_NAMED:
-        parts.append(f"{len(places) - _MAX_NAMED} more places (see evidence)")
-    return "; ".join(parts)
-
-
-def _waiting_phrase(ranks: list[int], op: str, where: str) -> str:
-    verb = "waits" if len(ranks) == 1 else "wait"
-    at = f" at {where}" if where else ""
-    return f"{ranks_text(ranks)} {verb} in {op}{at}"
-
-
-def _stack_lines(state: RankState) -> list[str]:
-    lines = [str(f) for f in state.frames[:_MAX_STACK_LINES]]
-    if len(state.frames) > _MAX_STACK_LINES:
-        lines.append(f"... {len(state.frames) - _MAX_STACK_LINES} outer frames")
-    return lines
-
-
-def _evidence(waiting: list[RankState], culprits: list[RankState], op: str,
-              where: str) -> dict:
-    ev: dict = {}
-    if waiting:
-        ev["waiting"] = {"ranks": sorted(s.rank for s in waiting), "op": op, "at": where}
-    ev["culprits"] = [_culprit_line(s) for s in culprits]
-    first = min(culprits, key=lambda s: s.rank)
-    if first.frames:
-        ev[f"stack of rank {first.rank}"] = _stack_lines(first)
-    notes = [n for s in culprits for n in s.notes]
-    if notes:
-        ev["notes"] = sorted(set(notes))
-    return ev
-
-
-def _culprit_line(s: RankState) -> str:
-    pid = f" (pid {s.pid})" if s.pid else ""
-    return f"rank {s.rank}{pid} {s.describe()}"
-
-
-def _majority(waiting: list[RankState]) -> tuple[str, str, bool]:
-    """The op most waiting ranks are in, its most common call site, and whether it's a tie."""
-    counts = Counter(s.op for s in waiting).most_common()
-    op = counts[0][0]
-    tie = len(counts) > 1 and counts[1][1] == counts[0][1]
-    sites = Counter(s.where for s in waiting if s.op == op).most_common(1)
-    return op, sites[0][0], tie
 
 
 @dataclass(frozen=True)
@@ -154,10 +63,10 @@ class _Scene:
         elsewhere = [s for s in live if s.kind not in WAITING]
         if not waiting:
             return cls(ev, gone, live, waiting, elsewhere, "", "", False, [], "")
-        op, where, tie = _majority(waiting)
+        op, where, tie = majority(waiting)
         waiters = [s for s in waiting if s.op == op]
         return cls(ev, gone, live, waiting, elsewhere, op, where, tie, waiters,
-                   _waiting_phrase([s.rank for s in waiters], op, where))
+                   waiting_phrase([s.rank for s in waiters], op, where))
 
 
 def analyze(states: list[RankState], fr: list[PgVerdict] | None = None) -> list[Finding]:
@@ -171,7 +80,7 @@ def analyze_evidence(ev: HangEvidence) -> list[Finding]:
     findings: list[Finding] = []
     for rule in _STACK_RULES:
         findings += rule(scene)
-    _apply_flight_recorder(findings, ev)
+    apply_flight_recorder(findings, ev)
     _add_rank_guards(findings, ev)
     return findings
 
@@ -179,12 +88,12 @@ def analyze_evidence(ev: HangEvidence) -> list[Finding]:
 def _crashed(sc: _Scene) -> list[Finding]:
     if not (sc.gone and sc.live):
         return []
-    others = sc.head or _culprit_phrase(sc.live)
+    others = sc.head or culprit_phrase(sc.live)
     return [Finding(
-        "RANK_CRASHED", f"{_culprit_phrase(sc.gone)} while {others}",
+        "RANK_CRASHED", f"{culprit_phrase(sc.gone)} while {others}",
         ranks=[s.rank for s in sc.gone],
-        evidence={**_evidence(sc.waiters, sc.gone, sc.op, sc.where),
-                  "culprits": [_culprit_line(s) + (f": {s.detail}" if s.detail else "")
+        evidence={**evidence_of(sc.waiters, sc.gone, sc.op, sc.where),
+                  "culprits": [culprit_line(s) + (f": {s.detail}" if s.detail else "")
                                for s in sc.gone]})]
 
 
@@ -195,8 +104,8 @@ def _stopped_while_none_waits(sc: _Scene) -> list[Finding]:
     if not stopped or sc.waiting:
         return []
     rest = [s for s in sc.live if s.kind != STOPPED]
-    title = _culprit_phrase(stopped) + (f" while {_culprit_phrase(rest)}" if rest else "")
-    ev = _evidence([], stopped, "", "")
+    title = culprit_phrase(stopped) + (f" while {culprit_phrase(rest)}" if rest else "")
+    ev = evidence_of([], stopped, "", "")
     ev["why"] = ("a stopped process (SIGSTOP, Ctrl-Z, a debugger) runs no step and joins "
                  "no collective: every peer that needs it waits; `kill -CONT PID` resumes it")
     return [Finding("HANG_RANK_MISSING_COLLECTIVE", title, ranks=[s.rank for s in stopped],
@@ -208,10 +117,10 @@ def _p2p_deadlock(sc: _Scene) -> list[Finding]:
         return []
     ops = sorted({s.op for s in sc.waiting})
     title = ("every rank waits in point-to-point " + "/".join(ops) + ": "
-             + _culprit_phrase(sc.waiting) + " — no rank is sending what the others receive"
+             + culprit_phrase(sc.waiting) + " — no rank is sending what the others receive"
              if ops != ["send"] else "every rank waits in send: no rank receives")
     return [Finding("HANG_P2P_DEADLOCK", title, ranks=[s.rank for s in sc.waiting],
-                    evidence=_evidence([], sc.waiting, "", ""))]
+                    evidence=evidence_of([], sc.waiting, "", ""))]
 
 
 def _is_p2p_deadlock(sc: _Scene) -> bool:
@@ -240,23 +149,23 @@ def _collective_mismatch(sc: _Scene) -> list[Finding]:
         return []
     if not sc.tie:
         return [Finding("HANG_COLLECTIVE_MISMATCH",
-                        f"{sc.head}; {_culprit_phrase(mismatched)}",
+                        f"{sc.head}; {culprit_phrase(mismatched)}",
                         ranks=[s.rank for s in mismatched],
-                        evidence=_evidence(sc.waiters, mismatched, sc.op, sc.where))]
+                        evidence=evidence_of(sc.waiters, mismatched, sc.op, sc.where))]
     usual, culprits, extra = _split(sc, lambda s: s.op, sc.waiting)
     return [_tie_finding(usual, culprits, extra)]
 
 
 def _tie_finding(usual: list[RankState], culprits: list[RankState], extra: dict) -> Finding:
     if usual:
-        op, where, _ = _majority(usual)
-        title = (f"{_waiting_phrase([s.rank for s in usual], op, where)}; "
-                 f"{_culprit_phrase(culprits)}")
-        ev = {**_evidence(usual, culprits, op, where), **extra}
+        op, where, _ = majority(usual)
+        title = (f"{waiting_phrase([s.rank for s in usual], op, where)}; "
+                 f"{culprit_phrase(culprits)}")
+        ev = {**evidence_of(usual, culprits, op, where), **extra}
     else:
-        title = (_culprit_phrase(culprits) + " — undecided: the evidence does not say "
+        title = (culprit_phrase(culprits) + " — undecided: the evidence does not say "
                  "which side left the job's sequence")
-        ev = {**_evidence([], culprits, "", ""), **extra}
+        ev = {**evidence_of([], culprits, "", ""), **extra}
         ev["why these ranks"] = ("the ranks split evenly and no rule could tell which "
                                  "side is wrong: " + extra["attribution"]["undecided"])
     return Finding("HANG_COLLECTIVE_MISMATCH", title, ranks=[s.rank for s in culprits],
@@ -272,12 +181,12 @@ def _same_op_other_lines(sc: _Scene) -> list[Finding]:
     sites = Counter(s.where for s in sc.waiters).most_common()
     if sites[0][1] > sites[1][1]:
         odd = [s for s in sc.waiters if s.where != sc.where]
-        usual = _waiting_phrase([s.rank for s in sc.waiters if s.where == sc.where], sc.op,
+        usual = waiting_phrase([s.rank for s in sc.waiters if s.where == sc.where], sc.op,
                                 sc.where)
         return [Finding(
-            "HANG_COLLECTIVE_MISMATCH", f"{usual}; {_culprit_phrase(odd)}",
+            "HANG_COLLECTIVE_MISMATCH", f"{usual}; {culprit_phrase(odd)}",
             ranks=[s.rank for s in odd],
-            evidence=_evidence(sc.waiters, odd, sc.op, sc.where))]
+            evidence=evidence_of(sc.waiters, odd, sc.op, sc.where))]
     usual, culprits, extra = _split(sc, lambda s: s.where, sc.waiters)
     return [_tie_finding(usual, culprits, extra)]
 
@@ -286,18 +195,18 @@ def _dataloader(sc: _Scene) -> list[Finding]:
     in_data = [s for s in sc.elsewhere if s.kind == DATALOADER]
     if not sc.waiting or _is_p2p_deadlock(sc) or not in_data:
         return []
-    return [Finding("HANG_DATALOADER", f"{sc.head}; {_culprit_phrase(in_data)}",
+    return [Finding("HANG_DATALOADER", f"{sc.head}; {culprit_phrase(in_data)}",
                     ranks=[s.rank for s in in_data],
-                    evidence=_evidence(sc.waiters, in_data, sc.op, sc.where))]
+                    evidence=evidence_of(sc.waiters, in_data, sc.op, sc.where))]
 
 
 def _missing(sc: _Scene) -> list[Finding]:
     missing = [s for s in sc.elsewhere if s.kind != DATALOADER]
     if not sc.waiting or _is_p2p_deadlock(sc) or not missing:
         return []
-    return [Finding("HANG_RANK_MISSING_COLLECTIVE", f"{sc.head}; {_culprit_phrase(missing)}",
+    return [Finding("HANG_RANK_MISSING_COLLECTIVE", f"{sc.head}; {culprit_phrase(missing)}",
                     ranks=[s.rank for s in missing],
-                    evidence=_evidence(sc.waiters, missing, sc.op, sc.where))]
+                    evidence=evidence_of(sc.waiters, missing, sc.op, sc.where))]
 
 
 _STACK_RULES = (_crashed, _stopped_while_none_waits, _p2p_deadlock, _collective_mismatch,
@@ -312,92 +221,15 @@ def _add_rank_guards(findings: list[Finding], ev: HangEvidence) -> None:
             f.evidence["rank guard"] = lines
 
 
-def _apply_flight_recorder(findings: list[Finding], ev: HangEvidence) -> None:
-    """FR sequence numbers: evidence for the stack findings, or the finding when the
-    stacks all look the same."""
-    verdicts = list(ev.fr_verdicts)
-    lines = [line for v in verdicts for line in v.describe()]
-    lines += [v.describe() for v in ev.sequences]
-    if not lines:
-        return
-    for f in findings:
-        f.evidence["flight_recorder"] = lines
-    order = parameter_order(ev)
-    if order:
-        for f in findings:
-            f.evidence["parameter order"] = order
-    if findings:
-        _fr_reclassify(findings, verdicts)
-        return
-    finding = _fr_behind(ev, verdicts, lines) or _fr_mismatch(ev, verdicts, lines)
-    if finding is not None:
-        findings.append(finding)
-
-
-def _fr_reclassify(findings: list[Finding], verdicts: list[PgVerdict]) -> None:
-    if not verdicts or any(v.mismatch for v in verdicts):
-        return
-    # Stacks showed the odd ranks in another collective; the sequence numbers show no
-    # group where ranks disagree, only ranks behind: the odd ranks are in a collective
-    # of a group of their own (a rank-conditional collective) and never entered the
-    # one the others wait in. That is a missing collective, not a mismatch.
-    behind = {r for v in verdicts for r in v.behind}
-    for i, f in enumerate(findings):
-        if f.id == "HANG_COLLECTIVE_MISMATCH" and f.ranks and set(f.ranks) <= behind:
-            findings[i] = Finding(
-                "HANG_RANK_MISSING_COLLECTIVE", f.title, ranks=f.ranks,
-                evidence={**f.evidence, "why": "Flight Recorder: no process group where "
-                          "ranks disagree; these ranks are behind on the others' group "
-                          "and wait in a collective the others never entered"})
-
-
-def _fr_behind(ev: HangEvidence, verdicts: list[PgVerdict], lines: list[str]) -> Finding | None:
-    behind = sorted({r for v in verdicts for r in v.behind})
-    if not behind:
-        return None
-    v = next(v for v in verdicts if v.behind)
-    culprits = [s for s in (ev.state(r) for r in behind) if s is not None]
-    where = f"; {_culprit_phrase(culprits)}" if culprits else ""
-    front = sorted(r for rs in v.pending.values() for r in rs)
-    return Finding(
-        "HANG_RANK_MISSING_COLLECTIVE",
-        f"{ranks_text(front)} enqueued collective #{v.front_seq} ({v.front_op}) on "
-        f"pg {v.pg}; {ranks_text(behind)} did not{where}",
-        ranks=behind, evidence={"flight_recorder": lines})
-
-
-def _fr_mismatch(ev: HangEvidence, verdicts: list[PgVerdict],
-                 lines: list[str]) -> Finding | None:
-    v = next((v for v in verdicts if v.mismatch), None)
-    if v is None:
-        return None
-    groups = sorted(v.pending.items(), key=lambda kv: (-len(kv[1]), kv[1]))
-    tie = len(groups[0][1]) == len(groups[1][1])
-    evidence: dict = {"flight_recorder": lines}
-    if tie:
-        att = attribute(ev, [rs for _, rs in groups])
-        odd = list(att.culprits)
-        evidence["attribution"] = att.evidence()
-    else:
-        odd = sorted(r for _, rs in groups[1:] for r in rs)
-    title = "; ".join(f"{ranks_text(rs)} run {key} as collective #{v.front_seq}"
-                      for key, rs in groups)
-    order = parameter_order(ev)
-    if order:
-        title += " — parameter order differs between ranks"
-        evidence["parameter order"] = order
-    return Finding("HANG_COLLECTIVE_MISMATCH", title, ranks=sorted(odd), evidence=evidence)
-
-
 def headline(states: list[RankState], findings: list[Finding]) -> str:
     """The one line the report leads with."""
     if findings:
         return findings[0].title
     waiting = [s for s in states if s.kind in WAITING]
     if waiting and len(waiting) == len(states):
-        op, where, _ = _majority(waiting)
-        return (f"{_waiting_phrase([s.rank for s in waiting], op, where)}: no odd one out "
+        op, where, _ = majority(waiting)
+        return (f"{waiting_phrase([s.rank for s in waiting], op, where)}: no odd one out "
                 "in the stacks (slow rather than hung, or the culprit is on another node)")
     if not any(s.kind == COLLECTIVE for s in states):
         return "no rank waits in a collective: no hang visible in the stacks"
-    return _culprit_phrase(states)
+    return culprit_phrase(states)
