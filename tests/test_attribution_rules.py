@@ -132,6 +132,56 @@ def test_parameter_order_from_real_dumps():
     assert found.evidence["attribution"]["decided by"] == "flight recorder (decisive)"
 
 
+def _trace(r, keys):
+    from ddpdoctor.attach.flight_recorder import FrEntry, FrTrace
+
+    t = FrTrace(r)
+    for seq, (op, sizes) in enumerate(keys, start=1):
+        t.entries.append(FrEntry("0", seq, op, input_sizes=sizes))
+        t.last_enqueued["0"] = seq
+    return t
+
+
+STEP = [("all_reduce", ((10,),)), ("all_reduce", ((20,),))]
+
+
+def test_the_rank_that_leaves_the_sequence_is_the_culprit():
+    from ddpdoctor.attach.fr_sequence import BREAKS
+
+    # rank 0 calls an extra broadcast (a rank-guarded checkpoint) where the step's first
+    # all-reduce belongs; rank 1 enqueued just that all-reduce
+    traces = {0: _trace(0, STEP * 3 + [("broadcast", ((1,),))]),
+              1: _trace(1, STEP * 3 + STEP[:1])}
+    [v] = compare_sequences(traces)
+    assert (v.kind, v.culprits, v.period, v.seq) == (BREAKS, (0,), 2, 7)
+    assert v.expected == "all_reduce [[10]]" and v.got == {0: "broadcast [[1]]"}
+    # the other rank enqueued nothing yet (busy elsewhere): rank 0's extra call still is
+    traces[1] = _trace(1, STEP * 3)
+    [v] = compare_sequences(traces)
+    assert (v.kind, v.culprits) == (BREAKS, (0,))
+    # rank 0 went on with the sequence, rank 1 did not: rank 1 is missing a call
+    traces = {0: _trace(0, STEP * 3 + STEP), 1: _trace(1, STEP * 3)}
+    [v] = compare_sequences(traces)
+    assert (v.kind, v.culprits) == (MISSING, (1,))
+    # both in step: nothing to say
+    assert compare_sequences({0: _trace(0, STEP * 3), 1: _trace(1, STEP * 3)}) == []
+
+
+def test_heartbeat_steps_feed_the_steps_rule(tmp_path):
+    from ddpdoctor.attach.evidence import read_heartbeat_steps
+
+    (tmp_path / "rank0.json").write_text('{"rank": 0, "step": 41, "status": "running"}')
+    (tmp_path / "rank1.json").write_text('{"rank": 1, "step": 40, "status": "running"}')
+    (tmp_path / "rank2.json").write_text("not json")
+    dirs = {0: str(tmp_path), 1: str(tmp_path), 2: str(tmp_path), 3: str(tmp_path)}
+    assert read_heartbeat_steps(dirs) == {0: 41, 1: 40}
+    st = [_st(0, in_collective("all_reduce", 88)), _st(1, in_collective("broadcast", 90))]
+    ev = collect_evidence(st, heartbeat_dirs={0: str(tmp_path), 1: str(tmp_path)})
+    [found] = analyze_evidence(ev)
+    assert found.ranks == [1]
+    assert found.evidence["attribution"]["decided by"] == "steps (weak)"
+
+
 def test_missing_collective_from_real_dumps():
     [v] = compare_sequences(_traces("missing-3ranks"))
     assert (v.kind, v.culprits) == (MISSING, (1,))
