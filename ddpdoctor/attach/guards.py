@@ -136,7 +136,9 @@ def guard_at(source: str, line: int) -> tuple[int, str] | None:
     return inner.guard_line, inner.text
 
 
+@lru_cache(maxsize=256)
 def _read_source(filename: str) -> str:
+    """The file's text, read once per file (thousands of ranks share a few files)."""
     import os
 
     from ddpdoctor import safefile
