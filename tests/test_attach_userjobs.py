@@ -25,10 +25,18 @@ pytestmark = pytest.mark.slow
 JOBS = Path(__file__).resolve().parent / "fixtures" / "userjobs"
 
 
+BOOTSTRAP = str(JOBS.parents[2] / "ddpdoctor" / "watch" / "bootstrap")
+
+
 class UserJob:
-    def __init__(self, script: str, tmp: Path) -> None:
+    def __init__(self, script: str, tmp: Path, watched: bool = False) -> None:
         self.log = tmp / "job.log"
         env = dict(os.environ, TMPDIR=str(tmp), CKPT_DIR=str(tmp), OMP_NUM_THREADS="1")
+        if watched:
+            # as `ddpdoctor run` starts a job: no code change, the ranks serve Flight
+            # Recorder dumps and write heartbeats
+            env.update(PYTHONPATH=BOOTSTRAP, DDPDOCTOR_WATCH="1",
+                       DDPDOCTOR_FR_DIR=str(tmp / "fr"), DDPDOCTOR_HEARTBEAT_DIR=str(tmp / "hb"))
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
@@ -70,8 +78,10 @@ class UserJob:
 
 
 CASES = [
-    # script, culprit, the rules that must have decided, the guard named in the finding
-    ("zero_checkpoint.py", 0, {"stacks", "source"}, "step % 3 == 0 and rank == 0`"),
+    # script, culprit, the rules that must have decided, the guard named in the finding;
+    # the ZeRO job runs watched (Flight Recorder served), the others plain
+    ("zero_checkpoint.py", 0, {"flight recorder", "stacks", "source"},
+     "step % 3 == 0 and rank == 0`"),
     ("lightning_hook.py", 0, {"stacks", "source"}, "self.trainer.is_global_zero"),
     ("accelerate_metrics.py", 0, {"stacks", "source"},
      "step % 4 == 3 and accelerator.is_main_process`"),
@@ -85,7 +95,8 @@ def test_attach_names_exactly_the_culprit_of_a_one_sided_hang(tmp_path, script, 
                                                               rules, guard):
     pytest.importorskip({"lightning_hook.py": "lightning",
                          "accelerate_metrics.py": "accelerate"}.get(script, "torch"))
-    job = UserJob(script, tmp_path)
+    watched = "flight recorder" in rules
+    job = UserJob(script, tmp_path, watched=watched)
     try:
         job.wait_hung()
         report, stdout = job.attach(tmp_path)
@@ -102,3 +113,6 @@ def test_attach_names_exactly_the_culprit_of_a_one_sided_hang(tmp_path, script, 
         assert line.startswith(f"rank {culprit}: ") and f"runs under `if {guard}" in line
         assert f"` at {script}:" in line
     assert f"rank {1 - culprit} waits in" in finding["title"]
+    if watched:
+        assert report["probes"]["flight recorder"]["status"] == "ok", stdout
+        assert any("left the regular sequence" in v for v in att["votes"]), att

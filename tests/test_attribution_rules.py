@@ -102,6 +102,8 @@ def test_find_guard_reads_the_file_and_skips_library_frames(tmp_path):
 
 def test_period_of_a_step_sequence_after_a_warm_up():
     assert period_of(["bcast", "ar1", "ar2", "ar1", "ar2", "ar1", "ar2"]) == 2
+    # two repetitions after a longer first step (ZeRO's first step broadcasts more)
+    assert period_of(["ar", "b1", "b2", "x", "ar", "b1", "b2", "ar", "b1", "b2"]) == 3
     assert period_of(["a", "b", "c"]) == 0
 
 
@@ -180,6 +182,24 @@ def test_heartbeat_steps_feed_the_steps_rule(tmp_path):
     [found] = analyze_evidence(ev)
     assert found.ranks == [1]
     assert found.evidence["attribution"]["decided by"] == "steps (weak)"
+
+
+def test_real_zero_checkpoint_hang_left_the_sequence():
+    # DDP + ZeRO under the watch bootstrap (DDPDOCTOR_FR_DIR): each step is one bucket
+    # all-reduce and ZeRO's 4 parameter broadcasts (the first step has 2 more); at step 3
+    # rank 0 calls consolidate_state_dict under `if rank == 0` (a broadcast [[1]])
+    from ddpdoctor.attach.fr_sequence import BREAKS
+
+    traces = _traces("zero-checkpoint-2ranks")
+    [v] = compare_sequences(traces)
+    assert (v.kind, v.culprits, v.period, v.seq) == (BREAKS, (0,), 5, 21)
+    assert v.expected == "all_reduce [[676]]" and v.got == {0: "broadcast [[1]]"}
+    st = _userjob_states("zero-checkpoint-2ranks")
+    ev = collect_evidence(st, compare_traces(traces), traces)
+    [found] = analyze_evidence(ev)
+    assert (found.id, found.ranks) == ("HANG_COLLECTIVE_MISMATCH", [0])
+    assert found.evidence["attribution"]["decided by"] == (
+        "flight recorder (decisive) + stacks (strong) + source (strong)")
 
 
 def test_missing_collective_from_real_dumps():

@@ -73,14 +73,16 @@ def _agreed(keys: dict[int, dict[int, str]]) -> dict[int, str]:
 def period_of(history: list[str]) -> int:
     """The shortest shift under which the tail of ``history`` repeats (0: none found).
 
-    Only the tail is checked (two periods): the first steps may differ (DDP's start-up
-    broadcasts, a warm-up).
+    Only the tail is checked: the first steps may differ (DDP's start-up broadcasts,
+    ZeRO's first step). Three repetitions are preferred; two are enough when the job had
+    only that many steps before it hung.
     """
     n = len(history)
-    for p in range(1, n // 2 + 1):
-        span = min(n - p, 2 * p)
-        if all(history[i] == history[i - p] for i in range(n - span, n)):
-            return p
+    for reps in (3, 2):
+        for p in range(1, n // reps + 1):
+            span = (reps - 1) * p
+            if all(history[i] == history[i - p] for i in range(n - span, n)):
+                return p
     return 0
 
 
