@@ -319,6 +319,7 @@ def test_recorded_user_jobs_name_exactly_the_culprit(name, culprit, rules, guard
     assert {v.split(" (")[0] for v in att["votes"]} == rules
     if guard:
         assert guard in found.evidence["rank guard"][0]
+        assert f"rank {culprit} waits in" in found.title and ", under `if " in found.title
     else:
         assert "rank guard" not in found.evidence
     assert of_states(st).guards == {}  # stacks only: no file read

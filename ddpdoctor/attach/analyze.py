@@ -10,6 +10,7 @@ which side is the culprit, or say "undecided" and what to look at.
 
 from __future__ import annotations
 
+import os
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -219,6 +220,10 @@ def _add_rank_guards(findings: list[Finding], ev: HangEvidence) -> None:
         lines = [f"rank {r}: {ev.guards[r].describe()}" for r in f.ranks if r in ev.guards]
         if lines:
             f.evidence["rank guard"] = lines
+        guards = {(g.filename, g.line, g.text) for r, g in ev.guards.items() if r in f.ranks}
+        if len(guards) == 1 and all(r in ev.guards for r in f.ranks):
+            filename, line, text = guards.pop()
+            f.title += f", under `if {text}` ({os.path.basename(filename)}:{line})"
 
 
 def headline(states: list[RankState], findings: list[Finding]) -> str:
