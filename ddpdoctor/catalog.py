@@ -102,6 +102,9 @@ _SPECS = [
     _spec("KNOWN_UPSTREAM_BUG", "warning",
           "the versions in use (or a log line) match a known bug in torch, NCCL or a plugin",
           "check, diagnose"),
+    _spec("GRAD_ACCUM_OUT_OF_STEP", "warning",
+          "ranks run different numbers of micro-batches per optimizer step (gradient "
+          "accumulation out of step)", "watch, run"),
 ]
 
 CATALOG: dict[str, FindingSpec] = {s.id: s for s in _SPECS}

@@ -63,12 +63,15 @@ def test_different_collectives_majority_names_the_minority():
     assert "rank 1 waits in broadcast at train.py:93" in found[0].title
 
 
-def test_different_collectives_tie_names_both_sides():
+def test_different_collectives_tie_without_evidence_is_undecided():
+    # two plain user calls, no guard, no FR, no steps: nothing tells the sides apart
     st = states(rank(0, thread(in_collective("all_reduce", 88))),
                 rank(1, thread(in_collective("broadcast", 93))))
     found = analyze(st)
     assert ids(found) == [("HANG_COLLECTIVE_MISMATCH", [0, 1])]
-    assert "cannot tell" in found[0].evidence["why these ranks"]
+    assert "undecided" in found[0].title
+    assert found[0].evidence["attribution"]["decided"] is False
+    assert "innermost user frame" in found[0].evidence["attribution"]["undecided"]
 
 
 def test_same_collective_from_different_lines_is_a_mismatch():

@@ -76,7 +76,9 @@ CASES = [
     # fault, ranks, culprit, expected finding, expected ranks
     ("missing", 2, 1, "HANG_RANK_MISSING_COLLECTIVE", [1]),
     ("compute", 2, 1, "HANG_RANK_MISSING_COLLECTIVE", [1]),
-    ("mismatch", 2, 1, "HANG_COLLECTIVE_MISMATCH", [0, 1]),  # 1 vs 1: both sides named
+    # 1 vs 1: the source decides (rank 1's broadcast runs under `if culprit and ...`,
+    # culprit = rank == args.culprit)
+    ("mismatch", 2, 1, "HANG_COLLECTIVE_MISMATCH", [1]),
     ("p2p", 2, 1, "HANG_P2P_DEADLOCK", [0, 1]),
     ("data", 2, 1, "HANG_DATALOADER", [1]),
     ("data-workers", 2, 1, "HANG_DATALOADER", [1]),
@@ -129,3 +131,22 @@ def test_attach_4_ranks_is_fast_and_survives_a_stopped_rank(tmp_path):
         assert ("HANG_RANK_MISSING_COLLECTIVE", [3]) in findings(report), stdout
     finally:
         job.kill()
+
+
+@pytest.mark.timeout(90)
+def test_stopped_waiting_rank_while_the_other_sleeps_is_never_healthy(tmp_path):
+    """Rank 0 waits in all_reduce and is then stopped (SIGSTOP, state T); rank 1 sleeps
+    forever. No rank is readable in a collective, yet the job is not healthy: attach
+    used to say "No issues found!" with exit 0."""
+    job = Job("missing", 2, tmp_path, culprit=1)
+    try:
+        job.wait_hung()
+        waiting = next(r for r in discover([job.proc.pid]).ranks if r.rank == 0)
+        os.kill(waiting.pid, signal.SIGSTOP)
+        report, took, stdout = job.attach(tmp_path)  # asserts exit code 1
+    finally:
+        job.kill()
+    assert report["probes"]["stacks"]["data"]["states"]["0"]["kind"] == "stopped"
+    assert findings(report) == [("HANG_RANK_MISSING_COLLECTIVE", [0])], stdout
+    assert "stopped" in report["findings"][0]["title"]
+    assert "No issues found" not in stdout

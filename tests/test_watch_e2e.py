@@ -68,7 +68,9 @@ def test_desync_straggler_memory_growth(tmp_path):
         "--dataset-size", "64"])  # 4 steps per epoch: epochs start at steps 1, 5, 9
     assert codes == [0, 0], out
     [desync] = _one(events, "PARAM_DESYNC")
-    assert desync["ranks"] == [1] and desync["step"] == 3
+    # two replicas that disagree: no majority says which drifted, both are named
+    assert desync["ranks"] == [0, 1] and desync["step"] == 3
+    assert desync["evidence"]["differs"] == "parameters" and desync["evidence"]["why both"]
     assert desync["evidence"]["last_agreeing_step"] == 2 and desync["evidence"]["parameter"]
     [slow] = _one(events, "STRAGGLER")
     assert slow["ranks"] == [1] and slow["evidence"]["per_rank"]["1"]["slow_by_s"] > 0.25
@@ -183,8 +185,8 @@ def test_host_oom_names_rank_step_and_memory(tmp_path):
 @pytest.mark.timeout(120)
 def test_pause_on_every_rank_keeps_them_in_step_and_is_no_stall(tmp_path):
     """A 1.5 s evaluation, paused, under a 0.5 s hang timeout: no stall; the ranks' watched
-    steps stay equal, so the gathers after it still line up and name rank 1's drift at
-    step 4 (the paused forwards are not steps)."""
+    steps stay equal, so the gathers after it still line up and see rank 1's drift at
+    step 4 (the paused forwards are not steps; two replicas: both are named)."""
     from ddpdoctor.launcher import launch as launch_fn
 
     import launch_fns
@@ -195,5 +197,5 @@ def test_pause_on_every_rank_keeps_them_in_step_and_is_no_stall(tmp_path):
     assert res.ok, res
     values = res.values()
     assert [values[r]["step"] for r in (0, 1)] == [6, 6]
-    assert values[0]["findings"] == [("PARAM_DESYNC", [1], 4)]
+    assert values[0]["findings"] == [("PARAM_DESYNC", [0, 1], 4)]
     assert [e for e in read_events(str(events)) if e["kind"] == "stall"] == []

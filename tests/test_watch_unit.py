@@ -14,7 +14,7 @@ import pytest
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.config import CHECKS, from_env, parse_checks
-from ddpdoctor.watch.desync import diverged
+from ddpdoctor.watch.desync import Divergence, compare, diverged
 from ddpdoctor.watch.device import local_mismatch, shared_devices
 from ddpdoctor.watch.events import DDPDoctorWarning, EventSink, read_events
 from ddpdoctor.watch.memory import growth, oom_kind, requested_bytes
@@ -67,7 +67,13 @@ def test_first_nonfinite_names_the_rank_whose_loss_went_first():
 
 def test_diverged_majority_and_two_rank_tie():
     assert diverged([[1, 2, 3], [1, 9, 3], [1, 2, 3]], [0, 1, 2]) == ([1], 1)
-    assert diverged([[1, 2], [1, 5]], [4, 5]) == ([5], 1)  # tie: the lowest rank is right
+    # two replicas that disagree: neither is the reference, both are named
+    assert diverged([[1, 2], [1, 5]], [4, 5]) == ([4, 5], 1)
+    d = compare([[1, 2], [1, 5]], [4, 5])
+    assert d.no_majority and d.differing == [1]
+    # 2-2: no majority either; 3-1: the odd one out only
+    assert compare([[1], [1], [2], [2]], [0, 1, 2, 3]).ranks == [0, 1, 2, 3]
+    assert compare([[1], [1], [1], [2]], [0, 1, 2, 3]) == Divergence([3], 0, [0], False)
     assert diverged([[1, 2], [1, 2]], [0, 1]) is None
 
 
@@ -621,3 +627,60 @@ def test_bit_sum_is_exact_and_layout_free():
     w = torch.randn(16, 8)
     assert int(bit_sum(w.t())) == int(bit_sum(w.t().contiguous()))  # layout-free
     assert int(bit_sum(w)) == int(bit_sum(w[torch.randperm(16)]))  # order-free
+
+
+def test_steps_are_optimizer_steps_and_forwards_only_a_late_fallback():
+    from ddpdoctor.watch.steps import FALLBACK_AFTER, StepCounter
+
+    class FakeDDP:
+        require_backward_grad_sync = True
+
+    ddp = FakeDDP()
+    c = StepCounter(ddp, counts_backward=True)
+    # a skipped batch (forward, no backward) and a no_sync micro-batch: no boundary
+    assert not c.forward_ends_step(optimizer_seen=False)
+    c.on_forward()
+    assert not c.forward_ends_step(optimizer_seen=False)
+    c.on_forward()
+    ddp.require_backward_grad_sync = False
+    c.on_backward()
+    ddp.require_backward_grad_sync = True
+    c.on_forward()
+    c.on_backward()
+    shape = c.end_step()  # the optimizer's post-hook
+    assert (shape.micro, shape.synced) == (2, True) and c.accumulates
+    # no optimizer ever: after FALLBACK_AFTER forwards, a forward after a synced backward
+    # ends the step; one after a skipped batch (no backward) does not
+    for _ in range(FALLBACK_AFTER):
+        c.forward_ends_step(optimizer_seen=False)
+        c.on_forward()
+        c.on_backward()
+    assert c.fallback and c.forward_ends_step(optimizer_seen=False)
+    c.on_forward()
+    assert not c.forward_ends_step(optimizer_seen=False)
+    # with an optimizer, never
+    c.on_backward()
+    assert not c.forward_ends_step(optimizer_seen=True)
+
+
+def test_accumulation_out_of_step_needs_two_checks_and_names_the_odd_rank():
+    from ddpdoctor.watch.accumulation import AccumulationCheck, odd_counts
+
+    assert odd_counts([2, 2, 3], [0, 1, 2]) == [2]
+    assert odd_counts([2, 3], [0, 1]) == [0, 1]  # no majority: both
+    assert odd_counts([2, 2], [0, 1]) == []
+
+    class Sink:
+        def write(self, record, step):
+            self.record = record
+
+    class W:
+        sink = Sink()
+
+    check = AccumulationCheck()
+    assert check.look(W, 10, [0, 1, 2], [2, 2, 3]) == []  # once could be a skipped batch
+    [f] = check.look(W, 20, [0, 1, 2], [2, 2, 3])
+    assert f.id == "GRAD_ACCUM_OUT_OF_STEP" and f.ranks == [2] and f.severity == "warning"
+    assert f.evidence["micro_batches_per_step"] == {"0": 2, "1": 2, "2": 3}
+    assert check.look(W, 30, [0, 1, 2], [2, 2, 3]) == []  # said once
+    assert "compared only after synchronised steps" in W.sink.record["message"]

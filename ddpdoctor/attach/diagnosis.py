@@ -10,9 +10,16 @@ import time
 from dataclasses import dataclass, field
 
 from ddpdoctor.attach import flight_recorder as fr
-from ddpdoctor.attach.analyze import StackGroup, analyze, group_stacks, headline, ranks_text
+from ddpdoctor.attach.analyze import (
+    StackGroup,
+    analyze_evidence,
+    group_stacks,
+    headline,
+    ranks_text,
+)
 from ddpdoctor.attach.classify import DATALOADER, UNKNOWN, RankState, classify
 from ddpdoctor.attach.discover import AttachError, Discovery, discover
+from ddpdoctor.attach.evidence import collect_evidence
 from ddpdoctor.attach.stacks import MISSING, ZOMBIE, RankStack, collect_stacks, stack_to_dict
 from ddpdoctor.findings import Finding
 from ddpdoctor.report import EXIT_USAGE, Check, Report
@@ -126,8 +133,8 @@ def diagnose_hang(pids: list[int], native: bool = False, timeout: float = 5.0,
     timings["stacks_s"] = round(time.monotonic() - t1, 3)
 
     verdicts: list[fr.PgVerdict] = []
+    traces: dict[int, fr.FrTrace] = {}
     if requests:
-        traces: dict[int, fr.FrTrace] = {}
         problems: list[str] = []
         for directory, (ranks, since) in requests.items():
             got, bad = fr.collect_dumps(directory, ranks, since, min(timeout, 5.0))
@@ -141,7 +148,9 @@ def diagnose_hang(pids: list[int], native: bool = False, timeout: float = 5.0,
             fr_summary += f" ({problems[0]})"
     timings["total_s"] = round(time.monotonic() - t0, 3)
 
-    findings = analyze(states, verdicts)
+    heartbeats = {r.rank: r.heartbeat_dir for r in disc.ranks if r.heartbeat_dir}
+    evidence = collect_evidence(states, verdicts, traces, heartbeats)
+    findings = analyze_evidence(evidence)
     states.sort(key=lambda s: s.rank)
     return HangDiagnosis(disc, stacks, states, group_stacks(states), findings,
                          headline(states, findings), verdicts, fr_summary,

@@ -33,6 +33,7 @@ class RankProcess:
     workers: list[int] = field(default_factory=list)  # Python child processes
     rank_source: str = "env"  # "env" (RANK) or "order" (no RANK: numbered as given)
     cmdline: str = ""
+    heartbeat_dir: str = ""  # DDPDOCTOR_HEARTBEAT_DIR: its step count, from the watch
 
 
 @dataclass
@@ -170,7 +171,8 @@ def _ranks_from_env(disc: Discovery, seen: dict, with_rank: dict[int, dict[str, 
         by_rank[rank] = RankProcess(
             rank, pid, _int(env, "LOCAL_RANK"), _int(env, "WORLD_SIZE"),
             _int(env, "LOCAL_WORLD_SIZE"), env.get("DDPDOCTOR_FR_DIR", ""), workers,
-            cmdline=_describe(seen[pid]))
+            cmdline=_describe(seen[pid]),
+            heartbeat_dir=env.get("DDPDOCTOR_HEARTBEAT_DIR", ""))
     disc.ranks = [by_rank[r] for r in sorted(by_rank)]
     sizes = {r.world_size for r in disc.ranks if r.world_size}
     disc.world_size = max(sizes) if sizes else None

@@ -6,7 +6,8 @@ optimizer's own, or the global ones bound to the first optimizer that steps this
 parameters), instance-level DataLoader taps, and module forward hooks, the last only on
 the steps that need them where the first gradient is seen (each costs ~20 us a step on a
 busy CPU), on every step for FSDP and tensor-parallel models.
-The step boundary is the optimizer post-hook (the next forward when there is none).
+The step boundary is the optimizer post-hook from the first step (watch/steps.py: a
+forward never is, unless no optimizer steps at all).
 Cross-rank checks pack their few values into one float64 all_gather every ``every`` steps,
 issued at the step boundary on every rank in the same order, asynchronously on a gloo group
 of its own created once at attach (the training group's sequence numbers, streams and
@@ -133,6 +134,9 @@ class Watcher:
         self.first_grad = (first_grad.FirstGradient(self.named_params, self._on_first_grad,
                                                     self._safe)
                            if first_grad.usable(self.wrapper, trainable) else None)
+        from ddpdoctor.watch.steps import StepCounter
+
+        self.steps = StepCounter(self.ddp, counts_backward=self.first_grad is not None)
         classes = _check_classes()
         self.checks: list[WatchCheck] = [classes[n]() for n in classes if cfg.enabled(n)]
         self.add(optimizer=optimizer, dataloader=dataloader)
@@ -328,7 +332,7 @@ class Watcher:
             self._next_check_step = self._next_check(step)
         if self._next_check_step - step < self._hooks_span:
             return True
-        # until an optimizer steps, a forward is the step boundary
+        # until an optimizer steps, forwards are counted (and may become the boundary)
         return self.optimizer is None and self._no_opt()
 
     def _next_check(self, step: int) -> int:
@@ -380,8 +384,10 @@ class Watcher:
         if not torch.is_grad_enabled():
             return
         now = time.perf_counter()
-        if self.optimizer is None and self.in_step and self.step + 1 > 0 and self._no_opt():
+        optimizer_seen = self.optimizer is not None or not self._no_opt()
+        if self.steps.forward_ends_step(optimizer_seen) and self.in_step:
             self._boundary(now)  # no optimizer ever stepped: a forward starts the next step
+        self.steps.on_forward()
         if not self.in_step:
             self.in_step = True
             if not self.loaders:
@@ -421,6 +427,7 @@ class Watcher:
         return self._owns_cache[key]
 
     def _on_first_grad(self, grad: Any) -> None:
+        self.steps.on_backward()
         self.monitor.progress(self.step, "backward")
         for fn in self._at["first_grad"]:
             fn(self, grad)
@@ -450,6 +457,7 @@ class Watcher:
     def _boundary(self, now: float) -> None:
         self.step += 1
         step = self.step
+        self.steps.end_step()
         step_s = now - self.t_boundary
         if self._module_hooks:  # a timed step: its forward ran under the module hooks
             self.window.append((step, step_s, self.data_s, self.fwd_s))
