@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "Map the error lines of a crashed job's logs to findings and playbooks."),
     "train": ("ddpdoctor.commands.train",
               "Reference trainer (DDP/FSDP/ZeRO/PP/TP) that can plant any fault on purpose."),
+    "report": ("ddpdoctor.commands.report",
+               "Render a --json report or a run directory as a self-contained HTML page."),
     "playbook": ("ddpdoctor.commands.playbook",
                  "Show how to fix a finding: list playbooks or render one."),
 }

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ddpdoctor.commands.common import finish, json_option
+from ddpdoctor.commands.common import finish, html_option, json_option
 from ddpdoctor.report import EXIT_DOCTOR_FAILED
 
 
@@ -32,10 +32,11 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED
               help="Where the output copy, heartbeats and Flight Recorder dumps go "
                    "(default: a new ddpdoctor-run-* directory under $TMPDIR).")
 @json_option
+@html_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
 def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
             fail_on_findings: bool, native: bool, run_dir: str | None, json_path: str | None,
-            cmd: tuple[str, ...]) -> None:
+            html_path: str | None, cmd: tuple[str, ...]) -> None:
     """Run any launch command unchanged, supervised: catch hangs, triage crashes.
 
     \b
@@ -67,10 +68,10 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
         click.echo(f"ddpdoctor run: {e.strerror or e}"
                    + (f": {e.filename}" if getattr(e, "filename", None) else ""), err=True)
         sys.exit(EXIT_DOCTOR_FAILED)
-    _finish(result, json_path)
+    _finish(result, json_path, html_path)
 
 
-def _finish(result, json_path: str | None) -> None:  # noqa: ANN001
+def _finish(result, json_path: str | None, html_path: str | None = None) -> None:  # noqa: ANN001
     report = result.report
     report.exit_override = result.exit_code  # the job's code is passed on
     hang = result.hang
@@ -81,4 +82,4 @@ def _finish(result, json_path: str | None) -> None:  # noqa: ANN001
             from ddpdoctor.attach.view import render_stack_groups
 
             render_stack_groups(hang.diagnosis.groups, hang.diagnosis.culprits)
-    finish(report, json_path, after=after)
+    finish(report, json_path, after=after, html_path=html_path)
