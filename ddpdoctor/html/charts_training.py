@@ -32,7 +32,7 @@ def step_heatmap(s: StepSeries, events: list[WatchEvent]) -> Chart:
     import numpy as np
     from bokeh.models import HoverTool, LinearColorMapper
 
-    busy = np.array(s.rank_busy_s, dtype=float).T  # [rank][step]
+    busy = np.array(s.rank_busy_s, dtype=np.float32).T  # [rank][step]
     finite = busy[np.isfinite(busy)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     mapper = LinearColorMapper(palette="Magma256", low=lo, high=hi if hi > lo else lo + 1e-6,
@@ -81,22 +81,33 @@ def data_share_chart(s: StepSeries) -> Chart:
 
 def per_rank_lines(s: StepSeries, matrix: list[list[float]], title: str, y_label: str,
                    events: list[WatchEvent], highlight: list[int]) -> Any:
-    """One line per rank over the steps; the culprit ranks drawn thick, the rest thin."""
+    """One line per rank over the steps; the culprit ranks drawn thick, the rest thin.
+
+    All ranks are one multi_line of float32 arrays (sent base64, drawn as one renderer):
+    64 separate renderers take seconds to lay out in the browser.
+    """
+    import numpy as np
     from bokeh.models import ColumnDataSource, HoverTool
 
     p = cc.figure(title=title, x_axis_label="step", y_axis_label=y_label, height=260)
     colors = cc.rank_colors(s.world)
-    for r in range(s.world):
-        ys = [row[r] for row in matrix]
-        src = ColumnDataSource({"step": s.steps, "y": ys, "rank": [r] * len(ys)})
-        strong = r in highlight or not highlight
-        p.line("step", "y", source=src, color=colors[r], line_width=2.5 if strong else 1,
-               alpha=1.0 if strong else 0.45,
-               legend_label=f"rank {r}" if s.world <= 10 else None)
-    p.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("step", "@step"), (y_label, "@y{0.000}")]))
+    values = np.array(matrix, dtype=np.float32).T  # [rank][step]
+    steps = np.array(s.steps, dtype=np.float32)
+    strong = set(highlight) if highlight and len(highlight) < s.world else set()
+    ranks = list(range(s.world))
+    src = ColumnDataSource({
+        "xs": [steps] * s.world, "ys": list(values), "rank": ranks, "color": colors,
+        "width": [2.5 if r in strong else 1.2 for r in ranks],
+        "alpha": [1.0 if r in strong or not strong else 0.45 for r in ranks]})
+    p.multi_line("xs", "ys", source=src, color="color", line_width="width", alpha="alpha")
+    p.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("step", "$data_x{0}"),
+                                    (y_label, "$data_y{0.000}")]))
     if s.world <= 10:
-        p.legend.location = "top_left"
-        p.legend.click_policy = "hide"
+        from bokeh.models import Legend, LegendItem
+
+        renderer = p.renderers[-1]
+        p.add_layout(Legend(items=[LegendItem(label=f"rank {r}", renderers=[renderer], index=r)
+                                   for r in ranks], location="top_left"))
     _mark_events(p, events)
     return p
 
