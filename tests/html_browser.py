@@ -17,8 +17,11 @@ import pytest
 _HOOK = """<script>window.__errors = [];
 window.addEventListener('error', e => window.__errors.push(String(e.message)));
 window.addEventListener('unhandledrejection', e => window.__errors.push(String(e.reason)));
-const __ce = console.error; console.error = function () {
-  window.__errors.push(Array.from(arguments).map(String).join(' ')); __ce.apply(console, arguments); };
+const __ce = console.error;
+console.error = function () {
+  window.__errors.push(Array.from(arguments).map(String).join(' '));
+  __ce.apply(console, arguments);
+};
 </script>"""
 
 # A chart has drawn when a canvas inside it (bokeh renders into shadow roots) holds more
@@ -90,9 +93,10 @@ def ensure_chromium() -> str:
 
 
 def _flags(profile: str) -> list[str]:
+    # every host name fails to resolve: a page that reaches for the network shows an error
     return ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
             "--no-first-run", "--disable-extensions", "--disable-dev-shm-usage",
-            f"--user-data-dir={profile}"]
+            "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={profile}"]
 
 
 def open_page(chromium: str, html_path: str, budget_ms: int = 15000) -> Opened:
@@ -121,7 +125,7 @@ def screenshot(chromium: str, html_path: str, png_path: str, height: int = 2400,
                budget_ms: int = 8000) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([chromium, *_flags(os.path.join(tmp, "profile")),
-                        "--window-size=1280,%d" % height, f"--virtual-time-budget={budget_ms}",
+                        f"--window-size=1280,{height}", f"--virtual-time-budget={budget_ms}",
                         f"--screenshot={png_path}", f"file://{os.path.abspath(html_path)}"],
                        capture_output=True, timeout=120, check=True)
 

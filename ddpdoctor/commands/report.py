@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -40,5 +41,7 @@ def command(source: str, html_path: str, json_logs: tuple[str, ...],
     except SourceError as e:
         click.echo(f"ddpdoctor report: {e}", err=True)
         sys.exit(EXIT_USAGE)
+    if run_dir is None and os.path.isdir(source):
+        run_dir = source
     write_html_or_exit(report, html_path, run_dir=run_dir, json_logs=list(json_logs))
     sys.exit(0)

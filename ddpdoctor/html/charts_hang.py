@@ -58,7 +58,7 @@ def fr_chart(pg: str, seqs: dict[int, int], culprits: list[int]) -> Chart:
 
     ranks = sorted(seqs)
     front = max(seqs.values())
-    colors = ["#c62828" if (seqs[r] < front or r in culprits) else "#607d8b" for r in ranks]
+    colors = ["#c62828" if seqs[r] < front else "#607d8b" for r in ranks]
     src = ColumnDataSource({"rank": ranks, "seq": [seqs[r] for r in ranks], "color": colors})
     p = cc.figure(title=f"process group {pg}: last collective enqueued (Flight Recorder)",
                   x_axis_label="rank", y_axis_label="collective seq #", height=240)

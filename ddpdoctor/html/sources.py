@@ -73,9 +73,18 @@ def collect_series(report: Report, run_dir: str | os.PathLike | None = None,
     """Every series found for ``report``: the trainer's JSON log(s), the watch events, the
     Flight Recorder dumps and heartbeats of its run directory. What is absent is noted."""
     out = S.RunSeries()
+    # A run directory named by the caller wins over the paths recorded in the report: the
+    # directory may have been copied elsewhere (attached to a ticket, say).
+    explicit = run_dir is not None
     run_dir = run_dir or report.world.get("run_dir")
     watch = next((c for c in report.checks if c.name == "watch"), None)
     wdata = watch.data if watch else {}
+
+    def where(key: str, name: str) -> str | None:
+        if run_dir and (explicit or not wdata.get(key)):
+            return str(Path(run_dir) / name)
+        return wdata.get(key)
+
     logs = list(json_logs or [])
     if run_dir:
         logs += [str(Path(run_dir) / n) for n in TRAIN_LOG_NAMES if (Path(run_dir) / n).is_file()]
@@ -84,17 +93,16 @@ def collect_series(report: Report, run_dir: str | os.PathLike | None = None,
             out.steps += S.read_json_log(log)
         except OSError as e:
             out.notes.append(f"cannot read the training log {log}: {e.strerror or e}")
-    events = wdata.get("events") or (str(Path(run_dir) / EVENTS_NAME) if run_dir else None)
+    events = where("events", EVENTS_NAME)
     if events and Path(events).is_file():
         try:
             out.events = S.read_watch_events(events)
         except OSError as e:
             out.notes.append(f"cannot read the watch events {events}: {e.strerror or e}")
-    fr_dir = wdata.get("fr_dir") or (str(Path(run_dir) / "fr") if run_dir else None)
+    fr_dir = where("fr_dir", "fr")
     if fr_dir and Path(fr_dir).is_dir():
         out.fr = S.read_fr_dir(fr_dir)
-    hb_dir = wdata.get("heartbeat_dir") or (str(Path(run_dir) / "heartbeat") if run_dir
-                                            else None)
+    hb_dir = where("heartbeat_dir", "heartbeat")
     if hb_dir and Path(hb_dir).is_dir():
         out.heartbeats = S.read_heartbeats(hb_dir)
     if report.command in ("run", "train") and not out.steps:

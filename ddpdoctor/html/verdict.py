@@ -26,6 +26,9 @@ def _first_line(f: Finding) -> str:
     lines = ev.get("lines")
     if isinstance(lines, list) and lines and isinstance(lines[0], str):
         return lines[0]
+    culprits = ev.get("culprits")  # attach: "rank 1 (pid 4711) waits in ... at file:line"
+    if isinstance(culprits, list) and culprits and isinstance(culprits[0], str):
+        return culprits[0]
     for key in ("where", "site", "location", "at"):
         if isinstance(ev.get(key), str) and ev[key]:
             return ev[key]
