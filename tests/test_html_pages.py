@@ -64,6 +64,7 @@ def test_train_page_marks_the_straggler_on_the_heatmap():
     assert "slowest is rank 1" in html
     assert "STRAGGLER r1" in html  # the marker label on the step timeline
     assert "Playbook STRAGGLER" in html and "<h2>Fix</h2>" in html  # playbook as HTML
+    assert html.count("<div class=\"fix\">") == 1  # the first finding's Fix, open
 
 
 def test_run_hang_page_marks_the_culprit_branch_and_fr_lag():
@@ -72,7 +73,7 @@ def test_run_hang_page_marks_the_culprit_branch_and_fr_lag():
     assert verdict(report).culprit == "rank 1"
     assert "injections.py:462" in verdict(report).first_line
     assert series.fr.by_group["0"] == {0: 10, 1: 9, 2: 10}
-    assert "Ranks 1 are behind collective #10" in html
+    assert "Rank 1 is behind collective #10" in html
     assert '<li class="frame culprit user-line">' in html and "your line" in html
     assert series.heartbeats and series.steps  # heartbeats and the trainer's log drawn too
 
@@ -140,7 +141,7 @@ def test_64_rank_pages_stay_under_5_mb(tmp_path):
     for kind, html in pages.items():
         assert len(html.encode()) < MAX_BYTES, kind
     assert "slowest is rank 37" in pages["run"]
-    assert "Ranks 37 are behind collective #812" in pages["attach"]
+    assert "Rank 37 is behind collective #812" in pages["attach"]
 
 
 def test_sections_follow_the_report_kind():

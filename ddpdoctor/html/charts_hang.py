@@ -67,8 +67,12 @@ def fr_chart(pg: str, seqs: dict[int, int], culprits: list[int]) -> Chart:
     p.y_range.start = 0
     cc.integer_rank_axis(p.xaxis, len(ranks))
     behind = [r for r in ranks if seqs[r] < front]
-    note = (f"Ranks {', '.join(map(str, behind))} are behind collective #{front}." if behind
-            else f"Every rank enqueued collective #{front}.")
+    if len(behind) == 1:
+        note = f"Rank {behind[0]} is behind collective #{front}."
+    elif behind:
+        note = f"Ranks {', '.join(map(str, behind))} are behind collective #{front}."
+    else:
+        note = f"Every rank enqueued collective #{front}."
     return Chart(f"Flight Recorder, group {pg}", p, note)
 
 

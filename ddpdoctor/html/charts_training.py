@@ -131,7 +131,8 @@ def sections(series: RunSeries, culprits: list[int]) -> list[Section]:
         if not s.steps:
             continue
         label = f" ({s.strategy})" if len(series.steps) > 1 else ""
-        sec = Section(f"Training{label}: {len(s.steps)} steps, {s.world} ranks")
+        sec = Section(f"Training{label}: {s.downsampled_from or len(s.steps)} steps, "
+                      f"{s.world} ranks")
         if s.downsampled_from:
             sec.note = (f"{s.downsampled_from} steps shown as {len(s.steps)} columns: each "
                         "keeps its slowest step's times and its last step's values.")

@@ -20,14 +20,19 @@ def to_html(text: str) -> str:
     return _parser().render(text)
 
 
-def playbook_html(finding_id: str) -> tuple[str, str]:
-    """(title, body HTML) of the playbook for ``finding_id``; a missing one says so."""
+def playbook_html(finding_id: str) -> tuple[str, str, str]:
+    """(title, Fix section HTML, whole body HTML) of the playbook for ``finding_id``; a
+    missing or unreadable one says so instead."""
+    from markupsafe import escape
+
     from ddpdoctor.playbook import PlaybookError, load
 
     try:
         pb = load(finding_id)
     except KeyError:
-        return finding_id, f"<p>No playbook named {finding_id} ships with this version.</p>"
+        msg = f"<p>No playbook named {escape(finding_id)} ships with this version.</p>"
+        return finding_id, msg, msg
     except PlaybookError as e:
-        return finding_id, to_html(f"The playbook could not be read: {e}")
-    return pb.title, to_html(pb.body)
+        msg = f"<p>The playbook could not be read: {escape(str(e))}</p>"
+        return finding_id, msg, msg
+    return pb.title, to_html(pb.sections.get("Fix", "")), to_html(pb.body)

@@ -37,10 +37,11 @@ def sections_for(report: Report, series: RunSeries) -> list[Section]:
 
 
 def _finding_view(f: Any) -> dict[str, Any]:
-    title, body = playbook_html(f.playbook)
+    title, fix, body = playbook_html(f.playbook)
     items = [(k, v) for k, v in f.evidence.items() if k not in _SKIP_EVIDENCE]
     return {"id": f.id, "severity": f.severity, "title": f.title, "ranks": f.ranks,
             "playbook": f.playbook, "playbook_title": title, "playbook_html": Markup(body),
+            "fix_html": Markup(fix),
             "evidence_items": items}
 
 

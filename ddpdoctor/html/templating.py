@@ -26,4 +26,6 @@ def _pretty(value: Any) -> str:
 
     if isinstance(value, str):
         return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return "\n".join(value)  # quoted log lines, stack lines: one per line, as printed
     return json.dumps(value, indent=2, default=str, ensure_ascii=False)
