@@ -38,6 +38,8 @@ def train_report(returncode: int, json_log: str, events_path: str | None,
             f" ({'down' if s.get('loss_down') else 'NOT down'}), "
             f"{float(s.get('tokens_per_s') or 0):,.0f} tok/s", group="train",
             status="ok" if s.get("loss_down") else "warning", data={"json_log": json_log}))
+    if summaries:
+        report.duration_s = round(sum(float(s.get("time_s") or 0) for s in summaries), 3)
     report.checks.append(Check(
         "exit", f"torchrun exited {returncode}", group="train",
         status="ok" if returncode == 0 else "error"))
