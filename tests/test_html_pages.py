@@ -180,3 +180,30 @@ def test_other_commands_do_not_import_the_html_stack(command):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_attach_html_goes_through_finish(tmp_path, monkeypatch):
+    """`attach --html`: the same finish() path as --json; the diagnosis is attach's real
+    analysis of 8 synthetic rank stacks (rank 3 stuck in its dataset's __getitem__)."""
+    import ddpdoctor.attach.diagnosis as diagnosis
+
+    stacks = bench_html._rank_stack
+    from ddpdoctor.attach.analyze import analyze, group_stacks, headline
+    from ddpdoctor.attach.classify import classify
+    from ddpdoctor.attach.discover import Discovery
+
+    rank_stacks = [stacks(r, 3) for r in range(8)]
+    states = [classify(s) for s in rank_stacks]
+    found = analyze(states, [])
+    diag = diagnosis.HangDiagnosis(Discovery([], world_size=8), rank_stacks, states,
+                                   group_stacks(states), found, headline(states, found))
+    monkeypatch.setattr(diagnosis, "diagnose_hang", lambda *a, **k: diag)
+    out = tmp_path / "hang.html"
+    res = CliRunner().invoke(main, ["attach", "4711", "--json", str(tmp_path / "h.json"),
+                                    "--html", str(out)])
+    assert res.exit_code == 1, res.output
+    data = json.loads((tmp_path / "h.json").read_text())
+    assert [(f["id"], f["ranks"]) for f in data["findings"]] == [("HANG_DATALOADER", [3])]
+    html = out.read_text()
+    assert "Culprit: <strong>rank 3</strong>" in html
+    assert "Stacks of every rank, merged" in html and "data.py:41" in html
