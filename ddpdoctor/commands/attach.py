@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ddpdoctor.commands.common import FiniteFloat, finish, json_option
+from ddpdoctor.commands.common import FiniteFloat, finish, html_option, json_option
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
 
 
@@ -19,7 +19,9 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
 @click.option("--timeout", type=FiniteFloat(min=0.1, max=3600), default=5.0, show_default=True,
               metavar="S", help="Deadline for reading each rank's stack (and FR dumps).")
 @json_option
-def command(pids: tuple[int, ...], native: bool, timeout: float, json_path: str | None) -> None:
+@html_option
+def command(pids: tuple[int, ...], native: bool, timeout: float, json_path: str | None,
+            html_path: str | None) -> None:
     """Diagnose a hung job: every rank's stack, the culprit rank and why the others wait.
 
     \b
@@ -44,7 +46,7 @@ def command(pids: tuple[int, ...], native: bool, timeout: float, json_path: str 
         report.doctor_error = str(e)
     if diagnosis is not None:
         diagnosis.add_to(report)
-    finish(report, json_path, after=_stack_view(diagnosis))
+    finish(report, json_path, after=_stack_view(diagnosis), html_path=html_path)
 
 
 def _stack_view(diagnosis):  # noqa: ANN001, ANN202

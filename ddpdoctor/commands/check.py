@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ddpdoctor.commands.common import FiniteFloat, finish, json_option
+from ddpdoctor.commands.common import FiniteFloat, finish, html_option, json_option
 
 
 def _bandwidth_table(report) -> None:
@@ -61,11 +61,12 @@ def _bandwidth_table(report) -> None:
               help="This node's address for torchrun's rendezvous (multi-node).")
 @click.option("-v", "--verbose", is_flag=True, help="Show all evidence lines.")
 @json_option
+@html_option
 def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], deadline: float,
             master_addr: str | None, master_port: int | None, max_bytes: str,
             expect_busbw: float | None, shm_min_mb: int, nnodes: int, node_rank: int,
             rdzv_endpoint: str | None, local_addr: str | None, verbose: bool,
-            json_path: str | None) -> None:
+            json_path: str | None, html_path: str | None) -> None:
     """Preflight every rank before a run.
 
     Starts NPROC ranks on this node, each with a process group, runs the probes in each and
@@ -127,7 +128,7 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
     else:
         report = _run_with_progress(nproc, names, backend, deadline, opts)
     finish(report, json_path, verbose=verbose,
-           after=None if json_path == "-" else _bandwidth_table)
+           after=None if json_path == "-" else _bandwidth_table, html_path=html_path)
 
 
 def _run_with_progress(nproc, names, backend, deadline, opts):

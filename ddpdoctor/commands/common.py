@@ -1,4 +1,4 @@
-"""What every command shares: the --json option and how a report ends the process."""
+"""What every command shares: the --json/--html options and how a report ends the process."""
 
 from __future__ import annotations
 
@@ -52,9 +52,31 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def html_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--html", "html_path", metavar="PATH", default=None,
+        help="Also write the report as one self-contained HTML page with charts to PATH "
+             "(opens from disk in any browser, no network).",
+    )(f)
+
+
+def write_html_or_exit(report: Report, html_path: str, **sources: Any) -> None:
+    """Write the HTML page; a page that cannot be written is exit 3 with one line."""
+    from ddpdoctor.html import write_html
+
+    try:
+        size = write_html(report, html_path, **sources)
+    except OSError as e:
+        click.echo(f"ddpdoctor: cannot write HTML report to {html_path}: "
+                   f"{e.strerror or e}", err=True)
+        sys.exit(EXIT_DOCTOR_FAILED)
+    click.echo(f"ddpdoctor: HTML report written to {html_path} ({size / 1e6:.1f} MB)",
+               err=True)
+
+
 def finish(report: Report, json_path: str | None, verbose: bool = False,
-           after: Callable[[Report], None] | None = None) -> None:
-    """Render ``report``, write its JSON if asked, and exit with its exit code.
+           after: Callable[[Report], None] | None = None, html_path: str | None = None) -> None:
+    """Render ``report``, write its JSON and HTML if asked, and exit with its exit code.
 
     ``after`` prints command-specific detail (e.g. check's bandwidth table) after the view.
     """
@@ -72,6 +94,8 @@ def finish(report: Report, json_path: str | None, verbose: bool = False,
             click.echo(f"ddpdoctor: cannot write JSON report to {json_path}: {e.strerror}",
                        err=True)
             sys.exit(EXIT_DOCTOR_FAILED)
+    if html_path:
+        write_html_or_exit(report, html_path)
     sys.exit(report.exit_code)
 
 

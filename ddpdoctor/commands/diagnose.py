@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ddpdoctor.commands.common import finish, json_option
+from ddpdoctor.commands.common import finish, html_option, json_option
 from ddpdoctor.findings import Finding
 from ddpdoctor.logscan.reader import ReadStats
 from ddpdoctor.report import EXIT_USAGE, Check, Report
@@ -16,7 +16,9 @@ from ddpdoctor.report import EXIT_USAGE, Check, Report
 @click.argument("logfiles", nargs=-1, metavar="[LOGFILE]...")
 @click.option("-v", "--verbose", is_flag=True, help="Show every evidence line.")
 @json_option
-def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None) -> None:
+@html_option
+def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None,
+            html_path: str | None) -> None:
     """Find the first root cause in a crashed job's logs.
 
     \b
@@ -51,7 +53,7 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None) -> 
         _usage(f"cannot read {e.filename or 'input'}: {e.strerror or e}")
     except Exception as e:  # the doctor never crashes on input: says why and exits 3
         report.doctor_error = f"log triage failed: {type(e).__name__}: {e}"
-        finish(report, json_path, verbose)
+        finish(report, json_path, verbose, html_path=html_path)
         return
     for stats in scan.stats:
         report.checks.append(_check_for(stats, findings))
@@ -70,7 +72,7 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None) -> 
                                + ", ".join(c.summary for c in report.checks) + ")")
     ranks = sorted({e.rank for e in scan.events if e.rank is not None})
     report.world = {"logs": [s.name for s in scan.stats], "ranks_seen": ranks}
-    finish(report, json_path, verbose)
+    finish(report, json_path, verbose, html_path=html_path)
 
 
 def _check_for(stats: ReadStats, findings: list[Finding]) -> Check:

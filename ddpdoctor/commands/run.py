@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ddpdoctor.commands.common import FiniteFloat, finish, json_option
+from ddpdoctor.commands.common import FiniteFloat, finish, html_option, json_option
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
 
@@ -35,10 +35,11 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
               help="Where the output copy, heartbeats and Flight Recorder dumps go "
                    "(default: a new ddpdoctor-run-* directory under $TMPDIR).")
 @json_option
+@html_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
 def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
             fail_on_findings: bool, native: bool, run_dir: str | None, json_path: str | None,
-            cmd: tuple[str, ...]) -> None:
+            html_path: str | None, cmd: tuple[str, ...]) -> None:
     """Run any launch command unchanged, supervised: catch hangs, triage crashes.
 
     \b
@@ -78,7 +79,7 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
         click.echo(f"ddpdoctor run: {e.strerror or e}"
                    + (f": {e.filename}" if getattr(e, "filename", None) else ""), err=True)
         sys.exit(EXIT_DOCTOR_FAILED)
-    _finish(result, json_path)
+    _finish(result, json_path, html_path)
 
 
 def _check_watch_environment() -> None:
@@ -93,7 +94,7 @@ def _check_watch_environment() -> None:
         sys.exit(EXIT_USAGE)
 
 
-def _finish(result, json_path: str | None) -> None:  # noqa: ANN001
+def _finish(result, json_path: str | None, html_path: str | None = None) -> None:  # noqa: ANN001
     report = result.report
     hang = result.hang
     after = None
@@ -107,7 +108,7 @@ def _finish(result, json_path: str | None) -> None:  # noqa: ANN001
         # SIGHUP: the terminal is gone; the report is in RUN_DIR/report.json (and --json)
         _quiet_stdio()
     try:
-        finish(report, json_path, after=after)
+        finish(report, json_path, after=after, html_path=html_path)
     except OSError:  # the terminal went away while the report was printed
         if json_path and json_path != "-":
             try:

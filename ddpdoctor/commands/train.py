@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ddpdoctor.commands.common import FiniteFloat
+from ddpdoctor.commands.common import FiniteFloat, html_option, write_html_or_exit
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 from ddpdoctor.train import injections
 from ddpdoctor.train.config import STRATEGIES, check_resume, check_world
@@ -85,8 +85,9 @@ def _click_type(o: Any) -> Any:
 @click.option("--nproc", type=click.IntRange(1, 1024), default=None,
               help="Ranks on this machine (default 2; 4 when tp-dp is among the strategies).")
 @click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
+@html_option
 @_add_options
-def command(nproc: int | None, dry_run: bool, **values: Any) -> None:
+def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: Any) -> None:
     if "list" in values.get("inject", ()):
         click.echo(injections.describe())
         sys.exit(0)
@@ -109,12 +110,17 @@ def command(nproc: int | None, dry_run: bool, **values: Any) -> None:
     except ValueError as e:
         click.echo(f"ddpdoctor train: {e}", err=True)
         sys.exit(EXIT_USAGE)
+    env = os.environ.copy()
+    if html_path:
+        from ddpdoctor.html.train_sources import prepare
+
+        events = prepare(values, env)
     argv = torchrun_argv(world, to_argv(values))
     if dry_run:
         click.echo(" ".join(argv))
         sys.exit(0)
     try:
-        proc = subprocess.Popen(argv, env=os.environ.copy())
+        proc = subprocess.Popen(argv, env=env)
     except OSError as e:
         click.echo(f"ddpdoctor train: cannot start torchrun: {e}", err=True)
         sys.exit(EXIT_DOCTOR_FAILED)
@@ -123,4 +129,9 @@ def command(nproc: int | None, dry_run: bool, **values: Any) -> None:
     except KeyboardInterrupt:
         # the terminal's SIGINT reached torchrun too; let it tear the ranks down
         rc = proc.wait()
+    if html_path:
+        from ddpdoctor.html.train_report import train_report
+
+        write_html_or_exit(train_report(rc, values["json_log"], events, argv), html_path,
+                           json_logs=[values["json_log"]])
     sys.exit(rc)

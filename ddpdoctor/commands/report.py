@@ -1,0 +1,47 @@
+"""`ddpdoctor report RUN_DIR|REPORT.json --html PATH`: render a page after the fact."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ddpdoctor.commands.common import write_html_or_exit
+from ddpdoctor.report import EXIT_USAGE
+
+
+@click.command(name="report")
+@click.argument("source", metavar="RUN_DIR|REPORT.json")
+@click.option("--html", "html_path", metavar="PATH", required=True,
+              help="Where to write the self-contained HTML page.")
+@click.option("--json-log", "json_logs", multiple=True, metavar="PATH",
+              help="The reference trainer's --json-log (per-rank step times, memory, "
+                   "losses) to draw; RUN_DIR/train.jsonl is read without it.")
+@click.option("--run-dir", default=None, metavar="DIR",
+              help="Read the watch events, Flight Recorder dumps and heartbeats from DIR "
+                   "[default: the run directory the report names].")
+def command(source: str, html_path: str, json_logs: tuple[str, ...],
+            run_dir: str | None) -> None:
+    """Render a report as one self-contained HTML page, later, from its --json file or
+    from `ddpdoctor run`'s run directory.
+
+    \b
+    ddpdoctor report check.json --html check.html
+    ddpdoctor report /tmp/ddpdoctor-run-abc123 --html run.html
+    ddpdoctor report run.json --json-log train.jsonl --html run.html
+
+    Exit code: 0 when the page was written, 2 when SOURCE is not a report or a run
+    directory, 3 when the page cannot be written.
+    """
+    from ddpdoctor.html.sources import SourceError, load_report
+
+    try:
+        report = load_report(source)
+    except SourceError as e:
+        click.echo(f"ddpdoctor report: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    if run_dir is None and os.path.isdir(source):
+        run_dir = source
+    write_html_or_exit(report, html_path, run_dir=run_dir, json_logs=list(json_logs))
+    sys.exit(0)

@@ -1,0 +1,41 @@
+"""What a page is made of: sections of charts (bokeh models) and HTML fragments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from markupsafe import Markup
+
+
+@dataclass
+class Chart:
+    """A bokeh model, embedded by the page assembly with one shared script."""
+
+    title: str
+    model: Any
+    note: str = ""  # how to read it, under the chart
+
+
+@dataclass
+class Fragment:
+    """HTML rendered from one of the package's own templates (everything in it escaped)."""
+
+    html: Markup
+
+
+@dataclass
+class Section:
+    title: str
+    items: list[Chart | Fragment] = field(default_factory=list)
+    note: str = ""  # e.g. what is missing and why
+
+    def __bool__(self) -> bool:
+        return bool(self.items or self.note)
+
+
+def fragment(template: str, **context: Any) -> Fragment:
+    """Render ``templates/<template>`` (autoescaped) into a Fragment."""
+    from ddpdoctor.html.templating import environment
+
+    return Fragment(Markup(environment().get_template(template).render(**context)))

@@ -1,0 +1,58 @@
+"""Shared look of every chart: sizes, tools, palettes, rank colours."""
+
+from __future__ import annotations
+
+from typing import Any
+
+HEIGHT = 300
+TOOLS = "pan,box_zoom,wheel_zoom,reset,save"
+# slow = red: a low value (a slow link, a slow rank) is the one that should stand out
+SLOW_IS_RED = ("#a50026", "#d73027", "#f46d43", "#fdae61", "#fee08b", "#ffffbf", "#d9ef8b",
+               "#a6d96a", "#66bd63", "#1a9850", "#006837")
+
+
+def figure(**kw: Any) -> Any:
+    from bokeh.plotting import figure as bk_figure
+
+    kw.setdefault("height", HEIGHT)
+    kw.setdefault("sizing_mode", "stretch_width")
+    kw.setdefault("tools", TOOLS)
+    kw.setdefault("toolbar_location", "right")
+    p = bk_figure(**kw)
+    p.title.text_font_size = "13px"
+    p.xaxis.axis_label_text_font_style = "normal"
+    p.yaxis.axis_label_text_font_style = "normal"
+    return p
+
+
+def rank_colors(n: int) -> list[str]:
+    from bokeh.palettes import Category10, Turbo256
+
+    if n <= 10:
+        return list(Category10[10][:n])
+    return [Turbo256[int(i * 255 / max(n - 1, 1))] for i in range(n)]
+
+
+def color_bar(mapper: Any, title: str) -> Any:
+    from bokeh.models import ColorBar
+
+    return ColorBar(color_mapper=mapper, title=title, label_standoff=6, width=10)
+
+
+def bytes_tick_formatter() -> Any:
+    """Message sizes as nccl-tests prints them (8 B, 4 KiB, 16 MiB)."""
+    from bokeh.models import CustomJSTickFormatter
+
+    return CustomJSTickFormatter(code="""
+        const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+        let v = tick, i = 0;
+        while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+        return (Number.isInteger(v) ? v : v.toFixed(1)) + ' ' + u[i];
+    """)
+
+
+def integer_rank_axis(axis, n: int) -> None:  # noqa: ANN001
+    """Ranks are integers: tick each one on small jobs, let bokeh thin them on big ones."""
+    from bokeh.models import SingleIntervalTicker
+
+    axis.ticker = SingleIntervalTicker(interval=1 if n <= 32 else max(1, n // 16))

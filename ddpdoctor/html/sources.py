@@ -1,0 +1,113 @@
+"""Where a page's data comes from: a report JSON, a run directory, the files beside them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ddpdoctor.html import series as S
+from ddpdoctor.report import Report
+
+REPORT_NAMES = ("report.json", "ddpdoctor-report.json")
+EVENTS_NAME = "watch-events.jsonl"
+TRAIN_LOG_NAMES = ("train.jsonl", "json-log.jsonl")
+
+
+class SourceError(ValueError):
+    """The input is not a report or a run directory: one line, exit 2."""
+
+
+def load_report(path: str | os.PathLike) -> Report:
+    """A ``--json`` report file, or the report inside a run directory; a run directory
+    without one becomes a report of what its watch events hold."""
+    p = Path(path)
+    if p.is_dir():
+        for name in REPORT_NAMES:
+            if (p / name).is_file():
+                return _read(p / name)
+        return _report_from_run_dir(p)
+    if not p.exists():
+        raise SourceError(f"no such file or directory: {p}")
+    return _read(p)
+
+
+def _read(p: Path) -> Report:
+    try:
+        data = json.loads(S._read_bytes(p).decode("utf-8", "replace"))
+    except (OSError, ValueError) as e:
+        raise SourceError(f"{p}: not a ddpdoctor JSON report ({e})") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(
+            "ddpdoctor.report/"):
+        raise SourceError(f"{p}: not a ddpdoctor JSON report (no ddpdoctor.report schema)")
+    try:
+        report = Report.from_dict(data)
+    except (KeyError, ValueError, TypeError) as e:
+        raise SourceError(f"{p}: malformed report ({type(e).__name__}: {e})") from None
+    report.exit_override = data.get("exit_code") if isinstance(data.get("exit_code"), int) \
+        else None
+    return report
+
+
+def _report_from_run_dir(run_dir: Path) -> Report:
+    from ddpdoctor.report import Check
+    from ddpdoctor.supervise.watch_events import watch_findings
+
+    events = run_dir / EVENTS_NAME
+    if not events.is_file() and not (run_dir / "heartbeat").is_dir():
+        raise SourceError(f"{run_dir}: no report.json, {EVENTS_NAME} or heartbeat/ in it: "
+                          "not a ddpdoctor run directory")
+    report = Report(command="run", world={"run_dir": str(run_dir)})
+    report.duration_s = 0.0
+    report.checks.append(Check(
+        "run directory", f"rebuilt from {run_dir} (no report.json: the job's outcome, hang "
+        "diagnosis and crash triage are in the report run printed or wrote with --json)",
+        status="warning", group="run"))
+    for f in watch_findings(events) if events.is_file() else []:
+        report.add(f, check="watch")
+    return report
+
+
+def collect_series(report: Report, run_dir: str | os.PathLike | None = None,
+                   json_logs: list[str] | None = None) -> S.RunSeries:
+    """Every series found for ``report``: the trainer's JSON log(s), the watch events, the
+    Flight Recorder dumps and heartbeats of its run directory. What is absent is noted."""
+    out = S.RunSeries()
+    # A run directory named by the caller wins over the paths recorded in the report: the
+    # directory may have been copied elsewhere (attached to a ticket, say).
+    explicit = run_dir is not None
+    run_dir = run_dir or report.world.get("run_dir")
+    watch = next((c for c in report.checks if c.name == "watch"), None)
+    wdata = watch.data if watch else {}
+
+    def where(key: str, name: str) -> str | None:
+        if run_dir and (explicit or not wdata.get(key)):
+            return str(Path(run_dir) / name)
+        return wdata.get(key)
+
+    logs = list(json_logs or [])
+    if run_dir:
+        logs += [str(Path(run_dir) / n) for n in TRAIN_LOG_NAMES if (Path(run_dir) / n).is_file()]
+    for log in logs:
+        try:
+            out.steps += S.read_json_log(log)
+        except OSError as e:
+            out.notes.append(f"cannot read the training log {log}: {e.strerror or e}")
+    events = where("events", EVENTS_NAME)
+    if events and Path(events).is_file():
+        try:
+            out.events = S.read_watch_events(events)
+        except OSError as e:
+            out.notes.append(f"cannot read the watch events {events}: {e.strerror or e}")
+    fr_dir = where("fr_dir", "fr")
+    if fr_dir and Path(fr_dir).is_dir():
+        out.fr = S.read_fr_dir(fr_dir)
+    hb_dir = where("heartbeat_dir", "heartbeat")
+    if hb_dir and Path(hb_dir).is_dir():
+        out.heartbeats = S.read_heartbeats(hb_dir)
+    if report.command in ("run", "train") and not out.steps:
+        out.notes.append(
+            "No per-rank step series: ddpdoctor.watch() does not write per-step times, memory "
+            "or losses yet; the reference trainer's --json-log does (ddpdoctor report "
+            "RUN_DIR --json-log PATH, or put it in RUN_DIR/train.jsonl).")
+    return out

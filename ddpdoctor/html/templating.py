@@ -1,0 +1,31 @@
+"""The Jinja2 environment: templates are package data, autoescaped, loaded once."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+
+@lru_cache(maxsize=1)
+def environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("ddpdoctor.html", "templates"),
+        autoescape=True, undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True)
+    from ddpdoctor.findings import format_ranks
+
+    env.filters["ranks"] = format_ranks
+    env.filters["pretty"] = _pretty
+    return env
+
+
+def _pretty(value: Any) -> str:
+    import json
+
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return "\n".join(value)  # quoted log lines, stack lines: one per line, as printed
+    return json.dumps(value, indent=2, default=str, ensure_ascii=False)
