@@ -313,6 +313,23 @@ def test_oom_leaving_a_with_block_is_reported_and_raised(tmp_path):
     e = ev["evidence"]
     assert e["kind"] == "host" and e["requested_mb"] == 2**30 and e["history_mb"][-1][0] == 3
     assert e["rss_mb"] > 0 and e["host_total_mb"] > 0 and e["largest_tensors"]
+    # plan's view of the job rides along: this tiny model is below what plan models
+    assert e["plan"]["skipped"].startswith("ddpdoctor plan cannot model this job")
+
+
+def test_oom_plan_advice_names_the_strategy_that_fits():
+    from torch import nn
+
+    from ddpdoctor.watch.oom_plan import plan_advice, strategy_of
+
+    assert strategy_of(nn.parallel.DistributedDataParallel.__new__(
+        nn.parallel.DistributedDataParallel)) == "ddp"
+    assert strategy_of(nn.Linear(2, 2)) == "ddp"
+    advice = plan_advice(7_000_000_000, 8, "ddp", 80 << 30, "the GPU's total memory", "mixed")
+    assert advice["fits"] == "zero1" and advice["capacity_of"] == "the GPU's total memory"
+    assert advice["command"].startswith("ddpdoctor plan --params 7e+09 --nproc 8 --gpu-mem 80G")
+    assert "--strategy zero1" in advice["fix"]
+    assert float(advice["predicted_ddp_per_rank"].split()[0]) > 80  # ddp itself did not fit
 
 
 def test_cuda_oom_observer_writes_the_snapshot_and_one_finding(tmp_path):

@@ -22,6 +22,7 @@ from typing import Any
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
+from ddpdoctor.watch.oom_plan import advice_for_watch
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -186,7 +187,8 @@ class MemoryCheck(WatchCheck):
             # sampled every few steps (the heartbeat's history), and now (the failed step)
             "history_mb": [[s, round(b / 2**20, 1)] for s, b in
                            [*w.monitor.mem_history, (w.step + 1, self.sample())]],
-            "largest_tensors": largest_tensors(exclude=own_storages(w)), **extra}
+            "largest_tensors": largest_tensors(exclude=own_storages(w)),
+            "plan": advice_for_watch(w, kind), **extra}
         asked_text = f"asked {asked / 2**30:.2f} GiB" if asked is not None else "an allocation"
         if kind == "cuda":
             free = (f"{gpu_free / 2**30:.2f} GiB free on the GPU" if gpu_free is not None
