@@ -54,6 +54,15 @@ def test_odd_rank_still_working_is_not_a_hang():
     (["compute", "compute"], "no rank waits in a collective: no hang visible"),
     (["collective", "collective"], "ranks [0,1] wait in all_reduce: no odd one out"),
     (["idle", "idle"], "no rank waits in a collective: no hang visible")])
+def test_waiting_culprits_are_waiting_whatever_their_cpu():
+    """A collective mismatch: both culprits wait (in different collectives). CPU from a
+    spin-wait or prefetching workers does not make them 'working'."""
+    d = Diagnosis([State(0, "collective", 10), State(1, "collective", 11)],
+                  [Finding("HANG_COLLECTIVE_MISMATCH", "rank 0 in all_reduce; rank 1 in "
+                           "broadcast", ranks=[0, 1])])
+    assert judge(d, "", active={0, 1}).confirmed
+
+
 def test_no_finding_is_no_hang(kinds, headline):
     d = Diagnosis([State(r, k, 10 + r) for r, k in enumerate(kinds)], headline=headline)
     v = judge(d, "", active=set())
