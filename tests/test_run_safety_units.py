@@ -50,10 +50,6 @@ def test_odd_rank_still_working_is_not_a_hang():
     assert not v.confirmed and "still working" in v.reason and v.active == (1,)
 
 
-@pytest.mark.parametrize("kinds,headline", [
-    (["compute", "compute"], "no rank waits in a collective: no hang visible"),
-    (["collective", "collective"], "ranks [0,1] wait in all_reduce: no odd one out"),
-    (["idle", "idle"], "no rank waits in a collective: no hang visible")])
 def test_waiting_culprits_are_waiting_whatever_their_cpu():
     """A collective mismatch: both culprits wait (in different collectives). CPU from a
     spin-wait or prefetching workers does not make them 'working'."""
@@ -63,6 +59,10 @@ def test_waiting_culprits_are_waiting_whatever_their_cpu():
     assert judge(d, "", active={0, 1}).confirmed
 
 
+@pytest.mark.parametrize("kinds,headline", [
+    (["compute", "compute"], "no rank waits in a collective: no hang visible"),
+    (["collective", "collective"], "ranks [0,1] wait in all_reduce: no odd one out"),
+    (["idle", "idle"], "no rank waits in a collective: no hang visible")])
 def test_no_finding_is_no_hang(kinds, headline):
     d = Diagnosis([State(r, k, 10 + r) for r, k in enumerate(kinds)], headline=headline)
     v = judge(d, "", active=set())
