@@ -50,6 +50,15 @@ def test_odd_rank_still_working_is_not_a_hang():
     assert not v.confirmed and "still working" in v.reason and v.active == (1,)
 
 
+def test_waiting_culprits_are_waiting_whatever_their_cpu():
+    """A collective mismatch: both culprits wait (in different collectives). CPU from a
+    spin-wait or prefetching workers does not make them 'working'."""
+    d = Diagnosis([State(0, "collective", 10), State(1, "collective", 11)],
+                  [Finding("HANG_COLLECTIVE_MISMATCH", "rank 0 in all_reduce; rank 1 in "
+                           "broadcast", ranks=[0, 1])])
+    assert judge(d, "", active={0, 1}).confirmed
+
+
 @pytest.mark.parametrize("kinds,headline", [
     (["compute", "compute"], "no rank waits in a collective: no hang visible"),
     (["collective", "collective"], "ranks [0,1] wait in all_reduce: no odd one out"),
@@ -141,3 +150,33 @@ def test_kept_file_counts_what_a_write_error_keeps_out(tmp_path):
     ok.write(b"a\n")
     assert ok.complete and ok.lines == 1 and (tmp_path / "x").read_bytes() == b"a\n"
     ok._close()
+
+
+def test_signals_first_ctrl_c_is_passed_on_even_while_the_job_starts():
+    import signal
+
+    from ddpdoctor.supervise.signals import RunSignals
+
+    class FakeJob:
+        def __init__(self) -> None:
+            self.sent: list[int] = []
+
+        def signal_group(self, sig: int) -> bool:
+            self.sent.append(sig)
+            return True
+
+    sigs, job = RunSignals(), FakeJob()
+    sigs._handle(signal.SIGINT, None)  # before the job is attached
+    sigs.attach(job)
+    assert job.sent == [signal.SIGINT] and not sigs.teardown
+    sigs._handle(signal.SIGINT, None)  # the second: the whole tree, at once
+    assert sigs.teardown.startswith("a second Ctrl-C") and sigs.hurry
+    assert job.sent == [signal.SIGINT]
+
+    term = RunSignals()
+    term.attach(FakeJob())
+    term._handle(signal.SIGHUP, None)
+    assert term.teardown == "SIGHUP to ddpdoctor run" and term.terminal_gone
+    assert not term.hurry
+    term._handle(signal.SIGTERM, None)  # again during the grace: no more grace
+    assert term.hurry and term.teardown == "SIGHUP to ddpdoctor run"

@@ -74,11 +74,12 @@ def look(job: Any, tracker: ProgressTracker, stalled: float, opts: Any,
     return Look(at_s, stalled, tracker.last_what, verdict, headline), outcome
 
 
-# A rank blocked in a collective, asleep or stopped uses next to no CPU (the watch's
-# heartbeat thread: ~2 ms a second); one still working, even starved on a loaded host,
-# uses far more. Storage I/O (a checkpoint written to a slow disk) counts as work too.
-_WORK_CPU_SHARE = 0.01  # of one core, over the recheck
-_WORK_CPU_MIN_S = 0.02
+# A rank asleep, blocked or stopped uses next to no CPU (measured here: <= ~1% of a
+# core with the watch's threads, right after py-spy read it); one still working, even
+# starved on a host loaded 15x over its cores, got >= 7%. Storage I/O (a checkpoint
+# written to a slow disk) counts as work too. Ranks inside a collective are not asked.
+_WORK_CPU_SHARE = 0.02  # of one core, over the recheck
+_WORK_CPU_MIN_S = 0.03
 _WORK_IO_BYTES = 256 << 10
 
 
@@ -106,9 +107,13 @@ def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis
     """Watch the ranks the stacks blame for ``seconds`` more: a hang is confirmed only
     if none of them used CPU or did storage I/O meanwhile and nothing else moved.
     None: the job ended meanwhile."""
-    live = {s.rank for s in getattr(diagnosis, "states", [])
-            if s.kind not in ("dead", "zombie", "missing")}
-    watched = sorted(set(verdict.culprits) & live) or sorted(live)
+    # a rank whose stack is inside a collective / p2p wait is waiting by definition (its
+    # CPU may be a spin-wait); the question is whether the others are working
+    states = getattr(diagnosis, "states", [])
+    live = {s.rank for s in states if s.kind not in ("dead", "zombie", "missing")}
+    not_waiting = {s.rank for s in states if s.kind not in ("collective", "p2p")} & live
+    watched = sorted(set(verdict.culprits) & not_waiting) if set(verdict.culprits) & live \
+        else sorted(not_waiting)
     before = rank_usage(job.pid, rank_cache)
     start = time.monotonic()
     while time.monotonic() - start < seconds:
@@ -136,8 +141,9 @@ def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis
     if busy:
         return HangVerdict(False, f"{verdict.reason}; but {'; '.join(busy)}: working, not "
                            "hung", verdict.culprits, verdict.active)
-    return HangVerdict(True, verdict.reason + f" (rank(s) {', '.join(map(str, watched))} "
-                       f"idle for {took:.1f} s more)", verdict.culprits, verdict.active)
+    still = (f" (rank(s) {', '.join(map(str, watched))} idle for {took:.1f} s more)"
+             if watched else f" (unchanged for {took:.1f} s more)")
+    return HangVerdict(True, verdict.reason + still, verdict.culprits, verdict.active)
 
 
 def _traced(diagnosis: Any) -> set[int]:

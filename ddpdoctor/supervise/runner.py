@@ -151,7 +151,7 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
             except JobStartError:
                 _remove_created(created, inner)
                 raise
-            sigs.job = job
+            sigs.attach(job)
             _supervise(job, sigs, result, jenv, opts, reaper, wall0, subreaper, marker)
     finally:
         if reaper is not None:

@@ -25,6 +25,7 @@ class RunSignals:
         self.teardown = ""  # why run ends the job ("" while it does not)
         self.hurry = False  # SIGKILL now, no grace
         self.terminal_gone = False
+        self._pending_interrupt = False  # a Ctrl-C before the job was there to get it
         self._saved: dict[int, Any] = {}
 
     def __enter__(self) -> RunSignals:
@@ -38,6 +39,14 @@ class RunSignals:
     def __exit__(self, *exc: object) -> None:
         for sig, old in self._saved.items():
             signal.signal(sig, old)
+
+    def attach(self, job: Any) -> None:
+        """The job started: from now on a first Ctrl-C goes to it (one that came while
+        it was starting is passed on now: its output may already have been seen)."""
+        self.job = job
+        if self._pending_interrupt:
+            self._pending_interrupt = False
+            job.signal_group(signal.SIGINT)
 
     @property
     def received(self) -> bool:
@@ -53,6 +62,8 @@ class RunSignals:
             if self.interrupts == 1:
                 if self.job is not None:
                     self.job.signal_group(signal.SIGINT)
+                else:
+                    self._pending_interrupt = True
                 return
             self.teardown, self.hurry = "a second Ctrl-C (SIGINT) to ddpdoctor run", True
             return

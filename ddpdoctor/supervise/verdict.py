@@ -73,7 +73,10 @@ def judge(diagnosis: Any, error: str, active: set[int], traced: set[int] | None 
         return HangVerdict(False, diagnosis.headline or "no hang visible in the stacks",
                            active=act)
     culprits = sorted({r for f in findings for r in f.ranks})
-    busy = [r for r in culprits if r in active]
+    # a culprit inside a collective / p2p wait (a mismatch, a deadlock) is waiting,
+    # whatever its CPU says (a spin-wait, its DataLoader workers still prefetching)
+    waiting = {s.rank for s in live if s.kind in _WAITING}
+    busy = [r for r in culprits if r in active and r not in waiting]
     if busy:
         return HangVerdict(False, f"{findings[0].title}; but {_ranks(busy)} is still "
                            "working (CPU): slow, not hung", tuple(culprits), act)
