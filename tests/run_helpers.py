@@ -133,5 +133,19 @@ def run_all(jobs: list[RunJob], deadline_s: float) -> None:
                 j.kill()  # a doctor that exited leaves nothing; make sure of it
 
 
+def run_doctor(cwd: Path, *args: str, env: dict | None = None, timeout: float = 60,
+               ) -> subprocess.CompletedProcess:
+    """``ddpdoctor run ARGS`` in ``cwd`` (also its TMPDIR), the whole tree killed after."""
+    proc = subprocess.Popen([PY, "-m", "ddpdoctor", "run", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, TMPDIR=str(cwd), **(env or {})),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        kill_tree(proc.pid)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode())
+
+
 def findings(report: dict) -> list[tuple[str, list[int]]]:
     return [(f["id"], f["ranks"]) for f in report["findings"]]

@@ -14,23 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from run_helpers import run_doctor
 
 PY = sys.executable
 
 
-def run_doctor(cwd: Path, *args: str, env: dict | None = None, timeout: float = 60,
-               ) -> subprocess.CompletedProcess:
-    from run_helpers import kill_tree
-
-    proc = subprocess.Popen([PY, "-m", "ddpdoctor", "run", *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(os.environ, TMPDIR=str(cwd), **(env or {})),
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        kill_tree(proc.pid)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode())
 
 
 # --- the kept log

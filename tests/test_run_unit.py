@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_helpers import run_doctor
 
 from ddpdoctor.supervise.env import job_environment, watch_bootstrap_dir
 from ddpdoctor.supervise.process import rank_of_line
@@ -28,17 +29,6 @@ PY = sys.executable
 FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
-def run_doctor(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen([PY, "-m", "ddpdoctor", "run", *args], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        from run_helpers import kill_tree
-
-        kill_tree(proc.pid)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode())
 
 
 # --- environment
