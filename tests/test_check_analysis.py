@@ -289,3 +289,16 @@ def test_a_rank_that_raised_is_never_healthy():
     report = assemble_report(LaunchResult(2, "gloo", 30.0, 1.0, outcomes), ["gpu"], {})
     assert [(f.id, f.ranks) for f in report.findings] == [("RANK_CRASHED", [1])]
     assert report.exit_code == 1
+
+
+def test_a_rank_that_raised_while_another_is_stuck_is_the_culprit_not_a_crash():
+    """Rank 0's probe raised; rank 1 sat in the collective until the deadline. The
+    analysis used to look the raised rank up among the stuck ones (KeyError, no report)."""
+    from ddpdoctor.launcher import STATUS_ERROR, LaunchResult, RankOutcome
+    from ddpdoctor.preflight import assemble_report
+
+    outcomes = [RankOutcome(0, STATUS_ERROR, error="RuntimeError: boom", last_step="bandwidth"),
+                _stuck(1, "bandwidth", 6)]
+    report = assemble_report(LaunchResult(2, "gloo", 30.0, 30.1, outcomes), ["bandwidth"], {})
+    assert [(f.id, f.ranks) for f in report.findings] == [("RANK_CRASHED", [0])]
+    assert report.exit_code == 1

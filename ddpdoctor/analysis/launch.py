@@ -104,7 +104,10 @@ def analyze_launch(result: LaunchResult,
                       "stderr_tail": o.stderr_tail[-10:]},
         ))
     stuck = [o for o in result.outcomes if o.status == STATUS_TIMEOUT]
-    if stuck and not dead:
+    # A rank that raised is the cause (its own RANK_CRASHED finding names it); the ranks
+    # still stuck at the deadline were waiting for it in a collective: fallout.
+    raised = [o for o in result.outcomes if o.status == STATUS_ERROR]
+    if stuck and not dead and not raised:
         culprits = result.culprits() or [o.rank for o in stuck]
         findings += _deadline_findings(result, stuck, culprits, stall)
     return findings
