@@ -88,6 +88,22 @@ def test_gone_rank_confirms_only_while_the_others_sit_idle():
                   [Finding("RANK_CRASHED", "rank 1 has exited", ranks=[1])])
     assert judge(d, "", set()).confirmed
     assert not judge(d, "", {0}).confirmed  # rank 0 is still finishing its work
+    # rank 0 idle outside any collective (an upload, a wandb sync: network, no CPU) after
+    # rank 1 finished: winding down, not a hang
+    done = Diagnosis([State(0, "idle", 10), State(1, "dead", 11)],
+                     [Finding("RANK_CRASHED", "rank 1 has exited", ranks=[1])])
+    v = judge(done, "", set())
+    assert not v.confirmed and "no live rank waits" in v.reason
+
+
+def test_recheck_measures_ranks_by_their_pids_not_a_rank_variable():
+    """mp.spawn ranks carry no RANK: the recheck measures the pids the stacks matched."""
+    import os
+
+    from ddpdoctor.supervise.looks import rank_usage
+
+    usage = rank_usage({3: os.getpid(), 4: 2**22 + 12345})  # a pid that does not exist
+    assert set(usage) == {3} and usage[3][0] > 0
 
 
 def test_finding_without_a_waiting_rank_is_not_confirmed():

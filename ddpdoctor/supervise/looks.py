@@ -83,22 +83,31 @@ _WORK_CPU_MIN_S = 0.03
 _WORK_IO_BYTES = 256 << 10
 
 
-def rank_usage(job_pid: int, rank_cache: dict) -> dict[int, tuple[float, int]]:
-    """CPU seconds and storage bytes (read + written) per rank, workers included."""
+def rank_usage(rank_pids: dict[int, int]) -> dict[int, tuple[float, int]]:
+    """CPU seconds and storage bytes (read + written) per rank, its workers included.
+
+    Keyed by the pids the stack analysis matched to ranks, not by a RANK variable: ranks
+    started by mp.spawn or a plain script carry none, and must still be measured.
+    """
     import psutil
 
-    now = time.monotonic()
     out: dict[int, tuple[float, int]] = {}
-    for p in sample_tree(job_pid, now, rank_cache).procs:
-        if p.rank is None or p.zombie:
-            continue
+    for rank, pid in rank_pids.items():
         try:
-            io = psutil.Process(p.pid).io_counters()
-            moved = io.read_bytes + io.write_bytes
-        except (psutil.Error, AttributeError, OSError):
-            moved = 0
-        cpu, io_total = out.get(p.rank, (0.0, 0))
-        out[p.rank] = (cpu + p.cpu_s, io_total + moved)
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except (psutil.Error, OSError):
+            continue
+        cpu, moved = 0.0, 0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                cpu += t.user + t.system
+                io = p.io_counters()
+                moved += io.read_bytes + io.write_bytes
+            except (psutil.Error, AttributeError, OSError):
+                continue
+        out[rank] = (cpu, moved)
     return out
 
 
@@ -114,13 +123,14 @@ def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis
     not_waiting = {s.rank for s in states if s.kind not in ("collective", "p2p")} & live
     watched = sorted(set(verdict.culprits) & not_waiting) if set(verdict.culprits) & live \
         else sorted(not_waiting)
-    before = rank_usage(job.pid, rank_cache)
+    pids = {s.rank: s.pid for s in states if s.rank in watched and s.pid}
+    before = rank_usage(pids)
     start = time.monotonic()
     while time.monotonic() - start < seconds:
         if job.poll() is not None:
             return None
         time.sleep(min(0.2, seconds))
-    after = rank_usage(job.pid, rank_cache)
+    after = rank_usage(pids)
     took = time.monotonic() - start
     now = time.monotonic()
     quiet_before = tracker.stalled_for(now)
@@ -131,7 +141,7 @@ def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis
     busy = []
     for r in watched:
         if r not in before or r not in after:
-            continue
+            continue  # reported below as unmeasured
         cpu = after[r][0] - before[r][0]
         io = after[r][1] - before[r][1]
         if cpu > max(_WORK_CPU_MIN_S, _WORK_CPU_SHARE * took) or io >= _WORK_IO_BYTES:
@@ -141,6 +151,11 @@ def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis
     if busy:
         return HangVerdict(False, f"{verdict.reason}; but {'; '.join(busy)}: working, not "
                            "hung", verdict.culprits, verdict.active)
+    unmeasured = [r for r in watched if r not in before or r not in after]
+    if unmeasured:  # a rank that could not be looked at is not known to be idle
+        return HangVerdict(False, f"{verdict.reason}; but rank(s) "
+                           f"{', '.join(map(str, unmeasured))} could not be measured: "
+                           "not confirmed", verdict.culprits, verdict.active)
     still = (f" (rank(s) {', '.join(map(str, watched))} idle for {took:.1f} s more)"
              if watched else f" (unchanged for {took:.1f} s more)")
     return HangVerdict(True, verdict.reason + still, verdict.culprits, verdict.active)

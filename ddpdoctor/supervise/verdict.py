@@ -66,8 +66,13 @@ def judge(diagnosis: Any, error: str, active: set[int], traced: set[int] | None 
             return HangVerdict(False, f"{_ranks([s.rank for s in gone])} gone, but "
                                f"{_ranks(busy)} still working (CPU): not stopped",
                                active=act)
+        if live and not any(s.kind in _WAITING for s in live):
+            # a finished rank and one still uploading or syncing (network, no CPU) is
+            # a job winding down, not a hang: only ranks waiting for the gone one are
+            return HangVerdict(False, f"{_ranks([s.rank for s in gone])} gone, but no "
+                               "live rank waits in a collective for it", active=act)
         return HangVerdict(True, f"{_ranks([s.rank for s in gone])} gone while the others "
-                           "make no progress", tuple(s.rank for s in gone), act)
+                           "wait in a collective", tuple(s.rank for s in gone), act)
     findings = list(diagnosis.findings)
     if not findings:
         return HangVerdict(False, diagnosis.headline or "no hang visible in the stacks",
