@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,35 @@ def test_torn_and_foreign_lines_are_skipped(tmp_path):
     s = read_watch_series(tmp_path)
     assert s is not None and s.world == 2
     assert read_watch_series(tmp_path / "nowhere") is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_run_html_draws_the_watch_series_of_an_ordinary_job(tmp_path):
+    from run_helpers import run_doctor
+
+    job = HERE / "fixtures" / "run_jobs" / "slow_rank_job.py"
+    run_dir, page = tmp_path / "run", tmp_path / "page.html"
+    # checks every 5 steps: the watch times every step (those before a check step)
+    res = run_doctor(tmp_path, "--run-dir", str(run_dir), "--html", str(page), "--",
+                     sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                     str(job), "40", "0.08",
+                     env={"DDPDOCTOR_WATCH_EVERY": "5", "OMP_NUM_THREADS": "1",
+                          # this checkout's ddpdoctor in the ranks, whatever pip installed
+                          "PYTHONPATH": os.pathsep.join(
+                              p for p in (str(HERE.parent), os.environ.get("PYTHONPATH"))
+                              if p)},
+                     timeout=200)
+    assert res.returncode in (0, 1), res.stderr[-2000:]
+    for rank in (0, 1):
+        recs = _records(run_dir / SERIES_NAME.format(rank=rank))
+        assert recs and recs[-1]["step"] == 40 and recs[-1]["rank"] == rank
+        assert sum(r["steps"] for r in recs) == 40  # every step once, none twice
+    s = read_watch_series(run_dir)
+    assert s is not None and s.world == 2
+    timed = [row for row in s.rank_busy_s if all(v == v for v in row)]
+    assert timed and sum(r[1] > r[0] for r in timed) > len(timed) / 2  # rank 1 sleeps
+    html = page.read_text()
+    assert "gather (data + forward), seconds" in html and "slowest is rank 1" in html
+    assert "memory per rank (RSS on CPU, MB)" in html
+    assert "No per-rank step series" not in html
