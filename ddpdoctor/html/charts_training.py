@@ -167,6 +167,6 @@ def sections(series: RunSeries, culprits: list[int]) -> list[Section]:
         out.append(Section("Training", note=(
             "Findings were raised at steps " + ", ".join(
                 f"{e.id} at step {e.step}" for e in series.events[:8])
-            + ", but no per-step series was found to draw them on (the in-training checks "
-              "do not write per-rank step times; the trainer's --json-log does).")))
+            + ", but no per-step series was found to draw them on (no watch-series-rank*.jsonl "
+              "beside the events file, no trainer --json-log).")))
     return out
