@@ -8,7 +8,7 @@ from typing import Any
 
 from ddpdoctor.html import charts_common as cc
 from ddpdoctor.html.blocks import Chart, Section
-from ddpdoctor.html.series import RunSeries, StepSeries, WatchEvent
+from ddpdoctor.html.series import WATCH_STRATEGY, RunSeries, StepSeries, WatchEvent
 
 _SEVERITY_COLOR = {"error": "#c62828", "warning": "#ef6c00", "info": "#1565c0"}
 
@@ -125,6 +125,11 @@ def grad_norm_chart(s: StepSeries, events: list[WatchEvent]) -> Chart:
                  "norm is not written by any part of ddpdoctor yet.")
 
 
+def _drawn(matrix: list[list[float]]) -> bool:
+    """Whether a chart of ``matrix`` would show anything (the watch knows no loss)."""
+    return any(math.isfinite(v) for row in matrix for v in row)
+
+
 def sections(series: RunSeries, culprits: list[int]) -> list[Section]:
     out = []
     for s in series.steps:
@@ -136,20 +141,32 @@ def sections(series: RunSeries, culprits: list[int]) -> list[Section]:
         if s.downsampled_from:
             sec.note = (f"{s.downsampled_from} steps shown as {len(s.steps)} columns: each "
                         "keeps its slowest step's times and its last step's values.")
-        sec.items.append(step_heatmap(s, series.events))
-        sec.items.append(data_share_chart(s))
+        watch = s.strategy == WATCH_STRATEGY
+        if watch:
+            sec = Section(f"Training: to step {s.steps[-1]}, {s.world} ranks", note=(
+                "From the watch's series files (watch-series-rank*.jsonl): each column is "
+                "the per-step mean over an interval of steps (about a second). The time to "
+                "the gather is known on the steps the watch times (those before a check "
+                "step) and blank elsewhere."))
+        if _drawn(s.rank_busy_s):
+            sec.items.append(step_heatmap(s, series.events))
+        if _drawn(s.rank_data_s):
+            sec.items.append(data_share_chart(s))
         sec.items.append(Chart("memory per rank", per_rank_lines(
             s, s.rank_rss_mb, "memory per rank (RSS on CPU, MB)", "MB", series.events,
-            culprits), "Host RSS sampled each step by the trainer."))
-        sec.items.append(Chart("loss per rank", per_rank_lines(
-            s, s.rank_loss, "loss per rank (before the all-reduce)", "loss", series.events,
-            culprits)))
-        sec.items.append(grad_norm_chart(s, series.events))
+            culprits), "Host RSS sampled by the watch's heartbeat thread." if watch
+            else "Host RSS sampled each step by the trainer."))
+        if _drawn(s.rank_loss):
+            sec.items.append(Chart("loss per rank", per_rank_lines(
+                s, s.rank_loss, "loss per rank (before the all-reduce)", "loss",
+                series.events, culprits)))
+        if _drawn([s.grad_norm]):
+            sec.items.append(grad_norm_chart(s, series.events))
         out.append(sec)
     if not out and series.events:
         out.append(Section("Training", note=(
             "Findings were raised at steps " + ", ".join(
                 f"{e.id} at step {e.step}" for e in series.events[:8])
-            + ", but no per-step series was found to draw them on (the in-training checks "
-              "do not write per-rank step times; the trainer's --json-log does).")))
+            + ", but no per-step series was found to draw them on (no watch-series-rank*.jsonl "
+              "beside the events file, no trainer --json-log).")))
     return out

@@ -8,6 +8,7 @@ that is missing or unreadable gives an empty series with the reason, never an ex
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from ddpdoctor.safefile import open_regular
 # A page keeps this many step columns at most: a 100k-step run still opens instantly.
 MAX_STEPS = 600
 _MAX_FILE_BYTES = 256 << 20
+WATCH_STRATEGY = "watch"  # the StepSeries read from the watch's series files
 
 
 @dataclass
@@ -130,6 +132,63 @@ def read_json_log(path: str | os.PathLike) -> list[StepSeries]:
         s.rank_rss_mb.append(_row(rec, "rank_rss_mb", world))
         s.rank_loss.append(_row(rec, "rank_loss", world))
     return [downsample(s) for s in by_strategy.values()]
+
+
+def read_watch_series(directory: str | os.PathLike) -> StepSeries | None:
+    """The watch's per-rank series files (watch/series_file.py) as one ``StepSeries``.
+
+    Each rank's heartbeat thread samples at its own moments, so the ranks' records end at
+    different steps: the columns are the steps of the rank with the most records, and each
+    rank's value at a column is its record covering that step (the first ending at or
+    after it). The heat map's time to the gather is data wait + forward, known only for
+    the intervals holding a step the watch timed; the others are left blank (NaN).
+    """
+    from bisect import bisect_left
+
+    from ddpdoctor.watch.events import SERIES_GLOB
+
+    per_rank: dict[int, list[dict]] = {}
+    for p in sorted(Path(directory).glob(SERIES_GLOB)):
+        try:
+            rank = int(p.stem.rsplit("rank", 1)[1])
+            lines = _read_lines(p)
+        except (OSError, ValueError, IndexError):
+            continue
+        recs: dict[int, dict] = {}
+        for line in lines:
+            try:
+                rec = json.loads(line)
+                step = int(rec["step"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line of a killed rank
+            if isinstance(rec, dict) and step > 0:
+                recs[step] = rec  # a halving rewrite raced an append: last one wins
+        if recs:
+            per_rank[rank] = [recs[k] for k in sorted(recs)]
+    if not per_rank:
+        return None
+    world = max(per_rank) + 1
+    grid = [int(r["step"]) for r in max(per_rank.values(), key=len)]
+    keys = {r: [int(x["step"]) for x in recs] for r, recs in per_rank.items()}
+    s = StepSeries(WATCH_STRATEGY)
+    for g in grid:
+        row: list[dict | None] = []
+        for r in range(world):
+            i = bisect_left(keys.get(r, []), g)
+            row.append(per_rank[r][i] if r in per_rank and i < len(per_rank[r]) else None)
+        data = [_num(x.get("data_wait_s")) if x else float("nan") for x in row]
+        fwd = [_num(x.get("forward_s")) if x else float("nan") for x in row]
+        step_t = [_num(x.get("step_time_s")) if x else float("nan") for x in row]
+        finite = [t for t in step_t if math.isfinite(t)]
+        s.steps.append(g)
+        s.step_time_s.append(max(finite) if finite else float("nan"))
+        s.rank_data_s.append(data)
+        s.rank_compute_s.append(fwd)
+        s.rank_rss_mb.append([_num(x.get("rss_mb")) if x else float("nan") for x in row])
+        s.rank_loss.append([_num(x.get("loss")) if x else float("nan") for x in row])
+        s.loss.append(float("nan"))
+        s.grad_norm.append(float("nan"))
+    return downsample(s)
 
 
 def _num(value: object) -> float:

@@ -99,6 +99,19 @@ def collect_series(report: Report, run_dir: str | os.PathLike | None = None,
             out.events = S.read_watch_events(events)
         except OSError as e:
             out.notes.append(f"cannot read the watch events {events}: {e.strerror or e}")
+    # the watch writes its step series beside its events file (watch/events.py)
+    for d in dict.fromkeys(str(x) for x in (run_dir, events and Path(events).parent) if x):
+        if out.steps:
+            break
+        if not Path(d).is_dir():
+            continue
+        try:
+            watch_steps = S.read_watch_series(d)
+        except OSError as e:
+            out.notes.append(f"cannot read the watch step series in {d}: {e.strerror or e}")
+            continue
+        if watch_steps is not None:
+            out.steps.append(watch_steps)
     fr_dir = where("fr_dir", "fr")
     if fr_dir and Path(fr_dir).is_dir():
         out.fr = S.read_fr_dir(fr_dir)
@@ -107,7 +120,7 @@ def collect_series(report: Report, run_dir: str | os.PathLike | None = None,
         out.heartbeats = S.read_heartbeats(hb_dir)
     if report.command in ("run", "train") and not out.steps:
         out.notes.append(
-            "No per-rank step series: ddpdoctor.watch() does not write per-step times, memory "
-            "or losses yet; the reference trainer's --json-log does (ddpdoctor report "
-            "RUN_DIR --json-log PATH, or put it in RUN_DIR/train.jsonl).")
+            "No per-rank step series: no watch-series-rank*.jsonl in the run directory (the "
+            "watch writes them beside its events file: DDPDOCTOR_EVENTS) and no trainer "
+            "--json-log (ddpdoctor report RUN_DIR --json-log PATH, or RUN_DIR/train.jsonl).")
     return out

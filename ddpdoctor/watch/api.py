@@ -459,12 +459,13 @@ class Watcher:
         step = self.step
         self.steps.end_step()
         step_s = now - self.t_boundary
-        if self._module_hooks:  # a timed step: its forward ran under the module hooks
+        timed = bool(self._module_hooks)  # its forward ran under the module hooks
+        if timed:
             self.window.append((step, step_s, self.data_s, self.fwd_s))
+        self.monitor.boundary(step, step_s, self.data_s, self.fwd_s, timed)
         self.data_s = self.fwd_s = 0.0
         self.in_step = False
         self.t_boundary = now
-        self.monitor.boundary(step, step_s)
         for fn in self._at["step_end"]:
             fn(self, step)
         if self.coll and self.is_check_step(step):

@@ -18,6 +18,11 @@ from typing import Any
 from ddpdoctor.findings import Finding, format_ranks
 
 SCHEMA = "ddpdoctor.event/1"
+# Per-rank step series the watch writes beside the events file (watch/series_file.py);
+# the HTML report reads them back (html/series.py). One name for both sides.
+SERIES_SCHEMA = "ddpdoctor.watch-series/1"
+SERIES_NAME = "watch-series-rank{rank}.jsonl"
+SERIES_GLOB = "watch-series-rank*.jsonl"
 log = logging.getLogger("ddpdoctor.watch")
 # Library convention: records reach the user's handlers, but without any configured the
 # warning itself is the one line on stderr (no duplicate from logging's last resort).
@@ -36,6 +41,14 @@ def event_path(template: str | None, rank: int) -> str | None:
     if not template:
         return None
     return template.replace("{rank}", str(rank))
+
+
+def series_path(events_path: str | None, rank: int) -> str | None:
+    """The rank's series file: beside its events file; None when no events file is set."""
+    if not events_path:
+        return None
+    return os.path.join(os.path.dirname(os.path.abspath(events_path)),
+                        SERIES_NAME.format(rank=rank))
 
 
 class EventSink:

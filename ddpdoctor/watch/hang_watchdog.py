@@ -20,6 +20,8 @@ import time
 from typing import Any
 
 from ddpdoctor import safefile
+from ddpdoctor.watch.events import series_path
+from ddpdoctor.watch.series_file import SeriesWriter, Sums, interval
 
 _lock = threading.Lock()
 _monitor: Monitor | None = None
@@ -50,6 +52,11 @@ class Monitor:
         self.status = "running"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.sums: Sums = (0, 0.0, 0.0, 0.0, 0)
+        self._sums_seen: Sums = self.sums
+        self._series_lock = threading.Lock()  # the thread and the atexit stop() both sample
+        path = series_path(getattr(sink, "path", None), rank)
+        self.series = SeriesWriter(path) if path else None
         self.heartbeat_path = (os.path.join(cfg.heartbeat_dir, f"rank{rank}.json")
                                if cfg.heartbeat_dir else None)
 
@@ -58,7 +65,12 @@ class Monitor:
         self.step, self.phase = step, phase
         self.ticks += 1
 
-    def boundary(self, step: int, step_s: float) -> None:
+    def boundary(self, step: int, step_s: float, data_s: float = 0.0, fwd_s: float = 0.0,
+                 timed: bool = False) -> None:
+        # one tuple a step: the series sampler reads the running sums from the thread
+        sums = self.sums
+        self.sums = ((step, sums[1] + step_s, sums[2] + data_s, sums[3] + fwd_s,
+                      sums[4] + 1) if timed else (step, sums[1] + step_s) + sums[2:])
         # most steps run no forward hook (watch/first_grad.py): "forward" is marked only
         # on some, so until the first gradient the phase is data loading or the forward
         self.step, self.phase, self.step_s = step, "data/forward", step_s
@@ -97,6 +109,10 @@ class Monitor:
         self._stop.set()
         self._observe()  # the last beat carries the last step
         self._heartbeat()
+        try:
+            self._sample_series(final=True)
+        except Exception:  # noqa: BLE001, S110 - exiting: nothing more to do
+            pass
 
     def _observe(self) -> None:
         """Progress times, to the thread's interval: the training thread reads no clock."""
@@ -116,8 +132,29 @@ class Monitor:
                 self._observe()
                 self._check_stall()
                 self._heartbeat()
+                self._sample_series()
             except Exception:  # noqa: BLE001 - the watchdog must never take a rank down
                 pass
+
+    def _sample_series(self, final: bool = False) -> None:
+        """One record for the steps since the last wake (watch/series_file.py)."""
+        if self.series is None:
+            return
+        if self.paused and not final:
+            return  # a pause is no step: its time is not in the sums either
+        from ddpdoctor.watch.memory import rss_bytes
+
+        with self._series_lock:
+            now = self.sums
+            if now[0] < self._sums_seen[0]:
+                self._sums_seen = now  # a new watcher counts from 1 again
+            rec = interval(self._sums_seen, now, self.rank,
+                           rss_bytes() if now[0] > self._sums_seen[0] else None)
+            if rec is not None:
+                self._sums_seen = now
+                self.series.add(rec)
+            if final:
+                self.series.flush()
 
     def _check_stall(self) -> None:
         if not self.started or self.paused or "hang" not in self.cfg.checks:
