@@ -178,6 +178,20 @@ def test_triage_falls_back_to_the_rank_that_exited_first(tmp_path):
     assert triage_output(log, [], 1)[0] == []
 
 
+def test_triage_names_the_rank_run_saw_exit_when_the_log_does_not(tmp_path):
+    """The log tells how a process died but not which rank (an unprefixed line, torchrun's
+    summary cut short): the rank run saw exit first is the culprit, and the evidence says
+    how it was known."""
+    from ddpdoctor.supervise.progress import RankExit
+
+    log = tmp_path / "output.log"
+    log.write_bytes(b"step 1\nFatal Python error: Segmentation fault\n")
+    assert [(f.id, f.ranks) for f in triage_output(log, [], -11)[0]] == [("RANK_CRASHED", [])]
+    findings, _ = triage_output(log, [RankExit(1, 4242, 5.0), RankExit(0, 4241, 6.0)], -11)
+    assert (findings[0].id, findings[0].ranks) == ("RANK_CRASHED", [1])
+    assert findings[0].evidence["rank_from"].startswith("process sampling: rank 1")
+
+
 def test_job_exit_code():
     assert (job_exit_code(0), job_exit_code(3), job_exit_code(-9), job_exit_code(-15)) == (
         0, 3, 137, 143)

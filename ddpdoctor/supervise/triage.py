@@ -54,6 +54,13 @@ def triage_output(output_log: Path, exits: list[RankExit], returncode: int
     first = first_exit(exits)
     if first is not None:
         info["first_exit"] = {"rank": first.rank, "pid": first.pid}
+    if findings and first is not None and findings[0].id in ("RANK_CRASHED", "OOM") \
+            and not findings[0].ranks:
+        # The log tells how a process died but not which rank (torchrun's summary cut
+        # short, an unprefixed line); run saw which rank's process exited first.
+        findings[0].ranks = [first.rank]
+        findings[0].evidence["rank_from"] = (f"process sampling: rank {first.rank} (pid "
+                                             f"{first.pid}) exited first")
     if not findings and first is not None:
         findings = [Finding(
             "RANK_CRASHED",
