@@ -16,22 +16,27 @@ MASK = "***"
 
 _SECRET_WORDS = frozenset({
     # Singular on purpose: evidence counts "tokens" (throughput) and names store "keys".
-    "TOKEN", "KEY", "APIKEY", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
-    "PASS", "PWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "CREDS", "AUTH", "AUTHORIZATION",
-    "COOKIE", "SESSION", "PRIVATE", "SIGNATURE", "BEARER", "JWT", "PAT", "SAS", "DSN",
+    "TOKEN", "APIKEY", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE",
+    "CREDENTIAL", "CREDENTIALS", "CREDS", "AUTHORIZATION", "COOKIE", "BEARER", "JWT", "DSN",
 })
+# Words that are secret only as part of a longer name (API_KEY, DB_PASS, SESSION_TOKEN):
+# alone they name diagnostic facts ("key: rank_3_done" in a store timeout, a "signature").
+_SECRET_IN_COMPOUND = frozenset({"KEY", "PASS", "PWD", "AUTH", "SESSION", "PRIVATE",
+                                 "SIGNATURE", "PAT", "SAS"})
 # Words that contain a secret word but name no secret.
 _HARMLESS = frozenset({"PWD", "OLDPWD"})
 
 
 def is_secret_name(name: str) -> bool:
     """True when an environment variable or flag called ``name`` may hold a secret."""
-    bare = name.lstrip("-").upper()
+    bare = name.strip("'\"").lstrip("-").upper()
     if bare in _HARMLESS:
         return False
     words = [w for w in re.split(r"[_\-.]+", bare) if w]
-    return any(w in _SECRET_WORDS or w.endswith(("TOKEN", "SECRET", "PASSWORD", "APIKEY"))
-               for w in words)
+    if any(w in _SECRET_WORDS or w.endswith(("TOKEN", "SECRET", "PASSWORD", "APIKEY"))
+           for w in words):
+        return True
+    return len(words) > 1 and any(w in _SECRET_IN_COMPOUND for w in words)
 
 
 def env_value(name: str, value: Any) -> Any:
@@ -68,7 +73,7 @@ def argv(args: list[str]) -> list[str]:
 
 
 _NAME = r"[A-Za-z_][\w.\-]*"
-_ASSIGN = re.compile(rf"(?P<name>--?{_NAME}|{_NAME})(?P<sep>=|:\s+|\s+)"
+_ASSIGN = re.compile(rf"(?P<name>--?{_NAME}|['\"]?{_NAME}['\"]?)(?P<sep>=|:\s*|\s+)"
                      r"(?P<value>\"[^\"]*\"|'[^']*'|\S+)")
 _URL_AUTH = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")

@@ -53,7 +53,8 @@ def test_open_append_is_line_buffered(tmp_path):
     ("HF_TOKEN", True), ("MASTER_PASSWORD", True), ("AWS_SECRET_ACCESS_KEY", True),
     ("WANDB_API_KEY", True), ("--api-key", True), ("my.credentials", True),
     ("NCCL_IB_PKEY", False), ("MASTER_PORT", False), ("PWD", False), ("OMP_NUM_THREADS", False),
-    ("keys", False), ("tokens_per_s", False),
+    ("keys", False), ("tokens_per_s", False), ("key", False), ("signature", False),
+    ("DB_PASS", True), ("PRIVATE_KEY", True), ("'HF_TOKEN'", True),
 ])
 def test_secret_names(name, secret):
     assert redact.is_secret_name(name) is secret
@@ -67,6 +68,9 @@ def test_redact_argv_text_and_nested():
     for secret in ("abc123", "hunter2", "pw@"):
         assert secret not in out
     assert "token expired" in out
+    printed = redact.text("environ({'HF_TOKEN': 'hf_abc123', 'PATH': '/usr/bin'})")
+    assert "hf_abc123" not in printed and "/usr/bin" in printed
+    assert redact.text("wait key: rank_3_done timed out") == "wait key: rank_3_done timed out"
     nested = redact.deep({"env": {"HF_TOKEN": "x1", "A": "b"}, "cmd": ["--password=zz9"]})
     assert nested == {"env": {"HF_TOKEN": "***", "A": "b"}, "cmd": ["--password=***"]}
 
