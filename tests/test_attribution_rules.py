@@ -75,6 +75,15 @@ def test_no_guard_outside_rank_conditions(line):
     assert guard_at(GUARDED, line) is None
 
 
+@pytest.mark.parametrize("cond", ["args.local_rank != -1", "args.local_rank == -1",
+                                  "rank is not None", "rank is None", "rank >= 0",
+                                  "-1 != local_rank"])
+def test_running_distributed_sentinels_are_not_guards(cond):
+    # true (or false) on every rank alike: a collective under it is called by all ranks
+    src = f"if {cond}:\n    dist.all_reduce(t)\n"
+    assert guard_at(src, 2) is None
+
+
 def test_flags_computed_from_a_rank_are_guards_devices_are_not():
     src = ("culprit = rank == args.culprit\n"
            "device = torch.device(f'cuda:{local_rank}')\n"

@@ -63,6 +63,29 @@ def _mentions_rank(test: ast.AST, derived: frozenset[str] = frozenset()) -> bool
     return False
 
 
+def _is_sentinel(test: ast.AST) -> bool:
+    """``local_rank != -1``, ``rank is not None``, ``rank >= 0``: "running distributed",
+    true on every rank alike, so a block under it is no one-sided guard."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if _RANK_NAMES.match(_leaf_name(right)) and not _RANK_NAMES.match(_leaf_name(left)):
+        left, right = right, left
+        op = {ast.Lt: ast.Gt(), ast.LtE: ast.GtE()}.get(type(op), op)
+    if not _RANK_NAMES.match(_leaf_name(left)):
+        return False
+    try:
+        value = ast.literal_eval(right)  # -1 is UnaryOp(USub, 1) in the tree
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        return False
+    if value is None:
+        return isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value == -1 and isinstance(op, (ast.Eq, ast.NotEq, ast.Gt))) or \
+            (value == 0 and isinstance(op, ast.GtE))
+    return False
+
+
 def _derived_flags(tree: ast.AST) -> frozenset[str]:
     """Names assigned a comparison of a rank: ``is_master = rank == 0``. Comparisons
     only: ``device = torch.device(f"cuda:{local_rank}")`` is no rank flag."""
@@ -101,7 +124,7 @@ class _GuardFinder(ast.NodeVisitor):
                                                           for s in body), line, text))
 
     def visit_If(self, node: ast.If) -> None:  # noqa: N802 - ast's spelling
-        if _mentions_rank(node.test, self.derived):
+        if _mentions_rank(node.test, self.derived) and not _is_sentinel(node.test):
             text = ast.get_source_segment(self.source, node.test) or "rank guard"
             self._add(node.body, node.lineno, text)
             self._add(node.orelse, node.lineno, f"not ({text})")
