@@ -13,7 +13,7 @@ from typing import Any
 
 from ddpdoctor.supervise import hang as hang_mod
 from ddpdoctor.supervise.progress import ProgressTracker, sample_tree
-from ddpdoctor.supervise.verdict import HangVerdict, judge
+from ddpdoctor.supervise.verdict import GONE_KINDS, WAITING_KINDS, HangVerdict, judge
 
 
 def say(line: str) -> None:
@@ -119,8 +119,8 @@ def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis
     # a rank whose stack is inside a collective / p2p wait is waiting by definition (its
     # CPU may be a spin-wait); the question is whether the others are working
     states = getattr(diagnosis, "states", [])
-    live = {s.rank for s in states if s.kind not in ("dead", "zombie", "missing")}
-    not_waiting = {s.rank for s in states if s.kind not in ("collective", "p2p")} & live
+    live = {s.rank for s in states if s.kind not in GONE_KINDS}
+    not_waiting = {s.rank for s in states if s.kind not in WAITING_KINDS} & live
     watched = sorted(set(verdict.culprits) & not_waiting) if set(verdict.culprits) & live \
         else sorted(not_waiting)
     pids = {s.rank: s.pid for s in states if s.rank in watched and s.pid}

@@ -13,12 +13,12 @@ from typing import Any
 
 from ddpdoctor.report import EXIT_FINDINGS, Check
 from ddpdoctor.supervise import triage as triage_mod
+from ddpdoctor.supervise.hang import GROUP
 from ddpdoctor.supervise.process import Job
 from ddpdoctor.supervise.secrets import scrub_report
 from ddpdoctor.supervise.tree import killed_summary
 from ddpdoctor.supervise.watch_events import merge, watch_findings
 
-GROUP = "run"
 REPORT_NAME = "report.json"
 _MEMORY_IDS = ("RANK_CRASHED", "OOM")
 

@@ -31,7 +31,6 @@ from ddpdoctor.supervise.secrets import scrub_report
 from ddpdoctor.supervise.signals import RunSignals
 from ddpdoctor.supervise.tree import JobTree, Killed, set_subreaper
 
-GROUP = "run"
 # variables worth seeing in a report about a distributed job (values of secret-looking
 # names masked)
 _ENV_PREFIXES = ("DDPDOCTOR_", "NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "MASTER_",

@@ -19,8 +19,8 @@ from typing import Any
 
 # attach.classify's kinds, spelled here so this module imports nothing heavy
 _STOPPED = "stopped"
-_GONE = ("dead", "zombie", "missing")
-_WAITING = ("collective", "p2p")
+GONE_KINDS = ("dead", "zombie", "missing")
+WAITING_KINDS = ("collective", "p2p")
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,10 @@ def judge(diagnosis: Any, error: str, active: set[int], traced: set[int] | None 
         return HangVerdict(False, f"no stacks to confirm a hang ({error or 'unknown'})",
                            active=act)
     states = list(diagnosis.states)
-    live = [s for s in states if s.kind not in _GONE]
+    live = [s for s in states if s.kind not in GONE_KINDS]
     stopped = [s for s in live if s.kind == _STOPPED and s.pid not in traced]
     debugged = [s for s in live if s.kind == _STOPPED and s.pid in traced]
-    gone = [s for s in states if s.kind in _GONE]
+    gone = [s for s in states if s.kind in GONE_KINDS]
     if debugged:
         return HangVerdict(False, f"{_ranks([s.rank for s in debugged])} stopped in a "
                            "debugger (tracing stop): not a hang", active=act)
@@ -66,7 +66,7 @@ def judge(diagnosis: Any, error: str, active: set[int], traced: set[int] | None 
             return HangVerdict(False, f"{_ranks([s.rank for s in gone])} gone, but "
                                f"{_ranks(busy)} still working (CPU): not stopped",
                                active=act)
-        if live and not any(s.kind in _WAITING for s in live):
+        if live and not any(s.kind in WAITING_KINDS for s in live):
             # a finished rank and one still uploading or syncing (network, no CPU) is
             # a job winding down, not a hang: only ranks waiting for the gone one are
             return HangVerdict(False, f"{_ranks([s.rank for s in gone])} gone, but no "
@@ -80,12 +80,12 @@ def judge(diagnosis: Any, error: str, active: set[int], traced: set[int] | None 
     culprits = sorted({r for f in findings for r in f.ranks})
     # a culprit inside a collective / p2p wait (a mismatch, a deadlock) is waiting,
     # whatever its CPU says (a spin-wait, its DataLoader workers still prefetching)
-    waiting = {s.rank for s in live if s.kind in _WAITING}
+    waiting = {s.rank for s in live if s.kind in WAITING_KINDS}
     busy = [r for r in culprits if r in active and r not in waiting]
     if busy:
         return HangVerdict(False, f"{findings[0].title}; but {_ranks(busy)} is still "
                            "working (CPU): slow, not hung", tuple(culprits), act)
-    if not any(s.kind in _WAITING for s in live) and not _flight_recorder(diagnosis):
+    if not any(s.kind in WAITING_KINDS for s in live) and not _flight_recorder(diagnosis):
         return HangVerdict(False, f"{findings[0].title}; but no rank waits in a "
                            "collective", tuple(culprits), act)
     return HangVerdict(True, findings[0].title, tuple(culprits), act)
