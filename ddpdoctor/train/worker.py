@@ -8,6 +8,7 @@ strategy in turn on one process group, and logs on rank 0.
 from __future__ import annotations
 
 import json
+import gc
 import math
 import os
 import resource
@@ -261,4 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         train_one(name, mcfg, rcfg, device, injector, log)
         dist.barrier()
     dist.destroy_process_group()
+    # A gloo worker thread that drops the last reference to a Python-owned tensor during
+    # interpreter shutdown aborts the process (pytorch/pytorch#190489): collect the cycles
+    # that keep the groups alive now, so their threads are joined while Python still runs.
+    gc.collect()
     return 0
