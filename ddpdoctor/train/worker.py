@@ -7,8 +7,8 @@ strategy in turn on one process group, and logs on rank 0.
 
 from __future__ import annotations
 
-import json
 import gc
+import json
 import math
 import os
 import resource
