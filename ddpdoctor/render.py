@@ -34,8 +34,6 @@ def _evidence_lines(finding: Finding, verbose: bool) -> list[str]:
     max_chars = None if verbose else _MAX_EVIDENCE_CHARS
     lines = []
     for key, value in finding.evidence.items():
-        if key == "check":
-            continue
         if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
             shown = value[:max_lines]
             lines.append(f"{key}:")
@@ -97,7 +95,7 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         line.append(check.summary, style="dim" if status == "skipped" else "")
         console.print(line)
         for f in report.sorted_findings():
-            if f.evidence.get("check") == check.name:
+            if f.check == check.name:
                 placed.add(id(f))
                 _render_finding(console, f, "    ", verbose)
 
@@ -114,7 +112,7 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     failed = [c.name for c in report.checks if report.check_status(c) == "error"
-              and not any(f.evidence.get("check") == c.name for f in report.findings)]
+              and not any(f.check == c.name for f in report.findings)]
     if failed and not errors:
         # A check that failed without a finding (e.g. a job that hung with no readable
         # stacks) is not "no issues".

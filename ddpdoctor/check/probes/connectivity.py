@@ -10,7 +10,10 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from ddpdoctor.schedule import round_robin
+from ddpdoctor.check.analysis.connectivity import analyze
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.schedule import round_robin
 
 NAME = "connectivity"
 P2P_ELEMENTS = 4096
@@ -24,7 +27,7 @@ def _pattern(src: int, dst: int, device: str):
     return torch.arange(P2P_ELEMENTS, dtype=torch.float32, device=device) + (src * 1000 + dst)
 
 
-def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -41,7 +44,9 @@ def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
         "p2p": {},
     }
     rounds = round_robin(ctx.world_size)
-    per_pair_s = float(opts.get("p2p_timeout_s", max(2.0, ctx.deadline_s / (len(rounds) + 3))))
+    per_pair_s = opts.p2p_timeout_s
+    if per_pair_s is None:
+        per_pair_s = max(2.0, ctx.deadline_s / (len(rounds) + 3))
     for i, pairs in enumerate(rounds):
         peer = pairs.get(ctx.rank)
         if peer is None:
@@ -61,3 +66,6 @@ def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
             out["p2p"][str(peer)] = {"ok": False, "error": f"{type(e).__name__}: "
                                      f"{str(e).splitlines()[0][:300] if str(e) else ''}"}
     return out
+
+
+PROBE = Probe(NAME, "Communication", "rank", collect, analyze, stall_finding="COMM_CONNECTIVITY")

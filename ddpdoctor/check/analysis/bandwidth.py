@@ -5,7 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ddpdoctor.busbw import algbw_gbps, busbw_gbps
+from ddpdoctor.check.busbw import algbw_gbps, busbw_gbps
+from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
 
@@ -128,16 +129,16 @@ def _line_rate_findings(per_rank: dict[int, dict[str, Any]], backend: str) -> li
 
 
 def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
-            opts: dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
-    opts = opts or {}
+            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
+    opts = CheckOptions.coerce(opts)
     rows = table(per_rank, world_size)
     # A link slower than the others names itself; when all are equally slow, the NICs'
     # line rate is the expectation (issue: "from the detected link type where known").
     findings = (_link_findings(per_rank)
-                or _line_rate_findings(per_rank, opts.get("backend", "gloo")))
+                or _line_rate_findings(per_rank, opts.backend or "gloo"))
     ar = [r for r in rows if r["collective"] == "all_reduce"]
     peak = max(ar, key=lambda r: r["size"]) if ar else None
-    expect = opts.get("expect_busbw")
+    expect = opts.expect_busbw
     if peak and expect and peak["busbw_gbps"] < EXPECTED_SHARE * float(expect) and not findings:
         findings.append(Finding(
             "COMM_BANDWIDTH_LOW",

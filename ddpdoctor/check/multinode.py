@@ -1,6 +1,6 @@
 """`ddpdoctor check --nnodes N`: drive torchrun's own rendezvous with the check worker.
 
-Each node runs torchrun with ``-m ddpdoctor.check_worker``; rank 0 (on node 0) writes the JSON
+Each node runs torchrun with ``-m ddpdoctor.check.worker``; rank 0 (on node 0) writes the JSON
 report to a file this process reads back and renders, so the report looks the same as a
 one-node check. Every wait has a deadline: torchrun's join timeout and a hard kill of its
 process group.
@@ -14,15 +14,16 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.contract import CHECK_RESULT, REPORT_FILE
 from ddpdoctor.proctree import kill_tree
 from ddpdoctor.report import Report
 
 
 def torchrun_command(nproc: int, nnodes: int, node_rank: int, endpoint: str,
                      local_addr: str | None, names: list[str], backend: str | None,
-                     deadline: float, opts: dict[str, Any]) -> list[str]:
+                     deadline: float, opts: CheckOptions) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run",
            "--nnodes", str(nnodes), "--node-rank", str(node_rank),
            "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
@@ -33,8 +34,8 @@ def torchrun_command(nproc: int, nnodes: int, node_rank: int, endpoint: str,
            + (",is_host=1" if node_rank == 0 else ",is_host=0")]
     if local_addr:
         cmd += ["--local-addr", local_addr]
-    cmd += ["-m", "ddpdoctor.check_worker", "--deadline", str(deadline),
-            "--opts", json.dumps(opts)]
+    cmd += ["-m", "ddpdoctor.check.worker", "--deadline", str(deadline),
+            "--opts", opts.to_json()]
     for n in names:
         cmd += ["--probe", n]
     if backend:
@@ -44,11 +45,11 @@ def torchrun_command(nproc: int, nnodes: int, node_rank: int, endpoint: str,
 
 def run_multinode(nproc: int, nnodes: int, node_rank: int, endpoint: str,
                   local_addr: str | None, names: list[str], backend: str | None,
-                  deadline: float, opts: dict[str, Any]) -> Report | None:
+                  deadline: float, opts: CheckOptions) -> Report | None:
     """Run this node's part; returns the report on node 0, None elsewhere."""
     with tempfile.TemporaryDirectory(prefix="ddpdoctor-check-") as tmp:
-        result = Path(tmp) / "report.json"
-        env = {**os.environ, "DDPDOCTOR_CHECK_RESULT": str(result)}
+        result = Path(tmp) / REPORT_FILE
+        env = {**os.environ, CHECK_RESULT: str(result)}
         cmd = torchrun_command(nproc, nnodes, node_rank, endpoint, local_addr, names, backend,
                                deadline, opts)
         proc = subprocess.Popen(cmd, env=env, start_new_session=True,

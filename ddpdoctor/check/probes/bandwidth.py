@@ -16,11 +16,13 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from ddpdoctor.busbw import sizes as size_sweep
-from ddpdoctor.schedule import round_robin
+from ddpdoctor.check.analysis.bandwidth import analyze
+from ddpdoctor.check.busbw import sizes as size_sweep
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.schedule import round_robin
 
 NAME = "bandwidth"
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 
 def _sync(device: str) -> None:
@@ -55,17 +57,16 @@ def _op(name: str, size: int, world: int, device: str):
     raise ValueError(name)
 
 
-def sweep(ctx: Any, opts: dict[str, Any]) -> list[dict[str, Any]]:
+def sweep(ctx: Any, opts: CheckOptions | dict[str, Any]) -> list[dict[str, Any]]:
     """Like nccl-tests: time ``iters`` back-to-back calls and divide, in ``trials`` trials."""
     import torch.distributed as dist
 
-    warmup = int(opts.get("warmup", 2))
-    iters = int(opts.get("iters", 5))
-    trials = int(opts.get("trials", 3))
+    opts = CheckOptions.coerce(opts)
+    warmup, iters, trials = opts.warmup, opts.iters, opts.trials
     rows = []
-    for coll in opts.get("collectives", COLLECTIVES):
+    for coll in opts.collectives:
         ctx.progress(f"{NAME}: {coll}")
-        for size in size_sweep(int(opts.get("min_bytes", 1024)), int(opts["max_bytes"])):
+        for size in size_sweep(opts.min_bytes, opts.bandwidth_max_bytes(ctx.backend)):
             run = _op(coll, size, ctx.world_size, ctx.device)
             for _ in range(warmup):
                 run()
@@ -83,13 +84,16 @@ def sweep(ctx: Any, opts: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def links(ctx: Any, opts: dict[str, Any]) -> dict[str, float]:
+def links(ctx: Any, opts: CheckOptions) -> dict[str, float]:
     """GB/s of each link *into* this rank, keyed by the sending rank."""
     import torch
     import torch.distributed as dist
 
-    n = int(opts.get("link_bytes", min(8 << 20, int(opts["max_bytes"])))) // 4
-    timeout = timedelta(seconds=float(opts.get("link_timeout_s", 30)))
+    link_bytes = opts.link_bytes
+    if link_bytes is None:
+        link_bytes = min(8 << 20, opts.bandwidth_max_bytes(ctx.backend))
+    n = link_bytes // 4
+    timeout = timedelta(seconds=opts.link_timeout_s)
     payload = torch.ones(n, device=ctx.device)
     buf = torch.empty(n, device=ctx.device)
     token = torch.zeros(1, device=ctx.device)
@@ -102,7 +106,7 @@ def links(ctx: Any, opts: dict[str, Any]) -> dict[str, float]:
         # Lower rank sends first; each direction is timed where it lands.
         for sender in sorted((ctx.rank, peer)):
             times = []
-            for _ in range(int(opts.get("link_iters", 3))):
+            for _ in range(opts.link_iters):
                 if ctx.rank == sender:
                     dist.recv(token, peer)  # receiver is ready: start together
                     dist.isend(payload, peer).wait(timeout=timeout)
@@ -143,12 +147,13 @@ def nic_towards(addr: str) -> dict[str, Any]:
     return {"name": name, "address": local, "speed_mbps": speed if speed > 0 else None}
 
 
-def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     import os
 
-    opts = dict(opts)
-    opts.setdefault("max_bytes", (256 << 20) if ctx.backend == "nccl" else (16 << 20))
     return {"host": socket.gethostname(), "world_size": ctx.world_size,
             "nic": nic_towards(os.environ.get("MASTER_ADDR", "127.0.0.1")),
             "sweep": sweep(ctx, opts),
             "links_in": links(ctx, opts) if ctx.world_size > 1 else {}}
+
+
+PROBE = Probe(NAME, "Communication", "rank", collect, analyze, stall_finding="COMM_CONNECTIVITY")

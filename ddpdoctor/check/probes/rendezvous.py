@@ -12,6 +12,9 @@ import socket
 from typing import Any
 
 from ddpdoctor import redact
+from ddpdoctor.check.analysis.rendezvous import analyze
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
 
 NAME = "rendezvous"
 CONNECT_TIMEOUT_S = 3.0
@@ -47,9 +50,9 @@ def _port_owner(port: int) -> dict[str, Any] | None:
     return None
 
 
-def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
-    host = opts.get("master_addr") or os.environ.get("MASTER_ADDR") or "127.0.0.1"
-    port = int(opts.get("master_port") or os.environ.get("MASTER_PORT") or 29500)
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+    host = opts.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    port = int(opts.master_port or os.environ.get("MASTER_PORT") or 29500)
     out: dict[str, Any] = {"master_addr": host, "master_port": port}
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -86,3 +89,6 @@ def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
                                     if isinstance(e, TimeoutError) else
                                     f"[Errno {e.errno}] {e.strerror}")
     return out
+
+
+PROBE = Probe(NAME, "Communication", "parent", collect, analyze)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding
 from ddpdoctor.report import Check
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
+            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
     d = next(iter(per_rank.values()))
     endpoint = f"{d['master_addr']}:{d['master_port']}"
     findings = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
 
@@ -14,7 +15,8 @@ from ddpdoctor.report import Check
 SHM_PATTERN = re.compile(r"shared memory|shm\)|Bus error|No space left on device", re.I)
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
+            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
     failed = {r: d for r, d in per_rank.items() if not d.get("ok")}
     findings = []
     shm = {r: d for r, d in failed.items()

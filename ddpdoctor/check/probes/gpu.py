@@ -1,6 +1,6 @@
 """GPU: every device NVML can see on this rank's host (health, memory, processes, clocks).
 
-Returns facts only; ddpdoctor.analysis.gpu decides what is wrong. Without a driver the data
+Returns facts only; ddpdoctor.check.analysis.gpu decides what is wrong. Without a driver the data
 says why (``skipped``) and the check is reported as skipped.
 """
 
@@ -10,7 +10,10 @@ import os
 import socket
 from typing import Any
 
-from ddpdoctor import nvml
+from ddpdoctor.check import nvml
+from ddpdoctor.check.analysis.gpu import analyze
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
 
 NAME = "gpu"
 
@@ -51,7 +54,7 @@ def _process_name(pid: int) -> str | None:
         return None
 
 
-def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     data = rank_identity(ctx)
     snap = nvml.snapshot_into(data, topology=False, xids=True)
     if snap is None:
@@ -59,3 +62,6 @@ def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
     pids = {p.pid for d in snap.devices for p in d.processes or []}
     data["process_names"] = {str(pid): _process_name(pid) for pid in sorted(pids)}
     return data
+
+
+PROBE = Probe(NAME, "GPU", "rank", collect, analyze)

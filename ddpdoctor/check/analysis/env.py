@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from ddpdoctor import redact
+from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
 
@@ -216,8 +217,9 @@ def _socket_config(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
 
 
 def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
-            opts: dict[str, Any] | None = None) -> tuple[list[Check], list[Finding]]:
-    opts = opts or {}
+            opts: CheckOptions | dict[str, Any] | None = None
+            ) -> tuple[list[Check], list[Finding]]:
+    opts = CheckOptions.coerce(opts)
     checks: list[Check] = []
     findings: list[Finding] = []
     parts = [
@@ -225,12 +227,12 @@ def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
         _known_bugs(per_rank),
         _env_vars(per_rank),
         _socket_config(per_rank),
-        _shm(per_rank, int(opts.get("shm_min_free", SHM_MIN_FREE))),
-        _limits(per_rank, opts.get("backend", "gloo")),
+        _shm(per_rank, opts.shm_min_free),
+        _limits(per_rank, opts.backend or "gloo"),
     ]
     for check, fs in parts:
         checks.append(check)
         for f in fs:
-            f.evidence["check"] = check.name
+            f.check = check.name
         findings.extend(fs)
     return checks, findings

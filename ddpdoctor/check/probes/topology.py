@@ -9,8 +9,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor import nvml
-from ddpdoctor.probes.gpu import rank_identity
+from ddpdoctor.check import nvml
+from ddpdoctor.check.analysis.topology import analyze
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.probes.gpu import rank_identity
 
 NAME = "topology"
 
@@ -79,7 +82,7 @@ def gpu_numa_node(pci_bus_id: str | None, root: Path = _PCI_ROOT) -> int | None:
     return _node(_read(root / f"{key[0]:04x}:{key[1]:02x}:{key[2]:02x}.0" / "numa_node"))
 
 
-def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     data = rank_identity(ctx)
     data["numa"] = numa_nodes()
     data["nics"] = nics()
@@ -88,3 +91,6 @@ def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
         return data
     data["gpu_numa"] = {str(d.index): gpu_numa_node(d.pci_bus_id) for d in snap.devices}
     return data
+
+
+PROBE = Probe(NAME, "Topology", "rank", collect, analyze)

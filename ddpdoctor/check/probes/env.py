@@ -15,8 +15,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.check.analysis.env import analyze
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
+
 NAME = "env"
-NEEDS_PROCESS_GROUP = False
 
 # Variables that decide how a distributed job behaves; compared across ranks.
 ENV_PREFIXES = ("NCCL_", "GLOO_", "MASTER_", "TORCH_", "CUDA_", "OMP_", "MKL_", "PYTORCH_",
@@ -65,7 +68,7 @@ def _interfaces() -> dict[str, list[str]]:
     return out
 
 
-def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     import torch
 
     try:
@@ -105,3 +108,6 @@ def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
         "torch_interop_threads": torch.get_num_interop_threads(),
         "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
     }
+
+
+PROBE = Probe(NAME, "Environment", "pre_init", collect, analyze)

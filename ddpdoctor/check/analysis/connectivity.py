@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
 
@@ -19,7 +20,8 @@ def failed_pairs(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], s
     return bad
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
+            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
     findings = []
     wrong = sorted(r for r, d in per_rank.items() if not d.get("allreduce_ok"))
     if wrong:

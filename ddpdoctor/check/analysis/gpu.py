@@ -12,8 +12,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpdoctor.check.nvml import BENIGN_CLOCK_REASONS, DeviceInfo, NvmlSnapshot, XidEvent
+from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding
-from ddpdoctor.nvml import BENIGN_CLOCK_REASONS, DeviceInfo, NvmlSnapshot, XidEvent
 from ddpdoctor.report import Check
 
 GIB = 1024 ** 3
@@ -334,7 +335,8 @@ def _device_data(d: DeviceInfo) -> dict[str, Any]:
     }
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
+            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
     views = host_views(per_rank)
     with_gpus = {h: v for h, v in views.items() if v.snapshot is not None and v.snapshot.devices}
     without = {h: v for h, v in views.items() if h not in with_gpus}

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ddpdoctor.analysis.gpu import HostView, host_views
+from ddpdoctor.check.analysis.gpu import HostView, host_views
+from ddpdoctor.check.nvml import PairInfo
+from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding
-from ddpdoctor.nvml import PairInfo
 from ddpdoctor.report import Check
 
 # GPUs sold only on NVLink baseboards (SXM/HGX). PCIe and NVL (bridged pairs) cards are not.
@@ -159,7 +160,8 @@ def _gpu_text(view: HostView) -> str:
     return f"{n} GPUs, no P2P on {bad} of {len(pairs)} pairs ({shown})"
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
+            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
     views = host_views(per_rank)
     if not views:
         return Check("topology", "skipped: no rank returned data", status="skipped",

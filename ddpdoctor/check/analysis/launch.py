@@ -9,14 +9,14 @@ the rendezvous is an unresponsive rank.
 
 from __future__ import annotations
 
-from ddpdoctor.findings import Finding, format_ranks
-from ddpdoctor.launcher import (
+from ddpdoctor.check.launcher import (
     STATUS_DIED,
     STATUS_ERROR,
     STATUS_TIMEOUT,
     LaunchResult,
     RankOutcome,
 )
+from ddpdoctor.findings import Finding, format_ranks
 
 COLLECTIVE = "COMM_CONNECTIVITY"
 UNRESPONSIVE = "RANK_UNRESPONSIVE"

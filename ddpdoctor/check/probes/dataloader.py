@@ -10,6 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ddpdoctor.check.analysis.dataloader import analyze
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
+
 NAME = "dataloader"
 
 
@@ -28,14 +32,15 @@ class _BigTensors:
         return torch.full((self.numel,), float(i))
 
 
-def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     from torch.utils.data import DataLoader
 
-    workers = int(opts.get("dl_workers", 2))
-    batch = int(opts.get("dl_batch", 4))
-    item_bytes = int(opts.get("dl_item_bytes", 8 << 20))
-    timeout = float(opts.get("dl_timeout_s", min(30.0, max(5.0, ctx.deadline_s / 3))))
-    batches = int(opts.get("dl_batches", 4))
+    workers, batch, batches = opts.dl_workers, opts.dl_batch, opts.dl_batches
+    item_bytes = opts.dl_item_bytes
+    timeout = opts.dl_timeout_s
+    if timeout is None:
+        timeout = min(30.0, max(5.0, ctx.deadline_s / 3))
+    timeout = float(timeout)
     out: dict[str, Any] = {"workers": workers, "batch_bytes": batch * item_bytes,
                            "timeout_s": timeout}
     start = time.perf_counter()
@@ -58,3 +63,6 @@ def collect(ctx: Any, opts: dict[str, Any]) -> dict[str, Any]:
         del loader
     out["seconds"] = round(time.perf_counter() - start, 3)
     return out
+
+
+PROBE = Probe(NAME, "Data", "rank", collect, analyze, stall_finding="DATALOADER_WORKER_FAILURE")
