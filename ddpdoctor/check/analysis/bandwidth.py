@@ -49,52 +49,77 @@ def _known_links(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], f
             if k[0] in per_rank and k[1] in per_rank}
 
 
+class _SlowLinks:
+    """The measured links, the median and the slow ones, as the link rules read them."""
+
+    def __init__(self, per_rank: dict[int, dict[str, Any]],
+                 links: dict[tuple[int, int], float]) -> None:
+        self.per_rank, self.links = per_rank, links
+        self.median = statistics.median(links.values())
+        self.slow = {k: v for k, v in links.items() if v * SLOW_LINK_FACTOR < self.median}
+        self.host = {r: d.get("host", "?") for r, d in per_rank.items()}
+        self.hosts = sorted(set(self.host.values()))
+        self.base = {"median_link_gbps": round(self.median, 4),
+                     "links_gbps": {f"{s}->{t}": bw for (s, t), bw in sorted(links.items())}}
+
+
+def _slow_node(sl: _SlowLinks) -> Finding | None:
+    """COMM_BANDWIDTH_LOW: one node whose every outgoing (or incoming) link is slow."""
+    if len(sl.hosts) < 2:
+        return None
+    for direction, end in (("egress", 0), ("ingress", 1)):
+        side = {sl.host[k[end]] for k in sl.slow}
+        if len(side) != 1:
+            continue
+        node = side.pop()
+        all_of_node = [k for k in sl.links if sl.host[k[end]] == node
+                       and sl.host[k[1 - end]] != node]
+        if all_of_node and all(k in sl.slow for k in all_of_node):
+            worst = min(sl.slow.values())
+            return Finding(
+                "COMM_BANDWIDTH_LOW",
+                f"the network link of node {node} is slow ({direction}): "
+                f"{worst:.3f} GB/s vs {sl.median:.3f} GB/s median",
+                ranks=sorted(r for r in sl.host if sl.host[r] == node),
+                evidence={"node": node, "direction": direction, **sl.base})
+    return None
+
+
+def _slow_rank(sl: _SlowLinks) -> Finding | None:
+    """COMM_SLOW_RANK: on one node, a rank whose every link is slow."""
+    if len(sl.hosts) != 1 or len(sl.per_rank) <= 2:
+        return None
+    touched: dict[int, int] = {}
+    for s, t in sl.slow:
+        touched[s] = touched.get(s, 0) + 1
+        touched[t] = touched.get(t, 0) + 1
+    full = 2 * (len(sl.per_rank) - 1)
+    culprits = sorted(r for r, c in touched.items() if c == full)
+    if not culprits:
+        return None
+    return Finding("COMM_SLOW_RANK", f"every link of rank {format_ranks(culprits)} is slow",
+                   ranks=culprits, evidence=sl.base)
+
+
+def _slow_links(sl: _SlowLinks) -> Finding:
+    """COMM_BANDWIDTH_LOW: the slow links themselves, named by their senders."""
+    return Finding(
+        "COMM_BANDWIDTH_LOW",
+        "slow link(s): " + ", ".join(f"{s}->{t} {bw:.3f} GB/s" for (s, t), bw in
+                                     sorted(sl.slow.items()))
+        + f" vs {sl.median:.3f} GB/s median",
+        ranks=sorted({s for s, _ in sl.slow}), evidence=sl.base)
+
+
 def _link_findings(per_rank: dict[int, dict[str, Any]]) -> list[Finding]:
+    """The most specific explanation of the slow links: a node, a rank, else the links."""
     links = _known_links(per_rank)
     if len(links) < 2:
         return []
-    median = statistics.median(links.values())
-    slow = {k: v for k, v in links.items() if v * SLOW_LINK_FACTOR < median}
-    if not slow:
+    sl = _SlowLinks(per_rank, links)
+    if not sl.slow:
         return []
-    host = {r: d.get("host", "?") for r, d in per_rank.items()}
-    hosts = sorted(set(host.values()))
-    evidence_links = {f"{s}->{t}": bw for (s, t), bw in sorted(links.items())}
-    base = {"median_link_gbps": round(median, 4), "links_gbps": evidence_links}
-    # One node whose every outgoing (or incoming) link is slow: that node's link.
-    for direction, end in (("egress", 0), ("ingress", 1)):
-        ends = {k[end] for k in slow}
-        side = {host[r] for r in ends}
-        if len(hosts) > 1 and len(side) == 1:
-            node = side.pop()
-            node_ranks = sorted(r for r in host if host[r] == node)
-            all_of_node = [k for k in links if host[k[end]] == node
-                           and host[k[1 - end]] != node]
-            if all_of_node and all(k in slow for k in all_of_node):
-                worst = min(slow.values())
-                return [Finding(
-                    "COMM_BANDWIDTH_LOW",
-                    f"the network link of node {node} is slow ({direction}): "
-                    f"{worst:.3f} GB/s vs {median:.3f} GB/s median",
-                    ranks=node_ranks, evidence={"node": node, "direction": direction, **base})]
-    # One rank whose every link is slow, on one node: that rank.
-    if len(hosts) == 1 and len(per_rank) > 2:
-        touched: dict[int, int] = {}
-        for s, t in slow:
-            touched[s] = touched.get(s, 0) + 1
-            touched[t] = touched.get(t, 0) + 1
-        full = 2 * (len(per_rank) - 1)
-        culprits = sorted(r for r, c in touched.items() if c == full)
-        if culprits:
-            return [Finding("COMM_SLOW_RANK",
-                            f"every link of rank {format_ranks(culprits)} is slow",
-                            ranks=culprits, evidence=base)]
-    senders = sorted({s for s, _ in slow})
-    return [Finding(
-        "COMM_BANDWIDTH_LOW",
-        "slow link(s): " + ", ".join(f"{s}->{t} {bw:.3f} GB/s" for (s, t), bw in
-                                     sorted(slow.items())) + f" vs {median:.3f} GB/s median",
-        ranks=senders, evidence=base)]
+    return [_slow_node(sl) or _slow_rank(sl) or _slow_links(sl)]
 
 
 def _line_rate_findings(per_rank: dict[int, dict[str, Any]], backend: str) -> list[Finding]:

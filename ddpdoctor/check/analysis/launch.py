@@ -44,18 +44,43 @@ def _why(o: RankOutcome) -> str:
     return "stuck or unreachable"
 
 
-def _deadline_findings(result: LaunchResult, stuck: list[RankOutcome], culprits: list[int],
-                       stall_findings: dict[str, str]) -> list[Finding]:
-    """One finding per kind of step the culprit ranks were in when the deadline hit."""
+def _split_others(stuck: list[RankOutcome], culprits: list[int],
+                  stall_findings: dict[str, str]) -> tuple[list[int], list[int]]:
+    """(waiting, unfinished) among the stuck ranks that are not culprits: ranks inside a
+    collective (or the store barrier), or past the culprits, wait for them; the others
+    were merely not done yet either."""
     by_rank = {o.rank: o for o in stuck}
     others = [o for o in stuck if o.rank not in culprits]
-    # Ranks inside a collective (or the store barrier), or past the culprits, wait for
-    # them; the others were merely not done yet either.
     behind = min(by_rank[r].progress for r in culprits)
     waiting = [o.rank for o in others
                if stall_findings.get(step_probe(o.last_step)) == COLLECTIVE
                or o.progress > behind]
-    unfinished = [o.rank for o in others if o.rank not in waiting]
+    return waiting, [o.rank for o in others if o.rank not in waiting]
+
+
+def _stuck_evidence(result: LaunchResult, stuck: list[RankOutcome], waiting: list[int],
+                    unfinished: list[int]) -> dict[str, object]:
+    evidence: dict[str, object] = {
+        "deadline_s": result.deadline_s,
+        "running": {o.rank: _stage_name(o.last_step) for o in stuck},
+        "last_step": {o.rank: o.last_step or "(nothing)" for o in stuck},
+        "waiting_for_it": waiting,
+        "pids": {o.rank: o.pid for o in stuck},
+        "process_state": {o.rank: o.process_state or "unknown" for o in stuck},
+    }
+    if unfinished:
+        evidence["also_unfinished"] = unfinished
+    stopped = {o.rank: o.stopped_children for o in stuck if o.stopped_children}
+    if stopped:
+        evidence["stopped_children"] = stopped
+    return evidence
+
+
+def _deadline_findings(result: LaunchResult, stuck: list[RankOutcome], culprits: list[int],
+                       stall_findings: dict[str, str]) -> list[Finding]:
+    """One finding per kind of step the culprit ranks were in when the deadline hit."""
+    by_rank = {o.rank: o for o in stuck}
+    waiting, unfinished = _split_others(stuck, culprits, stall_findings)
     groups: dict[str, list[int]] = {}
     for r in culprits:
         fid = stall_findings.get(step_probe(by_rank[r].last_step), UNRESPONSIVE)
@@ -63,24 +88,12 @@ def _deadline_findings(result: LaunchResult, stuck: list[RankOutcome], culprits:
     findings = []
     for fid, ranks in groups.items():
         stages = sorted({_stage_name(by_rank[r].last_step) for r in ranks})
-        first = by_rank[ranks[0]]
         kind = " (a collective)" if fid == COLLECTIVE else ""
         title = (f"rank {format_ranks(ranks)} did not finish {' / '.join(stages)}{kind} "
-                 f"within the {result.deadline_s:g} s deadline: {_why(first)}")
-        evidence = {
-            "deadline_s": result.deadline_s,
-            "running": {o.rank: _stage_name(o.last_step) for o in stuck},
-            "last_step": {o.rank: o.last_step or "(nothing)" for o in stuck},
-            "waiting_for_it": waiting,
-            "pids": {o.rank: o.pid for o in stuck},
-            "process_state": {o.rank: o.process_state or "unknown" for o in stuck},
-        }
-        if unfinished:
-            evidence["also_unfinished"] = unfinished
-        stopped = {o.rank: o.stopped_children for o in stuck if o.stopped_children}
-        if stopped:
-            evidence["stopped_children"] = stopped
-        findings.append(Finding(fid, title, ranks=ranks, evidence=evidence))
+                 f"within the {result.deadline_s:g} s deadline: {_why(by_rank[ranks[0]])}")
+        # One evidence dict per finding: a later merge may add to it.
+        findings.append(Finding(fid, title, ranks=ranks,
+                                evidence=_stuck_evidence(result, stuck, waiting, unfinished)))
     return findings
 
 

@@ -58,66 +58,91 @@ def _ranks_of(view: HostView, devices: set[int]) -> list[int]:
     return sorted(r for r, d in view.rank_device.items() if d in devices)
 
 
+class _HostPairs:
+    """One host's GPU pairs, as the TOPO_NO_P2P rules read them."""
+
+    def __init__(self, view: HostView) -> None:
+        snap = view.snapshot
+        assert snap is not None and snap.pairs is not None
+        self.view = view
+        self.pairs = _unordered(snap.pairs)
+        self.used = {d for d in view.rank_device.values() if d is not None}
+        self.names = {d.index: d.name for d in snap.devices}
+        self.links = {d.index: d.active_nvlinks if d.nvlinks is not None else None
+                      for d in snap.devices}
+
+    def relevant(self) -> list[tuple[tuple[int, int], list[PairInfo]]]:
+        """Pairs of GPUs this job uses (all pairs when no rank is on a GPU); the others
+        are another job's concern."""
+        return [((a, b), both) for (a, b), both in sorted(self.pairs.items())
+                if not self.used or (a in self.used and b in self.used)]
+
+
+def _devices(pairs: list[dict[str, Any]]) -> set[int]:
+    return {p["a"] for p in pairs} | {p["b"] for p in pairs}
+
+
+def _no_p2p(host: _HostPairs) -> Finding | None:
+    """TOPO_NO_P2P (no_p2p): pairs without peer access at all."""
+    no_p2p = []
+    for (a, b), both in host.relevant():
+        bad = [p for p in both if p.p2p_read not in (None, "OK")]
+        if bad:
+            no_p2p.append({"a": a, "b": b, "level": bad[0].level, "p2p_read": bad[0].p2p_read})
+    if not no_p2p:
+        return None
+    view, devices = host.view, _devices(no_p2p)
+    levels = sorted({p["level"] or "?" for p in no_p2p})
+    return Finding(
+        "TOPO_NO_P2P",
+        f"{len(no_p2p)} of {len(host.pairs)} GPU pair(s) on {view.hostname} have no P2P "
+        f"access ({', '.join(levels)}; {no_p2p[0]['p2p_read']}): NCCL copies through "
+        "host memory",
+        ranks=_ranks_of(view, devices),
+        evidence={"host": view.hostname, "problem": "no_p2p", "pairs": no_p2p,
+                  "device_indices": sorted(devices), "matrix": matrix_lines(view)})
+
+
+def _nvlink_up(both: list[PairInfo]) -> bool:
+    return all(p.p2p_nvlink == "OK" and (p.nvlinks is None or p.nvlinks > 0) for p in both)
+
+
+def _nvlink_missing(host: _HostPairs) -> Finding | None:
+    """TOPO_NO_P2P (nvlink_missing): NVLink-board GPUs that talk over PCIe."""
+    missing = []
+    for (a, b), both in host.relevant():
+        expected = nvlink_expected(host.names.get(a)) and nvlink_expected(host.names.get(b))
+        if not expected or _nvlink_up(both):
+            continue
+        missing.append({"a": a, "b": b, "level": both[0].level,
+                        "p2p_nvlink": both[0].p2p_nvlink,
+                        "active_links": {str(a): host.links.get(a), str(b): host.links.get(b)}})
+    if not missing:
+        return None
+    view, devices = host.view, _devices(missing)
+    dead = sorted(i for i in devices if host.links.get(i) == 0)
+    levels = sorted({p["level"] or "?" for p in missing})
+    title = (f"{len(missing)} pair(s) of NVLink GPUs ({host.names[missing[0]['a']]}) on "
+             f"{view.hostname} talk over PCIe ({', '.join(levels)}) instead of NVLink")
+    if dead:
+        title += f"; GPU(s) {', '.join(map(str, dead))} have no active NVLink"
+    return Finding(
+        "TOPO_NO_P2P", title,
+        ranks=_ranks_of(view, set(dead) if dead else devices),
+        evidence={"host": view.hostname, "problem": "nvlink_missing", "pairs": missing,
+                  "device_indices": sorted(devices), "no_active_nvlink": dead,
+                  "hint": "on HGX/DGX boards check that nvidia-fabricmanager runs and "
+                          "`nvidia-smi nvlink -s` shows every link up",
+                  "matrix": matrix_lines(view)})
+
+
 def _host_findings(view: HostView) -> list[Finding]:
     snap = view.snapshot
     assert snap is not None
     if len(snap.devices) < 2 or snap.pairs is None:
         return []
-    findings = []
-    pairs = _unordered(snap.pairs)
-    used = {d for d in view.rank_device.values() if d is not None}
-
-    def relevant(a: int, b: int) -> bool:
-        # Pairs of GPUs this job does not use are another job's concern.
-        return not used or (a in used and b in used)
-
-    no_p2p = []
-    for (a, b), both in sorted(pairs.items()):
-        bad = [p for p in both if p.p2p_read not in (None, "OK")]
-        if bad and relevant(a, b):
-            no_p2p.append({"a": a, "b": b, "level": bad[0].level, "p2p_read": bad[0].p2p_read})
-    if no_p2p:
-        devices = {p["a"] for p in no_p2p} | {p["b"] for p in no_p2p}
-        levels = sorted({p["level"] or "?" for p in no_p2p})
-        findings.append(Finding(
-            "TOPO_NO_P2P",
-            f"{len(no_p2p)} of {len(pairs)} GPU pair(s) on {view.hostname} have no P2P "
-            f"access ({', '.join(levels)}; {no_p2p[0]['p2p_read']}): NCCL copies through "
-            "host memory",
-            ranks=_ranks_of(view, devices),
-            evidence={"host": view.hostname, "problem": "no_p2p", "pairs": no_p2p,
-                      "device_indices": sorted(devices), "matrix": matrix_lines(view)}))
-
-    names = {d.index: d.name for d in snap.devices}
-    links = {d.index: d.active_nvlinks if d.nvlinks is not None else None for d in snap.devices}
-    missing = []
-    for (a, b), both in sorted(pairs.items()):
-        if not (nvlink_expected(names.get(a)) and nvlink_expected(names.get(b))):
-            continue
-        if not relevant(a, b):
-            continue
-        if all(p.p2p_nvlink == "OK" and (p.nvlinks is None or p.nvlinks > 0) for p in both):
-            continue
-        missing.append({"a": a, "b": b, "level": both[0].level,
-                        "p2p_nvlink": both[0].p2p_nvlink,
-                        "active_links": {str(a): links.get(a), str(b): links.get(b)}})
-    if missing:
-        devices = {p["a"] for p in missing} | {p["b"] for p in missing}
-        dead = sorted(i for i in devices if links.get(i) == 0)
-        levels = sorted({p["level"] or "?" for p in missing})
-        title = (f"{len(missing)} pair(s) of NVLink GPUs ({names[missing[0]['a']]}) on "
-                 f"{view.hostname} talk over PCIe ({', '.join(levels)}) instead of NVLink")
-        if dead:
-            title += f"; GPU(s) {', '.join(map(str, dead))} have no active NVLink"
-        findings.append(Finding(
-            "TOPO_NO_P2P", title,
-            ranks=_ranks_of(view, set(dead) if dead else devices),
-            evidence={"host": view.hostname, "problem": "nvlink_missing", "pairs": missing,
-                      "device_indices": sorted(devices), "no_active_nvlink": dead,
-                      "hint": "on HGX/DGX boards check that nvidia-fabricmanager runs and "
-                              "`nvidia-smi nvlink -s` shows every link up",
-                      "matrix": matrix_lines(view)}))
-    return findings
+    host = _HostPairs(view)
+    return [f for f in (_no_p2p(host), _nvlink_missing(host)) if f is not None]
 
 
 def _nic_text(nics: list[dict[str, Any]]) -> str:
