@@ -58,6 +58,8 @@ FR_DUMP_GLOB = "ddpdoctor-fr-rank*.json"
 FR_READY_FILE = "ddpdoctor-fr-rank{rank}.ready"
 FR_REQUEST_FILE = "ddpdoctor-fr.request"
 STACKS_FILE = "ddpdoctor-stacks-rank{rank}.txt"
+OOM_SNAPSHOT_FILE = "ddpdoctor-oom-rank{rank}-{time}.pickle"
+REAPER_FILE = "reaper.json"
 OUTPUT_LOG = "output.log"
 RANK_LOG = "rank{rank}.log"
 TRAIN_LOG_FILES = ("train.jsonl", "json-log.jsonl")
@@ -67,6 +69,7 @@ REPORT_SCHEMA = "ddpdoctor.report/1"
 EVENTS_SCHEMA = "ddpdoctor.event/1"
 SERIES_SCHEMA = "ddpdoctor.watch-series/1"
 HEARTBEAT_SCHEMA = "ddpdoctor.heartbeat/1"
+REAPER_SCHEMA = "ddpdoctor.reaper/1"
 
 # --- Store keys (the check launcher's TCPStore) -----------------------------------------------
 PROGRESS_KEY = "ddpdoctor/progress/{rank}"
@@ -83,6 +86,10 @@ def fr_dump_file(rank: int) -> str:
 
 def heartbeat_file(rank: int) -> str:
     return HEARTBEAT_FILE.format(rank=rank)
+
+
+def stacks_file(rank: int) -> str:
+    return STACKS_FILE.format(rank=rank)
 
 
 CONTRACTS: tuple[Contract, ...] = (
@@ -115,12 +122,16 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract(f"{FR_SUBDIR}/{FR_REQUEST_FILE}", "file", "attach", "watch",
              "touched to ask every rank for a dump"),
     Contract(STACKS_FILE, "file", "watch", "attach, run", "Python stacks at a hang"),
+    Contract(OOM_SNAPSHOT_FILE, "file", "watch", "the user", "CUDA memory snapshot at an OOM"),
+    Contract(REAPER_FILE, "file", "run's reaper", "the user, report",
+             "what the reaper ended after run was SIGKILLed"),
     Contract(OUTPUT_LOG, "file", "run", "diagnose, report", "the job's combined output"),
     Contract(RANK_LOG, "file", "run", "diagnose", "one rank's output lines"),
     Contract(REPORT_SCHEMA, "schema", "every command", "report, scripts", "report JSON"),
     Contract(EVENTS_SCHEMA, "schema", "watch", "run, report", "one events file line"),
     Contract(SERIES_SCHEMA, "schema", "watch", "report", "one series file line"),
     Contract(HEARTBEAT_SCHEMA, "schema", "watch", "run, attach", "a heartbeat file"),
+    Contract(REAPER_SCHEMA, "schema", "run's reaper", "report", "the reaper's record"),
     Contract(PROGRESS_KEY, "store key", "check rank", "check launcher", "count:label reached"),
     Contract(PRE_DONE_KEY, "store key", "check rank", "check ranks",
              "pre-init evidence saved"),
