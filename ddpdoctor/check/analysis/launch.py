@@ -21,7 +21,7 @@ from ddpdoctor.findings import Finding, format_ranks
 COLLECTIVE = "COMM_CONNECTIVITY"
 UNRESPONSIVE = "RANK_UNRESPONSIVE"
 
-# The launcher's own steps (RankContext.progress labels in launcher._rank_entry): waiting
+# The launcher's own steps (RankContext.progress labels in launcher.rank.rank_entry): waiting
 # in them is waiting for the other ranks through the store or the process group.
 LAUNCHER_STEPS: dict[str, str] = {"init_process_group": COLLECTIVE, "pre_init done": COLLECTIVE}
 
