@@ -7,11 +7,13 @@ import os
 from pathlib import Path
 
 from ddpdoctor.contract import (
+    EVENTS,
     EVENTS_FILE,
     FR_SUBDIR,
     HEARTBEAT_SUBDIR,
     REPORT_FILES,
     REPORT_SCHEMA,
+    SERIES_GLOB,
     TRAIN_LOG_FILES,
 )
 from ddpdoctor.html import series as S
@@ -128,7 +130,8 @@ def collect_series(report: Report, run_dir: str | os.PathLike | None = None,
         out.heartbeats = S.read_heartbeats(hb_dir)
     if report.command in ("run", "train") and not out.steps:
         out.notes.append(
-            "No per-rank step series: no watch-series-rank*.jsonl in the run directory (the "
-            "watch writes them beside its events file: DDPDOCTOR_EVENTS) and no trainer "
-            "--json-log (ddpdoctor report RUN_DIR --json-log PATH, or RUN_DIR/train.jsonl).")
+            f"No per-rank step series: no {SERIES_GLOB} in the run directory (the "
+            f"watch writes them beside its events file: {EVENTS}) and no trainer "
+            "--json-log (ddpdoctor report RUN_DIR --json-log PATH, or "
+            f"RUN_DIR/{TRAIN_LOG_FILES[0]}).")
     return out
