@@ -21,11 +21,11 @@ check: venv
 	$(BIN)/ddpdoctor check --nproc 2
 
 test: venv
-	$(BIN)/ruff check ddpdoctor probes tests benchmarks
+	$(BIN)/ruff check ddpdoctor tests benchmarks setup.py
 	$(BIN)/python -m pytest -q -ra tests
 
 lint: venv
-	$(BIN)/ruff check ddpdoctor probes tests benchmarks
+	$(BIN)/ruff check ddpdoctor tests benchmarks setup.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

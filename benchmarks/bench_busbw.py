@@ -16,15 +16,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ddpdoctor.busbw import busbw_gbps, sizes  # noqa: E402
-from ddpdoctor.launcher import launch  # noqa: E402
+from ddpdoctor.check.busbw import busbw_gbps, sizes  # noqa: E402
+from ddpdoctor.check.launcher import launch  # noqa: E402
 
 
 def measure(ctx, max_bytes: int, rounds: int, iters: int):
     import torch
     import torch.distributed as dist
 
-    from ddpdoctor.probes.bandwidth import sweep
+    from ddpdoctor.check.probes.bandwidth import sweep
 
     out = {}
     for size in sizes(1024, max_bytes):

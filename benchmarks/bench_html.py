@@ -25,13 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddpdoctor.analysis import bandwidth
-from ddpdoctor.analysis.env import _env_vars
 from ddpdoctor.attach.analyze import analyze, group_stacks, headline
 from ddpdoctor.attach.classify import classify
 from ddpdoctor.attach.diagnosis import HangDiagnosis
 from ddpdoctor.attach.discover import Discovery
 from ddpdoctor.attach.stacks import Frame, RankStack, ThreadStack
+from ddpdoctor.check.analysis import bandwidth
+from ddpdoctor.check.analysis.env import _env_vars
 from ddpdoctor.findings import Finding
 from ddpdoctor.html.page import render_page
 from ddpdoctor.html.series import RunSeries, WatchEvent, read_json_log

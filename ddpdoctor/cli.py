@@ -15,6 +15,8 @@ from typing import Any
 import click
 
 from ddpdoctor import __version__
+from ddpdoctor.contract import DEBUG
+from ddpdoctor.errors import DoctorError, ExitCode
 
 # name -> (module, one-line help shown by `ddpdoctor --help` without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -37,8 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-EXIT_DOCTOR_FAILED = 3  # report.EXIT_DOCTOR_FAILED; not imported: --help stays light
-DEBUG_ENV = "DDPDOCTOR_DEBUG"
+EXIT_DOCTOR_FAILED = ExitCode.DOCTOR_FAILED
+DEBUG_ENV = DEBUG
 
 
 def _reopen_closed_stdio() -> None:
@@ -66,7 +68,7 @@ def _reopen_closed_stdio() -> None:
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: int = EXIT_DOCTOR_FAILED) -> None:
     """One line on stderr, exit 3; stdout is silenced first so that the interpreter's
     final flush of a full or closed stdout does not print a second error."""
     try:
@@ -81,7 +83,7 @@ def _fail(message: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass
-    os._exit(EXIT_DOCTOR_FAILED)
+    os._exit(code)
 
 
 class LazyGroup(click.Group):
@@ -92,6 +94,10 @@ class LazyGroup(click.Group):
         _reopen_closed_stdio()
         try:
             return super().main(*args, **kwargs)
+        except DoctorError as e:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            _fail(f"ddpdoctor: {e}", e.exit_code)
         except OSError as e:
             if os.environ.get(DEBUG_ENV):
                 raise

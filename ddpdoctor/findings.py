@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 from ddpdoctor.catalog import spec
 
-SEVERITIES = ("error", "warning", "info")
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+# The JSON report keeps the check a finding belongs to under this evidence key (schema
+# ddpdoctor.report/1); in memory it is ``Finding.check``.
+CHECK_KEY = "check"
 
 
 @dataclass
@@ -17,25 +21,30 @@ class Finding:
     ``ranks`` are the culprit ranks where the problem starts, not every rank that felt it;
     empty when the problem belongs to the whole job or the launcher. ``evidence`` holds what
     a person needs to act on it (stack lines, parameter names, step, measured numbers) and
-    must be JSON-serialisable.
+    must be JSON-serialisable. ``check`` names the check line of the report it belongs to
+    (empty: none); it turns that line's status.
     """
 
     id: str
     title: str
     ranks: list[int] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
-    severity: str = ""  # empty: the catalog's default for this id
+    severity: Severity | Literal[""] = ""  # empty: the catalog's default for this id
     playbook: str = ""  # empty: the playbook named after the id
+    check: str = ""
 
     def __post_init__(self) -> None:
         entry = spec(self.id)  # raises on an unknown id: a programming error
         if not self.severity:
-            self.severity = entry.severity
+            self.severity = cast(Severity, entry.severity)
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
         if not self.playbook:
             self.playbook = self.id
         self.ranks = sorted({int(r) for r in self.ranks})
+        if not self.check and CHECK_KEY in self.evidence:
+            # Evidence written before the field existed (or read back from JSON).
+            self.check = str(self.evidence.pop(CHECK_KEY))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,7 +52,8 @@ class Finding:
             "severity": self.severity,
             "title": self.title,
             "ranks": list(self.ranks),
-            "evidence": self.evidence,
+            "evidence": {**self.evidence, CHECK_KEY: self.check} if self.check
+            else self.evidence,
             "playbook": self.playbook,
         }
 
@@ -56,7 +66,7 @@ class Finding:
             evidence=dict(data.get("evidence", {})),
             severity=data.get("severity", ""),
             playbook=data.get("playbook", ""),
-        )
+        )  # evidence["check"] becomes ``check`` in __post_init__
 
 
 def format_ranks(ranks: list[int]) -> str:

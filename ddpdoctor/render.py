@@ -34,8 +34,6 @@ def _evidence_lines(finding: Finding, verbose: bool) -> list[str]:
     max_chars = None if verbose else _MAX_EVIDENCE_CHARS
     lines = []
     for key, value in finding.evidence.items():
-        if key == "check":
-            continue
         if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
             shown = value[:max_lines]
             lines.append(f"{key}:")
@@ -71,6 +69,18 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         console.soft_wrap = not console.is_terminal
     report.finish()
     report = report.redacted()  # secrets never reach the terminal (report.scrub)
+    _render_head(console, report)
+    placed = _render_checks(console, report, verbose)
+    loose = [f for f in report.sorted_findings() if id(f) not in placed]
+    if loose:
+        console.print(Text("Findings", style="bold underline"))
+        for f in loose:
+            _render_finding(console, f, "  ", verbose)
+    console.print()
+    console.print(_verdict_line(report))
+
+
+def _render_head(console: Console, report: Report) -> None:
     world = report.world
     head = [f"ddpdoctor {report.command}"]
     if world.get("world_size"):
@@ -83,6 +93,10 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         console.print(Text(f"doctor's rendezvous store listened on {world['store_listen']} only",
                            style="dim"))
 
+
+def _render_checks(console: Console, report: Report, verbose: bool) -> set[int]:
+    """One line per check under its group heading, its findings under it; returns the ids
+    of the findings placed."""
     placed: set[int] = set()
     current_group = None
     for check in report.checks:
@@ -97,34 +111,26 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         line.append(check.summary, style="dim" if status == "skipped" else "")
         console.print(line)
         for f in report.sorted_findings():
-            if f.evidence.get("check") == check.name:
+            if f.check == check.name:
                 placed.add(id(f))
                 _render_finding(console, f, "    ", verbose)
+    return placed
 
-    loose = [f for f in report.sorted_findings() if id(f) not in placed]
-    if loose:
-        console.print(Text("Findings", style="bold underline"))
-        for f in loose:
-            _render_finding(console, f, "  ", verbose)
 
-    console.print()
+def _verdict_line(report: Report) -> Text:
     if report.doctor_error:
-        console.print(Text(f"✗ ddpdoctor could not run: {report.doctor_error}", style="bold red"))
-        return
+        return Text(f"✗ ddpdoctor could not run: {report.doctor_error}", style="bold red")
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     failed = [c.name for c in report.checks if report.check_status(c) == "error"
-              and not any(f.evidence.get("check") == c.name for f in report.findings)]
+              and not any(f.check == c.name for f in report.findings)]
     if failed and not errors:
         # A check that failed without a finding (e.g. a job that hung with no readable
         # stacks) is not "no issues".
-        console.print(Text(f"! {len(failed)} check(s) failed without a diagnosis: "
-                           f"{', '.join(failed)}", style="bold red"))
-        return
+        return Text(f"! {len(failed)} check(s) failed without a diagnosis: "
+                    f"{', '.join(failed)}", style="bold red")
     if errors or warnings:
-        style = "bold red" if errors else "bold yellow"
-        console.print(Text(f"! {errors} error(s), {warnings} warning(s). "
-                           "Fix the first error first: later ones are often its fallout.",
-                           style=style))
-    else:
-        console.print(Text("• No issues found!", style="bold green"))
+        return Text(f"! {errors} error(s), {warnings} warning(s). "
+                    "Fix the first error first: later ones are often its fallout.",
+                    style="bold red" if errors else "bold yellow")
+    return Text("• No issues found!", style="bold green")

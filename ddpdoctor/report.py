@@ -7,20 +7,23 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from ddpdoctor import redact
+from ddpdoctor.contract import REPORT_SCHEMA
+from ddpdoctor.errors import ExitCode, decide_exit_code
 from ddpdoctor.findings import Finding
 
-SCHEMA = "ddpdoctor.report/1"
+SCHEMA = REPORT_SCHEMA
 
-# Exit codes (DESIGN.md): the contract scripts and CI rely on.
-EXIT_HEALTHY = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-EXIT_DOCTOR_FAILED = 3
+# Exit codes (docs/design.md): the contract scripts and CI rely on.
+EXIT_HEALTHY = ExitCode.HEALTHY
+EXIT_FINDINGS = ExitCode.FINDINGS
+EXIT_USAGE = ExitCode.USAGE
+EXIT_DOCTOR_FAILED = ExitCode.DOCTOR_FAILED
 
-CHECK_STATUSES = ("ok", "warning", "error", "skipped")
+CheckStatus = Literal["ok", "warning", "error", "skipped"]
+CHECK_STATUSES: tuple[CheckStatus, ...] = get_args(CheckStatus)
 
 
 @dataclass
@@ -33,7 +36,7 @@ class Check:
 
     name: str
     summary: str
-    status: str = "ok"
+    status: CheckStatus = "ok"
     group: str = ""
     data: dict[str, Any] = field(default_factory=dict)
 
@@ -56,9 +59,10 @@ class Report:
     exit_override: int | None = None
 
     def add(self, finding: Finding, check: str | None = None) -> None:
-        """Add a finding; ``check`` names the check line it belongs to, if any."""
-        if check is not None:
-            finding.evidence.setdefault("check", check)
+        """Add a finding; ``check`` names the check line it belongs to unless the finding
+        already names one."""
+        if check is not None and not finding.check:
+            finding.check = check
         self.findings.append(finding)
 
     def finish(self) -> Report:
@@ -66,10 +70,10 @@ class Report:
             self.duration_s = round(time.time() - self.started, 3)
         return self
 
-    def check_status(self, check: Check) -> str:
+    def check_status(self, check: Check) -> CheckStatus:
         if check.status == "skipped":
             return "skipped"
-        severities = {f.severity for f in self.findings if f.evidence.get("check") == check.name}
+        severities = {f.severity for f in self.findings if f.check == check.name}
         if "error" in severities:
             return "error"
         if "warning" in severities:
@@ -78,17 +82,9 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        if self.exit_override is not None:
-            return self.exit_override
-        if self.doctor_error:
-            return EXIT_DOCTOR_FAILED
-        if any(f.severity == "error" for f in self.findings):
-            return EXIT_FINDINGS
-        # A check that failed without a diagnosis (a rank that sent nothing, an analysis
-        # that could not run) is not healthy either.
-        if any(self.check_status(c) == "error" for c in self.checks):
-            return EXIT_FINDINGS
-        return EXIT_HEALTHY
+        return int(decide_exit_code((f.severity for f in self.findings),
+                                    (self.check_status(c) for c in self.checks),
+                                    self.doctor_error, self.exit_override))
 
     def redacted(self) -> Report:
         """A copy whose every text and evidence value went through ``scrub``: what the
@@ -97,7 +93,7 @@ class Report:
                       duration_s=self.duration_s, doctor_error=redact.text(self.doctor_error),
                       exit_override=self.exit_override)
         copy.findings = [Finding(f.id, redact.text(f.title), list(f.ranks), scrub(f.evidence),
-                                 f.severity, f.playbook) for f in self.findings]
+                                 f.severity, f.playbook, f.check) for f in self.findings]
         copy.checks = [Check(c.name, redact.text(c.summary), c.status, c.group, scrub(c.data))
                        for c in self.checks]
         return copy

@@ -1,6 +1,6 @@
 """What the gpu probe tests run on real ranks (module level: spawn pickles it by name)."""
 
-from ddpdoctor.probes import gpu, topology
+from ddpdoctor.check.probes import gpu, topology
 
 
 def gpu_and_topology(ctx):

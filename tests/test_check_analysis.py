@@ -4,9 +4,9 @@ import itertools
 
 import pytest
 
-from ddpdoctor.analysis import bandwidth, connectivity, dataloader, env, rendezvous
-from ddpdoctor.busbw import busbw_gbps
-from ddpdoctor.schedule import round_robin
+from ddpdoctor.check.analysis import bandwidth, connectivity, dataloader, env, rendezvous
+from ddpdoctor.check.busbw import busbw_gbps
+from ddpdoctor.check.schedule import round_robin
 
 
 def _env(**over):
@@ -240,7 +240,7 @@ def test_bandwidth_between_nodes_below_the_nic_line_rate():
 
 
 def _stuck(rank, step, progress, state="sleeping", stopped=()):
-    from ddpdoctor.launcher import STATUS_TIMEOUT, RankOutcome
+    from ddpdoctor.check.launcher import STATUS_TIMEOUT, RankOutcome
 
     return RankOutcome(rank=rank, status=STATUS_TIMEOUT, pid=1000 + rank, progress=progress,
                        last_step=step, process_state=state, stopped_children=list(stopped))
@@ -254,9 +254,9 @@ def _stuck(rank, step, progress, state="sleeping", stopped=()):
     ("env", "RANK_UNRESPONSIVE"), ("gpu", "RANK_UNRESPONSIVE"), ("", "RANK_UNRESPONSIVE"),
 ])
 def test_a_deadline_overrun_is_named_by_the_step_it_hit(step, finding):
-    from ddpdoctor.analysis.launch import analyze_launch
-    from ddpdoctor.launcher import LaunchResult
-    from ddpdoctor.preflight import PROBES
+    from ddpdoctor.check.analysis.launch import analyze_launch
+    from ddpdoctor.check.launcher import LaunchResult
+    from ddpdoctor.check.run import PROBES
 
     # both ranks in the same step; rank 1's process is stopped: it is the culprit
     result = LaunchResult(2, "gloo", 30.0, 30.1, [_stuck(0, step, 4),
@@ -269,8 +269,8 @@ def test_a_deadline_overrun_is_named_by_the_step_it_hit(step, finding):
 
 
 def test_a_stopped_child_makes_its_rank_the_culprit():
-    from ddpdoctor.analysis.launch import analyze_launch
-    from ddpdoctor.launcher import LaunchResult
+    from ddpdoctor.check.analysis.launch import analyze_launch
+    from ddpdoctor.check.launcher import LaunchResult
 
     result = LaunchResult(2, "gloo", 30.0, 30.1, [_stuck(0, "dataloader", 5),
                                                   _stuck(1, "dataloader", 5, stopped=[4242])])
@@ -281,8 +281,8 @@ def test_a_stopped_child_makes_its_rank_the_culprit():
 
 
 def test_a_rank_that_raised_is_never_healthy():
-    from ddpdoctor.launcher import STATUS_ERROR, STATUS_OK, LaunchResult, RankOutcome
-    from ddpdoctor.preflight import assemble_report
+    from ddpdoctor.check.launcher import STATUS_ERROR, STATUS_OK, LaunchResult, RankOutcome
+    from ddpdoctor.check.run import assemble_report
 
     outcomes = [RankOutcome(0, STATUS_OK, value={}),
                 RankOutcome(1, STATUS_ERROR, error="RuntimeError: boom", last_step="gpu")]
@@ -294,8 +294,8 @@ def test_a_rank_that_raised_is_never_healthy():
 def test_a_rank_that_raised_while_another_is_stuck_is_the_culprit_not_a_crash():
     """Rank 0's probe raised; rank 1 sat in the collective until the deadline. The
     analysis used to look the raised rank up among the stuck ones (KeyError, no report)."""
-    from ddpdoctor.launcher import STATUS_ERROR, LaunchResult, RankOutcome
-    from ddpdoctor.preflight import assemble_report
+    from ddpdoctor.check.launcher import STATUS_ERROR, LaunchResult, RankOutcome
+    from ddpdoctor.check.run import assemble_report
 
     outcomes = [RankOutcome(0, STATUS_ERROR, error="RuntimeError: boom", last_step="bandwidth"),
                 _stuck(1, "bandwidth", 6)]

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from ddpdoctor.preflight import run_check
+from ddpdoctor.check.run import run_check
 
 from conftest import ddpdoctor_cmd, run_job
 

@@ -24,7 +24,7 @@ def test_check_two_cpu_ranks_is_healthy_with_every_probe_reported(tmp_path):
     assert report["schema"] == "ddpdoctor.report/1"
     assert report["command"] == "check"
     assert report["world"]["world_size"] == 2 and report["world"]["backend"] == "gloo"
-    from ddpdoctor.preflight import PROBES
+    from ddpdoctor.check.run import PROBES
 
     statuses = {name: p["status"] for name, p in report["probes"].items()}
     checks_of = {"env": ["versions", "known bugs", "env vars", "socket config", "shm",

@@ -3,7 +3,7 @@
 import pytest
 from gpu_fixtures import NAMES, per_rank
 
-from ddpdoctor.analysis import gpu, topology
+from ddpdoctor.check.analysis import gpu, topology
 
 
 def ids(findings, severities=("error", "warning")):

@@ -7,10 +7,10 @@ import socket
 
 import pytest
 
-from ddpdoctor.analysis import gpu as gpu_analysis
-from ddpdoctor.analysis import topology as topology_analysis
-from ddpdoctor.probes import gpu as gpu_probe
-from ddpdoctor.probes import topology as topology_probe
+from ddpdoctor.check.analysis import gpu as gpu_analysis
+from ddpdoctor.check.analysis import topology as topology_analysis
+from ddpdoctor.check.probes import gpu as gpu_probe
+from ddpdoctor.check.probes import topology as topology_probe
 
 NO_DRIVER = "no NVIDIA driver (NVML Shared Library Not Found)"
 
@@ -89,7 +89,7 @@ def test_nic_and_numa_readers_on_a_fake_sysfs(tmp_path):
 def test_probes_on_two_launched_ranks():
     import gpu_launch_fns
 
-    from ddpdoctor.launcher import launch
+    from ddpdoctor.check.launcher import launch
 
     res = launch(gpu_launch_fns.gpu_and_topology, nproc=2, backend="gloo", deadline_s=60)
     assert res.ok, [(o.rank, o.status, o.error) for o in res.outcomes]

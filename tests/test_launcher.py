@@ -5,8 +5,8 @@ import time
 import psutil
 import pytest
 
-from ddpdoctor.analysis.launch import analyze_launch
-from ddpdoctor.launcher import launch
+from ddpdoctor.check.analysis.launch import analyze_launch
+from ddpdoctor.check.launcher import launch
 
 import launch_fns
 

@@ -135,7 +135,7 @@ def test_stdout_on_a_full_device(args):
 def test_check_worker_refuses_a_nan_deadline_and_a_missing_launcher():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     for args, needle in ((["--deadline", "nan"], "--deadline"), ([], "torchrun")):
-        proc = subprocess.run([sys.executable, "-m", "ddpdoctor.check_worker", *args],
+        proc = subprocess.run([sys.executable, "-m", "ddpdoctor.check.worker", *args],
                               capture_output=True, text=True, timeout=120, env=env)
         _no_traceback(proc)
         assert proc.returncode == 2

@@ -11,8 +11,8 @@ import time
 import psutil
 import pytest
 
-from ddpdoctor.analysis.bandwidth import analyze as analyze_bandwidth
-from ddpdoctor.preflight import run_check
+from ddpdoctor.check.analysis.bandwidth import analyze as analyze_bandwidth
+from ddpdoctor.check.run import run_check
 
 pytestmark = [pytest.mark.slow]
 
@@ -45,7 +45,7 @@ def _dataloader_workers(rank: psutil.Process) -> list[psutil.Process]:
 DATALOADER_CHECK = """
 import sys
 from ddpdoctor.commands.common import finish
-from ddpdoctor.preflight import run_check
+from ddpdoctor.check.run import run_check
 if __name__ == "__main__":
     report = run_check(2, ["dataloader"], "gloo", float(sys.argv[1]),
                        opts={"dl_batches": 2000, "dl_item_bytes": 1 << 20,

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from ddpdoctor.attach.flight_recorder import REQUEST_FILE, request_dumps
-from ddpdoctor.launcher import launch
+from ddpdoctor.check.launcher import launch
 from ddpdoctor.watch import flight_recorder as watch_fr
 
 import launch_fns

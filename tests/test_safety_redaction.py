@@ -39,7 +39,7 @@ def test_check_report_masks_secret_env_values_and_command_lines(tmp_path):
     rank_env = {r: {name: values[r] for name, values in SECRETS.items()} for r in (0, 1)}
     script = textwrap.dedent(f"""
         from ddpdoctor.commands.common import finish
-        from ddpdoctor.preflight import run_check
+        from ddpdoctor.check.run import run_check
         report = run_check(2, ["env", "rendezvous"], "gloo", 90,
                            opts={{"master_addr": "127.0.0.1", "master_port": {port}}},
                            rank_env={rank_env!r})

@@ -187,7 +187,7 @@ def test_pause_on_every_rank_keeps_them_in_step_and_is_no_stall(tmp_path):
     """A 1.5 s evaluation, paused, under a 0.5 s hang timeout: no stall; the ranks' watched
     steps stay equal, so the gathers after it still line up and see rank 1's drift at
     step 4 (the paused forwards are not steps; two replicas: both are named)."""
-    from ddpdoctor.launcher import launch as launch_fn
+    from ddpdoctor.check.launcher import launch as launch_fn
 
     import launch_fns
 

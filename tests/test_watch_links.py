@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from ddpdoctor.launcher import launch
+from ddpdoctor.check.launcher import launch
 from ddpdoctor.watch.links import culprits, link_times, rounds, senders_to, slow_links, verdict
 
 import launch_fns

@@ -21,13 +21,13 @@ def test_wheel_ships_probes_and_playbooks_and_runs_from_a_fresh_venv(tmp_path):
     wheel = next(dist.glob("ddpdoctor-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "ddpdoctor/playbooks/HANG_DATALOADER.md" in names
-    assert "ddpdoctor/probes/connectivity.py" in names
+    assert "ddpdoctor/check/probes/connectivity.py" in names
     assert "ddpdoctor/cli.py" in names
     for init in sorted((REPO / "ddpdoctor").rglob("__init__.py")):
         if "__pycache__" in init.parts:
             continue
         rel = init.relative_to(REPO).as_posix()
-        assert rel in names, f"{rel} missing from the wheel: add it to pyproject's packages"
+        assert rel in names, f"{rel} missing from the wheel: setup.py discovery missed it"
 
     env_dir = tmp_path / "fresh"
     venv.create(env_dir, with_pip=True)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from ddpdoctor.commands.common import FiniteFloat, finish, html_option, json_option
+from ddpdoctor.errors import ExitCode
+
+if TYPE_CHECKING:
+    from ddpdoctor.check.options import CheckOptions
 
 
 def _bandwidth_table(report) -> None:
@@ -85,56 +90,73 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
     Across nodes, run on every node (node 0 hosts the rendezvous and prints the report):
     ddpdoctor check --nnodes 2 --node-rank 0 --nproc 8 --rdzv-endpoint node0:29400
     ddpdoctor check --nnodes 2 --node-rank 1 --nproc 8 --rdzv-endpoint node0:29400
-    or inside any launcher: torchrun ... -m ddpdoctor.check_worker [--probe NAME]
+    or inside any launcher: torchrun ... -m ddpdoctor.check.worker [--probe NAME]
     """
-    from ddpdoctor.preflight import PROBES
+    from ddpdoctor.check.probes import PROBES
 
-    unknown = [p for p in probes if p not in PROBES]
-    if unknown:
-        raise click.BadParameter(f"unknown probe(s) {', '.join(unknown)}; "
-                                 f"choose from {', '.join(PROBES)}", param_hint="--probe")
-    opts: dict = {"shm_min_free": shm_min_mb << 20}
-    if max_bytes != "auto":
-        opts["max_bytes"] = _parse_size(max_bytes)
-    for key, value in (("master_addr", master_addr), ("master_port", master_port),
-                       ("expect_busbw", expect_busbw)):
-        if value is not None:
-            opts[key] = value
-    names = list(probes) or list(PROBES)
+    names = _probe_names(probes)
+    opts = _options(max_bytes, shm_min_mb, master_addr, master_port, expect_busbw)
     if node_rank >= nnodes:
         raise click.BadParameter(f"{node_rank} is not below --nnodes {nnodes}",
                                  param_hint="--node-rank")
-    if nproc is None or backend == "nccl":
-        import torch
-
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if nproc is None:
-            nproc = gpus or 2
-        if backend == "nccl" and gpus < nproc:
-            raise click.BadParameter(f"nccl needs one GPU per rank: {nproc} rank(s), {gpus} "
-                                     "GPU(s) visible (use --backend gloo on CPU)",
-                                     param_hint="--backend")
+    nproc = _ranks(nproc, backend)
     if nnodes > 1 or rdzv_endpoint:
         if not rdzv_endpoint:
             raise click.BadParameter("multi-node needs --rdzv-endpoint HOST:PORT",
                                      param_hint="--rdzv-endpoint")
-        from ddpdoctor.multinode import run_multinode
+        from ddpdoctor.check.multinode import run_multinode
 
         names = [n for n in names if PROBES[n].stage != "parent"]  # torchrun owns the port
         report = run_multinode(nproc, nnodes, node_rank, rdzv_endpoint, local_addr, names,
                                backend, deadline, opts)
         if report is None:  # not node 0: the report is printed there
-            sys.exit(0)
+            sys.exit(ExitCode.HEALTHY)
     else:
         report = _run_with_progress(nproc, names, backend, deadline, opts)
     finish(report, json_path, verbose=verbose,
            after=None if json_path == "-" else _bandwidth_table, html_path=html_path)
 
 
+def _probe_names(probes: tuple[str, ...]) -> list[str]:
+    from ddpdoctor.check.probes import PROBES
+
+    unknown = [p for p in probes if p not in PROBES]
+    if unknown:
+        raise click.BadParameter(f"unknown probe(s) {', '.join(unknown)}; "
+                                 f"choose from {', '.join(PROBES)}", param_hint="--probe")
+    return list(probes) or list(PROBES)
+
+
+def _options(max_bytes: str, shm_min_mb: int, master_addr: str | None,
+             master_port: int | None, expect_busbw: float | None) -> CheckOptions:
+    from ddpdoctor.check.options import CheckOptions
+
+    return CheckOptions(shm_min_free=shm_min_mb << 20,
+                        max_bytes=None if max_bytes == "auto" else _parse_size(max_bytes),
+                        master_addr=master_addr, master_port=master_port,
+                        expect_busbw=expect_busbw)
+
+
+def _ranks(nproc: int | None, backend: str | None) -> int:
+    """--nproc, or one rank per GPU (2 on CPU); nccl needs a GPU per rank."""
+    if nproc is not None and backend != "nccl":
+        return nproc
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if nproc is None:
+        nproc = gpus or 2
+    if backend == "nccl" and gpus < nproc:
+        raise click.BadParameter(f"nccl needs one GPU per rank: {nproc} rank(s), {gpus} "
+                                 "GPU(s) visible (use --backend gloo on CPU)",
+                                 param_hint="--backend")
+    return nproc
+
+
 def _run_with_progress(nproc, names, backend, deadline, opts):
     from rich.console import Console
 
-    from ddpdoctor.preflight import run_check
+    from ddpdoctor.check.run import run_check
 
     console = Console(stderr=True)
     if not console.is_terminal:

@@ -88,7 +88,7 @@ def _gpu_memory(gpu_mem: int | None, data: dict[str, Any]) -> tuple[int | None, 
     """--gpu-mem, else the smallest GPU NVML sees, else unknown (and why)."""
     if gpu_mem is not None:
         return gpu_mem, f"{fmt_bytes(gpu_mem)} per GPU (--gpu-mem)"
-    from ddpdoctor.nvml import NvmlUnavailable, read_snapshot
+    from ddpdoctor.check.nvml import NvmlUnavailable, read_snapshot
 
     try:
         snap = read_snapshot(topology=False, xids=False)

@@ -6,6 +6,7 @@ import math
 import statistics
 from typing import Any
 
+from ddpdoctor.contract import SERIES_GLOB
 from ddpdoctor.html import charts_common as cc
 from ddpdoctor.html.blocks import Chart, Section
 from ddpdoctor.html.series import WATCH_STRATEGY, RunSeries, StepSeries, WatchEvent
@@ -144,7 +145,7 @@ def sections(series: RunSeries, culprits: list[int]) -> list[Section]:
         watch = s.strategy == WATCH_STRATEGY
         if watch:
             sec = Section(f"Training: to step {s.steps[-1]}, {s.world} ranks", note=(
-                "From the watch's series files (watch-series-rank*.jsonl): each column is "
+                f"From the watch's series files ({SERIES_GLOB}): each column is "
                 "the per-step mean over an interval of steps (about a second). The time to "
                 "the gather is known on the steps the watch times (those before a check "
                 "step) and blank elsewhere."))
@@ -167,6 +168,6 @@ def sections(series: RunSeries, culprits: list[int]) -> list[Section]:
         out.append(Section("Training", note=(
             "Findings were raised at steps " + ", ".join(
                 f"{e.id} at step {e.step}" for e in series.events[:8])
-            + ", but no per-step series was found to draw them on (no watch-series-rank*.jsonl "
+            + f", but no per-step series was found to draw them on (no {SERIES_GLOB} "
               "beside the events file, no trainer --json-log).")))
     return out

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddpdoctor.contract import FR_DUMP_GLOB, HEARTBEAT_GLOB, SERIES_GLOB
 from ddpdoctor.safefile import open_regular
 
 # A page keeps this many step columns at most: a 100k-step run still opens instantly.
@@ -145,8 +146,6 @@ def read_watch_series(directory: str | os.PathLike) -> StepSeries | None:
     """
     from bisect import bisect_left
 
-    from ddpdoctor.watch.events import SERIES_GLOB
-
     per_rank: dict[int, list[dict]] = {}
     for p in sorted(Path(directory).glob(SERIES_GLOB)):
         try:
@@ -248,7 +247,7 @@ def read_fr_dir(directory: str | os.PathLike) -> FrSeqs:
     from ddpdoctor.attach.flight_recorder import FrParseError, parse_fr_trace
 
     out = FrSeqs(source=str(directory))
-    for p in sorted(Path(directory).glob("ddpdoctor-fr-rank*.json")):
+    for p in sorted(Path(directory).glob(FR_DUMP_GLOB)):
         try:
             rank = int(p.stem.rsplit("rank", 1)[1])
             trace = parse_fr_trace(_read_bytes(p), rank)
@@ -261,7 +260,7 @@ def read_fr_dir(directory: str | os.PathLike) -> FrSeqs:
 
 def read_heartbeats(directory: str | os.PathLike) -> list[Heartbeat]:
     out = []
-    for p in sorted(Path(directory).glob("rank*.json")):
+    for p in sorted(Path(directory).glob(HEARTBEAT_GLOB)):
         try:
             data = json.loads(_read_bytes(p, 1 << 20))
             out.append(Heartbeat(int(data["rank"]), int(data.get("step") or 0),

@@ -6,12 +6,22 @@ import json
 import os
 from pathlib import Path
 
+from ddpdoctor.contract import (
+    EVENTS,
+    EVENTS_FILE,
+    FR_SUBDIR,
+    HEARTBEAT_SUBDIR,
+    REPORT_FILES,
+    REPORT_SCHEMA,
+    SERIES_GLOB,
+    TRAIN_LOG_FILES,
+)
 from ddpdoctor.html import series as S
 from ddpdoctor.report import Report
 
-REPORT_NAMES = ("report.json", "ddpdoctor-report.json")
-EVENTS_NAME = "watch-events.jsonl"
-TRAIN_LOG_NAMES = ("train.jsonl", "json-log.jsonl")
+REPORT_NAMES = REPORT_FILES
+EVENTS_NAME = EVENTS_FILE
+TRAIN_LOG_NAMES = TRAIN_LOG_FILES
 
 
 class SourceError(ValueError):
@@ -38,7 +48,7 @@ def _read(p: Path) -> Report:
     except (OSError, ValueError) as e:
         raise SourceError(f"{p}: not a ddpdoctor JSON report ({e})") from None
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(
-            "ddpdoctor.report/"):
+            REPORT_SCHEMA.rsplit("/", 1)[0] + "/"):
         raise SourceError(f"{p}: not a ddpdoctor JSON report (no ddpdoctor.report schema)")
     try:
         report = Report.from_dict(data)
@@ -54,7 +64,7 @@ def _report_from_run_dir(run_dir: Path) -> Report:
     from ddpdoctor.supervise.watch_events import watch_findings
 
     events = run_dir / EVENTS_NAME
-    if not events.is_file() and not (run_dir / "heartbeat").is_dir():
+    if not events.is_file() and not (run_dir / HEARTBEAT_SUBDIR).is_dir():
         raise SourceError(f"{run_dir}: no report.json, {EVENTS_NAME} or heartbeat/ in it: "
                           "not a ddpdoctor run directory")
     report = Report(command="run", world={"run_dir": str(run_dir)})
@@ -112,15 +122,16 @@ def collect_series(report: Report, run_dir: str | os.PathLike | None = None,
             continue
         if watch_steps is not None:
             out.steps.append(watch_steps)
-    fr_dir = where("fr_dir", "fr")
+    fr_dir = where("fr_dir", FR_SUBDIR)
     if fr_dir and Path(fr_dir).is_dir():
         out.fr = S.read_fr_dir(fr_dir)
-    hb_dir = where("heartbeat_dir", "heartbeat")
+    hb_dir = where("heartbeat_dir", HEARTBEAT_SUBDIR)
     if hb_dir and Path(hb_dir).is_dir():
         out.heartbeats = S.read_heartbeats(hb_dir)
     if report.command in ("run", "train") and not out.steps:
         out.notes.append(
-            "No per-rank step series: no watch-series-rank*.jsonl in the run directory (the "
-            "watch writes them beside its events file: DDPDOCTOR_EVENTS) and no trainer "
-            "--json-log (ddpdoctor report RUN_DIR --json-log PATH, or RUN_DIR/train.jsonl).")
+            f"No per-rank step series: no {SERIES_GLOB} in the run directory (the "
+            f"watch writes them beside its events file: {EVENTS}) and no trainer "
+            "--json-log (ddpdoctor report RUN_DIR --json-log PATH, or "
+            f"RUN_DIR/{TRAIN_LOG_FILES[0]}).")
     return out

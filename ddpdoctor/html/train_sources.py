@@ -6,6 +6,8 @@ import os
 import tempfile
 from typing import Any
 
+from ddpdoctor.contract import EVENTS, EVENTS_FILE, TRAIN_LOG_FILES
+
 
 def prepare(values: dict[str, Any], env: dict[str, str]) -> str | None:
     """Give the trainer a --json-log if it has none, and the watch an events file; returns
@@ -13,11 +15,11 @@ def prepare(values: dict[str, Any], env: dict[str, str]) -> str | None:
     directory = None
     if not values.get("json_log"):
         directory = tempfile.mkdtemp(prefix="ddpdoctor-train-")
-        values["json_log"] = os.path.join(directory, "train.jsonl")
+        values["json_log"] = os.path.join(directory, TRAIN_LOG_FILES[0])
     if not values.get("watch"):
         return None
-    if env.get("DDPDOCTOR_EVENTS"):
-        return env["DDPDOCTOR_EVENTS"] if "{rank}" not in env["DDPDOCTOR_EVENTS"] else None
+    if env.get(EVENTS):
+        return env[EVENTS] if "{rank}" not in env[EVENTS] else None
     directory = directory or tempfile.mkdtemp(prefix="ddpdoctor-train-")
-    env["DDPDOCTOR_EVENTS"] = os.path.join(directory, "watch-events.jsonl")
-    return env["DDPDOCTOR_EVENTS"]
+    env[EVENTS] = os.path.join(directory, EVENTS_FILE)
+    return env[EVENTS]

@@ -48,7 +48,7 @@ def verdict(report: Report) -> Verdict:
         culprit = ("rank " if len(first.ranks) == 1 else "ranks ") + format_ranks(first.ranks)
     line = _first_line(first) if first is not None else ""
     failed = [c.name for c in report.checks if report.check_status(c) == "error"
-              and not any(f.evidence.get("check") == c.name for f in report.findings)]
+              and not any(f.check == c.name for f in report.findings)]
     if report.doctor_error:
         return Verdict("error", f"ddpdoctor could not run: {report.doctor_error}", culprit,
                        line, errors, warnings)

@@ -10,6 +10,7 @@ from typing import Any
 from ddpdoctor.logscan.events import Event, EventKind
 from ddpdoctor.logscan.kb import match_line
 from ddpdoctor.logscan.reader import RawLine, split_rank_prefix
+from ddpdoctor.signames import killed_by
 
 _EXCEPTION = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet))"
@@ -34,12 +35,7 @@ SCANNER_NEEDLES = ("rror", "xception", "Interrupt", "raceback", 'File "', "Root 
 
 
 def _signal_name(exitcode: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
+    return killed_by(exitcode) or f"signal {-exitcode}"
 
 
 def is_library_frame(path: str) -> bool:

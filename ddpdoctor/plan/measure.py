@@ -24,7 +24,9 @@ from typing import Any
 import torch
 from torch import nn
 
-ENV = "DDPDOCTOR_TRAIN_MEMORY"
+from ddpdoctor.contract import TRAIN_MEMORY
+
+ENV = TRAIN_MEMORY
 FIELDS = ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes")
 
 

@@ -1,0 +1,56 @@
+"""Connectivity evidence -> COMM_CONNECTIVITY, naming the rank or the pair that fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.report import Check
+
+
+def failed_pairs(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], str]:
+    """Pairs (a < b) where either side saw the transfer fail, with the first error."""
+    bad: dict[tuple[int, int], str] = {}
+    for r, d in per_rank.items():
+        for peer, res in d.get("p2p", {}).items():
+            if not res.get("ok"):
+                pair = (min(r, int(peer)), max(r, int(peer)))
+                bad.setdefault(pair, f"rank {r}: {res.get('error', 'failed')}")
+    return bad
+
+
+def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
+            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
+    findings = []
+    wrong = sorted(r for r, d in per_rank.items() if not d.get("allreduce_ok"))
+    if wrong:
+        findings.append(Finding(
+            "COMM_CONNECTIVITY", "world all-reduce returned a wrong result", ranks=wrong,
+            evidence={"expected": per_rank[wrong[0]].get("allreduce_expected"),
+                      "got": {r: per_rank[r].get("allreduce_got") for r in wrong}}))
+    bad = failed_pairs(per_rank)
+    if bad:
+        # A rank that fails with every partner is the problem; otherwise it is the pair.
+        touched: dict[int, int] = {}
+        for a, b in bad:
+            touched[a] = touched.get(a, 0) + 1
+            touched[b] = touched.get(b, 0) + 1
+        hubs = sorted(r for r, c in touched.items() if c == world_size - 1)
+        if world_size > 2 and hubs and all(a in hubs or b in hubs for a, b in bad):
+            findings.append(Finding(
+                "COMM_CONNECTIVITY",
+                f"rank {format_ranks(hubs)} cannot exchange point-to-point with any other rank",
+                ranks=hubs, evidence={"failed_pairs": {f"{a}<->{b}": e
+                                                       for (a, b), e in bad.items()}}))
+        else:
+            for (a, b), err in sorted(bad.items()):
+                findings.append(Finding(
+                    "COMM_CONNECTIVITY", f"ranks {a} and {b} cannot exchange point-to-point",
+                    ranks=[a, b], evidence={"pair": f"{a}<->{b}", "error": err}))
+    n_pairs = world_size * (world_size - 1) // 2
+    worst = max((d.get("allreduce_ms", 0.0) for d in per_rank.values()), default=0.0)
+    summary = (f"all-reduce on {world_size} ranks "
+               + ("ok" if not wrong else f"wrong on rank {format_ranks(wrong)}")
+               + f" ({worst:.1f} ms); {n_pairs - len(bad)}/{n_pairs} rank pairs ok")
+    return Check("connectivity", summary, group="Communication"), findings

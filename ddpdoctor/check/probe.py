@@ -1,0 +1,47 @@
+"""``Probe``: what every module under ``ddpdoctor/check/probes`` declares as ``PROBE``.
+
+A probe is one module: its rank side (``collect``: plain, JSON-serialisable facts about
+this rank, never a verdict) and its declaration (name, report group, the stage it runs in,
+what a rank stuck inside it at the deadline means). Its pure parent side (``analyze``:
+every rank's facts -> check lines and findings) lives under ``ddpdoctor/check/analysis``,
+is named by the declaration, and is tested without processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.findings import Finding
+from ddpdoctor.report import Check
+
+# "pre_init": inside every rank, before the process group exists (its evidence survives a
+# failed init); "rank": inside every rank, with the process group; "parent": once, in the
+# doctor's own process.
+Stage = Literal["pre_init", "rank", "parent"]
+
+
+class Collect(Protocol):
+    def __call__(self, ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+        """Rank side (``ctx`` is None for a parent-stage probe)."""
+        ...
+
+
+class Analyze(Protocol):
+    def __call__(self, per_rank: dict[int, dict[str, Any]], world_size: int,
+                 opts: CheckOptions | None = None
+                 ) -> tuple[Check | list[Check], list[Finding]]:
+        """Parent side, pure: every rank's data -> check line(s) and findings."""
+        ...
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    group: str  # the report heading its check lines go under
+    stage: Stage
+    collect: Collect
+    analyze: Analyze
+    # What a rank still inside this probe at the deadline means (analysis/launch.py).
+    stall_finding: str = "RANK_UNRESPONSIVE"

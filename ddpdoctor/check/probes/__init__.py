@@ -1,0 +1,28 @@
+"""Probes: one module per probe, each a ``ddpdoctor.check.probe.Probe``.
+
+Each module defines ``collect(ctx, opts) -> dict`` (plain, JSON-serialisable facts about
+one rank; probes never decide severity) and declares ``PROBE``: its name, report group,
+stage and its pure ``analyze`` from ``ddpdoctor.check.analysis``.
+Every collective a probe issues runs under the process group's timeout (the check deadline).
+"""
+
+from __future__ import annotations
+
+from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.probes import (
+    bandwidth,
+    connectivity,
+    dataloader,
+    env,
+    gpu,
+    rendezvous,
+    topology,
+)
+
+# In the order a full check runs and reports them.
+PROBES: dict[str, Probe] = {
+    m.PROBE.name: m.PROBE
+    for m in (env, rendezvous, connectivity, bandwidth, dataloader, gpu, topology)
+}
+
+__all__ = ["PROBES", "Probe"]

@@ -1,0 +1,71 @@
+"""Connectivity: a world all-reduce with a known answer, then every pair point-to-point.
+
+Pairs are scheduled round-robin (O(N) rounds, all pairs of a round in parallel); each
+transfer waits with its own deadline, so a dead link is a finding, not a hung doctor.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from ddpdoctor.check.analysis.connectivity import analyze
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.schedule import round_robin
+
+NAME = "connectivity"
+P2P_ELEMENTS = 4096
+
+
+def _pattern(src: int, dst: int, device: str):
+    import torch
+
+    # A payload only this sender could produce for this receiver: a crossed or corrupted
+    # transfer cannot pass as a good one.
+    return torch.arange(P2P_ELEMENTS, dtype=torch.float32, device=device) + (src * 1000 + dst)
+
+
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.full((1024,), float(ctx.rank + 1), device=ctx.device)
+    expected = ctx.world_size * (ctx.world_size + 1) / 2
+    start = time.perf_counter()
+    dist.all_reduce(t)
+    elapsed = time.perf_counter() - start
+    out: dict[str, Any] = {
+        "allreduce_ok": bool(torch.all(t == expected).item()),
+        "allreduce_expected": expected,
+        "allreduce_got": float(t[0].item()),
+        "allreduce_ms": round(elapsed * 1000, 3),
+        "p2p": {},
+    }
+    rounds = round_robin(ctx.world_size)
+    per_pair_s = opts.p2p_timeout_s
+    if per_pair_s is None:
+        per_pair_s = max(2.0, ctx.deadline_s / (len(rounds) + 3))
+    for i, pairs in enumerate(rounds):
+        peer = pairs.get(ctx.rank)
+        if peer is None:
+            continue
+        ctx.progress(f"{NAME}: p2p round {i} with rank {peer}")
+        send = _pattern(ctx.rank, peer, ctx.device)
+        recv = torch.empty_like(send)
+        start = time.perf_counter()
+        try:
+            works = [dist.isend(send, peer), dist.irecv(recv, peer)]
+            for w in works:
+                w.wait(timeout=timedelta(seconds=per_pair_s))
+            ok = bool(torch.equal(recv, _pattern(peer, ctx.rank, ctx.device)))
+            out["p2p"][str(peer)] = {"ok": ok, "ms": round((time.perf_counter() - start) * 1e3, 3),
+                                     **({} if ok else {"error": "received wrong data"})}
+        except Exception as e:  # noqa: BLE001 - a failed pair is evidence
+            out["p2p"][str(peer)] = {"ok": False, "error": f"{type(e).__name__}: "
+                                     f"{str(e).splitlines()[0][:300] if str(e) else ''}"}
+    return out
+
+
+PROBE = Probe(NAME, "Communication", "rank", collect, analyze, stall_finding="COMM_CONNECTIVITY")

@@ -1,0 +1,113 @@
+"""Environment facts of one rank, gathered plainly (in the spirit of torch's collect_env).
+
+Runs before the process group exists, so its facts survive a failed init (a bad
+GLOO_SOCKET_IFNAME makes init_process_group fail; this probe explains why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import resource
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.check.analysis.env import analyze
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
+
+NAME = "env"
+
+# Variables that decide how a distributed job behaves; compared across ranks.
+ENV_PREFIXES = ("NCCL_", "GLOO_", "MASTER_", "TORCH_", "CUDA_", "OMP_", "MKL_", "PYTORCH_",
+                "FI_", "UCX_")
+
+
+def _compared_env() -> dict[str, str]:
+    """The variables compared across ranks. A secret-looking one (``MASTER_PASSWORD``,
+    ``NCCL_..._TOKEN``) leaves the rank as a digest: equal values still compare equal,
+    the value itself never travels to the parent or into a report."""
+    from ddpdoctor import redact
+
+    out = {}
+    for k, v in os.environ.items():
+        if not k.startswith(ENV_PREFIXES):
+            continue
+        if redact.is_secret_name(k) and v:
+            v = "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:16]
+        out[k] = v
+    return out
+
+
+def _limit(which: int) -> list[int | None]:
+    soft, hard = resource.getrlimit(which)
+    return [None if soft == resource.RLIM_INFINITY else soft,
+            None if hard == resource.RLIM_INFINITY else hard]
+
+
+def _numa_nodes() -> dict[str, str]:
+    nodes = {}
+    for node in sorted(Path("/sys/devices/system/node").glob("node[0-9]*")):
+        try:
+            nodes[node.name] = (node / "cpulist").read_text().strip()
+        except OSError:
+            continue
+    return nodes
+
+
+def _interfaces() -> dict[str, list[str]]:
+    import psutil
+
+    out: dict[str, list[str]] = {}
+    for name, addrs in psutil.net_if_addrs().items():
+        out[name] = [a.address for a in addrs
+                     if a.family in (socket.AF_INET, socket.AF_INET6)]
+    return out
+
+
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+    import torch
+
+    try:
+        shm = shutil.disk_usage("/dev/shm")
+        shm_info = {"total": shm.total, "free": shm.free}
+    except OSError as e:
+        shm_info = {"error": e.strerror}
+    nccl = None
+    if torch.cuda.is_available():
+        try:
+            nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except Exception:  # noqa: BLE001 - a build without NCCL is a fact, not an error
+            nccl = None
+    try:
+        affinity = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = list(range(os.cpu_count() or 1))
+    return {
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "local_rank": ctx.local_rank,
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "nccl": nccl,
+        },
+        "env": _compared_env(),
+        "interfaces": _interfaces(),
+        "shm": shm_info,
+        "ulimit": {"nofile": _limit(resource.RLIMIT_NOFILE),
+                   "memlock": _limit(resource.RLIMIT_MEMLOCK)},
+        "cpu_count": os.cpu_count(),
+        "affinity": affinity,
+        "numa_nodes": _numa_nodes(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+    }
+
+
+PROBE = Probe(NAME, "Environment", "pre_init", collect, analyze)

@@ -1,0 +1,94 @@
+"""Rendezvous endpoint: does MASTER_ADDR resolve, and is MASTER_PORT free or reachable?
+
+Runs once in the doctor's own process (not in a rank): it checks the endpoint the user's
+job will use, which is not the one the doctor's own ranks rendezvous on.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from typing import Any
+
+from ddpdoctor import redact
+from ddpdoctor.check.analysis.rendezvous import analyze
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
+
+NAME = "rendezvous"
+CONNECT_TIMEOUT_S = 3.0
+
+
+def _local_addresses() -> set[str]:
+    import psutil
+
+    addrs = {"0.0.0.0", "::"}
+    for entries in psutil.net_if_addrs().values():
+        addrs.update(a.address.split("%")[0] for a in entries
+                     if a.family in (socket.AF_INET, socket.AF_INET6))
+    return addrs
+
+
+def _port_owner(port: int) -> dict[str, Any] | None:
+    import psutil
+
+    try:
+        for c in psutil.net_connections(kind="inet"):
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN:
+                owner: dict[str, Any] = {"pid": c.pid}
+                if c.pid:
+                    try:
+                        p = psutil.Process(c.pid)
+                        # Its --token/--password values never reach the report.
+                        owner["cmdline"] = " ".join(redact.argv(p.cmdline()))[:300]
+                    except psutil.Error:
+                        pass
+                return owner
+    except (psutil.AccessDenied, PermissionError):
+        return None
+    return None
+
+
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+    host = opts.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    port = int(opts.master_port or os.environ.get("MASTER_PORT") or 29500)
+    out: dict[str, Any] = {"master_addr": host, "master_port": port}
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        out["resolve_error"] = e.strerror or str(e)
+        return out
+    family, _, _, _, sockaddr = infos[0]
+    out["resolved"] = sockaddr[0]
+    out["local"] = sockaddr[0] in _local_addresses() or sockaddr[0].startswith("127.")
+    if out["local"]:
+        # The job's rank 0 will listen here: the port must be free.
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((sockaddr[0], port))
+                out["port_free"] = True
+            except OSError as e:
+                out["port_free"] = False
+                out["bind_error"] = f"[Errno {e.errno}] {e.strerror}"
+                if e.errno == errno.EADDRINUSE:
+                    out["owner"] = _port_owner(port)
+        return out
+    # A remote master: nothing may listen yet (the job has not started), so "refused" is
+    # fine; what matters is that the host answers at all.
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            s.connect(sockaddr)
+            out["reachable"], out["listening"] = True, True
+        except ConnectionRefusedError:
+            out["reachable"], out["listening"] = True, False
+        except OSError as e:
+            out["reachable"] = False
+            out["connect_error"] = (f"timed out after {CONNECT_TIMEOUT_S:g} s"
+                                    if isinstance(e, TimeoutError) else
+                                    f"[Errno {e.errno}] {e.strerror}")
+    return out
+
+
+PROBE = Probe(NAME, "Communication", "parent", collect, analyze)
