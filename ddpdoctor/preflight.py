@@ -175,7 +175,7 @@ def assemble_report(result: Any, names: list[str], opts: dict[str, Any],
     world = {"world_size": result.world_size, "backend": result.backend,
              "nodes": len(hosts) or 1, "deadline_s": result.deadline_s}
     if getattr(result, "store_address", ""):
-        # Where the doctor's own rendezvous store listened (README: Safety).
+        # Where the doctor's own rendezvous store listened (docs/safety.md).
         world["store_listen"] = result.store_address
     report = Report("check", world=world, started=time.time() - result.elapsed_s)
     init_failed = {o.rank: o.error for o in result.outcomes

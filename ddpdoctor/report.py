@@ -14,7 +14,7 @@ from ddpdoctor.findings import Finding
 
 SCHEMA = "ddpdoctor.report/1"
 
-# Exit codes (DESIGN.md): the contract scripts and CI rely on.
+# Exit codes (docs/design.md): the contract scripts and CI rely on.
 EXIT_HEALTHY = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2

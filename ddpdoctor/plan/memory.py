@@ -10,7 +10,7 @@ keeps every layer's gathered weights from forward to backward and zero3 only the
 and one block's. tp divides the block matrices by the TP degree,
 pp gives each stage its own blocks. Activations follow the block of
 ``ddpdoctor.train.model``: 16 s*b*h elements saved per block (4 replicated, 12 split by
-TP), plus the loss's fp32 logits. The README ("How plan computes") derives each number.
+TP), plus the loss's fp32 logits. docs/plan.md ("How plan computes") derives each number.
 """
 
 from __future__ import annotations
