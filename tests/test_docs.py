@@ -89,6 +89,22 @@ def prose(text: str) -> str:
                      if n not in inside)
 
 
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives the headings of a page (lower case, punctuation dropped,
+    spaces to hyphens; a repeated heading gets -1, -2...)."""
+    seen: dict[str, int] = {}
+    out = set()
+    for line in prose(text).splitlines():
+        m = re.match(r"^#{1,6} +(.*?) *#*$", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
 def missing_paths(cited: set[str]) -> list[str]:
     """The cited repository paths that are not in the repository (globs allowed)."""
     missing = []
@@ -109,8 +125,8 @@ def missing_bare_docs(cited: set[str]) -> list[str]:
         if name in ("PLATFORM-NOTES", "README"):
             missing.append(name)
             continue
-        if not ((ROOT / name).exists() or (ROOT / "docs" / name).exists()
-                or any(ROOT.glob(f"*/**/{name}"))):
+        if not ((ROOT / name).exists()
+                or any(any((ROOT / d).rglob(name)) for d in (*CODE_DIRS, "docs", "playbooks"))):
             missing.append(name)
     return missing
 
@@ -140,9 +156,13 @@ def test_markdown_renders_and_links_resolve(path: Path):
     text = path.read_text()
     assert rendering_problems(text) == [], f"{path.name} renders wrongly"
     for target in _LINK.findall(text):
-        if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+        if re.match(r"^[a-z]+:", target):
             continue
-        assert (path.parent / target.split("#")[0]).exists(), f"{path.name}: broken link {target}"
+        file, _, anchor = target.partition("#")
+        linked = path.parent / file if file else path
+        assert linked.exists(), f"{path.name}: broken link {target}"
+        if anchor and linked.suffix == ".md":
+            assert anchor in anchors(linked.read_text()), f"{path.name}: no heading for {target}"
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
@@ -179,6 +199,13 @@ def test_the_checker_finds_a_fence_that_swallows_prose():
     assert any("a fence opens inside" in p for p in problems)
     assert rendering_problems("```bash\n# a comment\nls\n```\n") == []
     assert rendering_problems("```\nnever closed\n") == ["line 1: the code fence is never closed"]
+
+
+def test_anchors_are_githubs():
+    text = "# A `run` page\n\n## What `run` stops, kills and cleans up\n\n## watch(): overhead\n"
+    assert anchors(text) == {"a-run-page", "what-run-stops-kills-and-cleans-up",
+                             "watch-overhead"}
+    assert anchors("## Limits\n\n## Limits\n") == {"limits", "limits-1"}
 
 
 def test_the_checker_finds_a_cited_file_that_is_not_there(tmp_path: Path):
