@@ -4,7 +4,7 @@ For two model sizes, every 2-rank strategy runs in one launch (tp-dp in a 4-rank
 with DDPDOCTOR_TRAIN_MEMORY=1, which measures the last step on each rank: exact bytes of
 the local parameter, gradient and optimizer-state tensors, the bytes autograd saved for
 backward, and the step's peak (max_memory_allocated on GPU, the profiler's allocation
-total on CPU). Prints the README's table.
+total on CPU). Prints the table of docs/benchmarks.md.
 
     .venv/bin/python benchmarks/bench_plan.py [--sizes tiny,small] [--device cpu]
 """

@@ -1,7 +1,7 @@
 """The finding catalog: every stable finding id ddpdoctor can emit.
 
-Ids are a public contract (DESIGN.md): add new ones, never rename. Each id names exactly
-one playbook under ``playbooks/ID.md``.
+Ids are a public contract (docs/design.md): add new ones, never rename. Each id names exactly
+one playbook under ``playbooks/<ID>.md``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The corpus (tests/fixtures/reallogs) was collected from public issue threads by people other
 than the authors of the knowledge base; each NAME.log has a sidecar NAME.json with the
 thread's URL and the finding the thread's resolution points to. Run
-``python -m ddpdoctor.logscan.corpus`` for the same table.
+``python -m ddpdoctor.logscan.corpus`` for the same table; docs/diagnose.md shows it
+(``python -m ddpdoctor.logscan.kbdoc --write`` regenerates it).
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ def test_score_at_least_90_percent(results):
     print(corpus.misses(results))
     right = sum(r.right for r in results)
     assert right / len(results) >= 0.90, corpus.misses(results)
+
+
+def test_the_diagnose_page_shows_the_current_score(results):
+    from ddpdoctor.logscan.kbdoc import CORPUS_BEGIN, CORPUS_END, PAGE
+
+    text = PAGE.read_text()
+    shown = text[text.index(CORPUS_BEGIN) + len(CORPUS_BEGIN):text.index(CORPUS_END)].strip()
+    assert shown == corpus.table(results), ("docs/diagnose.md's corpus table is stale: run "
+                                            "`python -m ddpdoctor.logscan.kbdoc --write`")
 
 
 def test_no_failed_job_is_called_healthy(results):

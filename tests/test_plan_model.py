@@ -43,7 +43,7 @@ def test_preset_shape_is_the_trainers_gpt_parameter_for_parameter() -> None:
 
 
 def test_7b_shape_and_the_zero1_worked_example() -> None:
-    """The README's example: mixed precision Adam, 7B on 4 GPUs. ZeRO-1 keeps 2+2 bytes of
+    """The example of docs/plan.md: mixed precision Adam, 7B on 4 GPUs. ZeRO-1 keeps 2+2 bytes of
     weights and gradients whole and shards the 12 bytes of optimizer state: 28 + 21 = 49 GB
     (a widely read guide says 28 GB, which is ZeRO-3's number)."""
     shape = from_params(7 * 10**9)

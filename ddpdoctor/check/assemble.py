@@ -92,7 +92,7 @@ def _world(result: Any, per_rank: dict[int, dict[str, Any]]) -> dict[str, Any]:
     world = {"world_size": result.world_size, "backend": result.backend,
              "nodes": len(hosts) or 1, "deadline_s": result.deadline_s}
     if getattr(result, "store_address", ""):
-        # Where the doctor's own rendezvous store listened (README: Safety).
+        # Where the doctor's own rendezvous store listened (docs/safety.md).
         world["store_listen"] = result.store_address
     return world
 

@@ -36,16 +36,7 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None,
     """
     from ddpdoctor.logscan import LogInput, diagnose_logs
 
-    paths = list(logfiles) or ["-"]
-    if paths.count("-") > 1:
-        _usage("stdin ('-') can be given only once")
-    for p in paths:
-        if p != "-":
-            _check_readable(p)
-    if paths == ["-"] and sys.stdin.isatty():
-        _usage("no LOGFILE given and stdin is a terminal; pass a log file or pipe one in "
-               "(see --help)")
-
+    paths = _inputs(logfiles)
     report = Report(command="diagnose")
     try:
         findings, scan = diagnose_logs(LogInput(p) for p in paths)
@@ -59,20 +50,41 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None,
         report.checks.append(_check_for(stats, findings))
     for f in findings:
         report.add(f)
-    unread = [s for s in scan.stats if s.incomplete]
-    if unread and not any(f.severity == "error" for f in findings):
-        # What could be read shows no failure, but part of the input is missing: that is
-        # not a healthy job, it is a diagnosis that could not be completed.
-        report.doctor_error = "; ".join(f"could not read all of {s.name}: {s.notes[-1]}"
-                                        for s in unread)
-    if not findings and scan.stats and all(s.lines == 0 for s in scan.stats):
-        # Nothing was read (empty, binary, only NULs, a closed stdin): no evidence of
-        # health either. Saying "No issues found!" here would call an unread log healthy.
-        report.doctor_error = ("nothing to diagnose: no input had a line to read ("
-                               + ", ".join(c.summary for c in report.checks) + ")")
+    report.doctor_error = _why_incomplete(report, scan.stats, findings)
     ranks = sorted({e.rank for e in scan.events if e.rank is not None})
     report.world = {"logs": [s.name for s in scan.stats], "ranks_seen": ranks}
     finish(report, json_path, verbose, html_path=html_path)
+
+
+def _inputs(logfiles: tuple[str, ...]) -> list[str]:
+    """The inputs to read ('-' is stdin); a usage error (exit 2) for one that cannot be."""
+    paths = list(logfiles) or ["-"]
+    if paths.count("-") > 1:
+        _usage("stdin ('-') can be given only once")
+    for p in paths:
+        if p != "-":
+            _check_readable(p)
+    if paths == ["-"] and sys.stdin.isatty():
+        _usage("no LOGFILE given and stdin is a terminal; pass a log file or pipe one in "
+               "(see --help)")
+    return paths
+
+
+def _why_incomplete(report: Report, stats: list[ReadStats],
+                    findings: list[Finding]) -> str:
+    """Why the diagnosis could not be completed (exit 3), or the report's ('' if none)."""
+    why = report.doctor_error
+    unread = [s for s in stats if s.incomplete]
+    if unread and not any(f.severity == "error" for f in findings):
+        # What could be read shows no failure, but part of the input is missing: that is
+        # not a healthy job, it is a diagnosis that could not be completed.
+        why = "; ".join(f"could not read all of {s.name}: {s.notes[-1]}" for s in unread)
+    if not findings and stats and all(s.lines == 0 for s in stats):
+        # Nothing was read (empty, binary, only NULs, a closed stdin): no evidence of
+        # health either. Saying "No issues found!" here would call an unread log healthy.
+        why = ("nothing to diagnose: no input had a line to read ("
+               + ", ".join(c.summary for c in report.checks) + ")")
+    return why
 
 
 def _check_for(stats: ReadStats, findings: list[Finding]) -> Check:

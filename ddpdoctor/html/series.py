@@ -148,22 +148,9 @@ def read_watch_series(directory: str | os.PathLike) -> StepSeries | None:
 
     per_rank: dict[int, list[dict]] = {}
     for p in sorted(Path(directory).glob(SERIES_GLOB)):
-        try:
-            rank = int(p.stem.rsplit("rank", 1)[1])
-            lines = _read_lines(p)
-        except (OSError, ValueError, IndexError):
-            continue
-        recs: dict[int, dict] = {}
-        for line in lines:
-            try:
-                rec = json.loads(line)
-                step = int(rec["step"])
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn last line of a killed rank
-            if isinstance(rec, dict) and step > 0:
-                recs[step] = rec  # a halving rewrite raced an append: last one wins
-        if recs:
-            per_rank[rank] = [recs[k] for k in sorted(recs)]
+        read = _read_rank_series(p)
+        if read:
+            per_rank[read[0]] = read[1]
     if not per_rank:
         return None
     world = max(per_rank) + 1
@@ -175,19 +162,43 @@ def read_watch_series(directory: str | os.PathLike) -> StepSeries | None:
         for r in range(world):
             i = bisect_left(keys.get(r, []), g)
             row.append(per_rank[r][i] if r in per_rank and i < len(per_rank[r]) else None)
-        data = [_num(x.get("data_wait_s")) if x else float("nan") for x in row]
-        fwd = [_num(x.get("forward_s")) if x else float("nan") for x in row]
-        step_t = [_num(x.get("step_time_s")) if x else float("nan") for x in row]
-        finite = [t for t in step_t if math.isfinite(t)]
-        s.steps.append(g)
-        s.step_time_s.append(max(finite) if finite else float("nan"))
-        s.rank_data_s.append(data)
-        s.rank_compute_s.append(fwd)
-        s.rank_rss_mb.append([_num(x.get("rss_mb")) if x else float("nan") for x in row])
-        s.rank_loss.append([_num(x.get("loss")) if x else float("nan") for x in row])
-        s.loss.append(float("nan"))
-        s.grad_norm.append(float("nan"))
+        _append_watch_column(s, g, row)
     return downsample(s)
+
+
+def _read_rank_series(p: Path) -> tuple[int, list[dict]] | None:
+    """One rank's series file: (rank, its records in step order), or None if unreadable."""
+    try:
+        rank = int(p.stem.rsplit("rank", 1)[1])
+        lines = _read_lines(p)
+    except (OSError, ValueError, IndexError):
+        return None
+    recs: dict[int, dict] = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+            step = int(rec["step"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line of a killed rank
+        if isinstance(rec, dict) and step > 0:
+            recs[step] = rec  # a halving rewrite raced an append: last one wins
+    return (rank, [recs[k] for k in sorted(recs)]) if recs else None
+
+
+def _append_watch_column(s: StepSeries, step: int, row: list[dict | None]) -> None:
+    """Step ``step``'s column: each rank's record covering it (None: the rank has none)."""
+    def col(key: str) -> list[float]:
+        return [_num(x.get(key)) if x else float("nan") for x in row]
+
+    finite = [t for t in col("step_time_s") if math.isfinite(t)]
+    s.steps.append(step)
+    s.step_time_s.append(max(finite) if finite else float("nan"))
+    s.rank_data_s.append(col("data_wait_s"))
+    s.rank_compute_s.append(col("forward_s"))
+    s.rank_rss_mb.append(col("rss_mb"))
+    s.rank_loss.append(col("loss"))
+    s.loss.append(float("nan"))
+    s.grad_norm.append(float("nan"))
 
 
 def _num(value: object) -> float:

@@ -95,33 +95,16 @@ def collect_series(report: Report, run_dir: str | os.PathLike | None = None,
             return str(Path(run_dir) / name)
         return wdata.get(key)
 
-    logs = list(json_logs or [])
-    if run_dir:
-        logs += [str(Path(run_dir) / n) for n in TRAIN_LOG_NAMES if (Path(run_dir) / n).is_file()]
-    for log in logs:
-        try:
-            out.steps += S.read_json_log(log)
-        except OSError as e:
-            out.notes.append(f"cannot read the training log {log}: {e.strerror or e}")
+    _read_train_logs(out, run_dir, json_logs)
     events = where("events", EVENTS_NAME)
     if events and Path(events).is_file():
         try:
             out.events = S.read_watch_events(events)
         except OSError as e:
             out.notes.append(f"cannot read the watch events {events}: {e.strerror or e}")
-    # the watch writes its step series beside its events file (watch/events.py)
-    for d in dict.fromkeys(str(x) for x in (run_dir, events and Path(events).parent) if x):
-        if out.steps:
-            break
-        if not Path(d).is_dir():
-            continue
-        try:
-            watch_steps = S.read_watch_series(d)
-        except OSError as e:
-            out.notes.append(f"cannot read the watch step series in {d}: {e.strerror or e}")
-            continue
-        if watch_steps is not None:
-            out.steps.append(watch_steps)
+    if not out.steps:
+        # the watch writes its step series beside its events file (watch/events.py)
+        _read_watch_steps(out, [run_dir, events and Path(events).parent])
     fr_dir = where("fr_dir", FR_SUBDIR)
     if fr_dir and Path(fr_dir).is_dir():
         out.fr = S.read_fr_dir(fr_dir)
@@ -135,3 +118,31 @@ def collect_series(report: Report, run_dir: str | os.PathLike | None = None,
             "--json-log (ddpdoctor report RUN_DIR --json-log PATH, or "
             f"RUN_DIR/{TRAIN_LOG_FILES[0]}).")
     return out
+
+
+def _read_train_logs(out: S.RunSeries, run_dir: str | os.PathLike | None,
+                     json_logs: list[str] | None) -> None:
+    """The trainer's JSON logs: those named, then those in the run directory."""
+    logs = list(json_logs or [])
+    if run_dir:
+        logs += [str(Path(run_dir) / n) for n in TRAIN_LOG_NAMES if (Path(run_dir) / n).is_file()]
+    for log in logs:
+        try:
+            out.steps += S.read_json_log(log)
+        except OSError as e:
+            out.notes.append(f"cannot read the training log {log}: {e.strerror or e}")
+
+
+def _read_watch_steps(out: S.RunSeries, candidates: list) -> None:
+    """The watch's step series from the first of ``candidates`` (directories) holding one."""
+    for d in dict.fromkeys(str(x) for x in candidates if x):
+        if not Path(d).is_dir():
+            continue
+        try:
+            watch_steps = S.read_watch_series(d)
+        except OSError as e:
+            out.notes.append(f"cannot read the watch step series in {d}: {e.strerror or e}")
+            continue
+        if watch_steps is not None:
+            out.steps.append(watch_steps)
+            return

@@ -2,6 +2,8 @@
 
     python -m ddpdoctor.logscan.corpus [DIR]     prints the score table (markdown)
 
+docs/diagnose.md shows the table (``python -m ddpdoctor.logscan.kbdoc --write`` puts it there).
+
 Each ``NAME.log`` has a sidecar ``NAME.json`` written from the public thread, not from this
 tool: {"source": URL, "expect": {"id": ID, "ranks": [...] or null}, "failed": true, ...}.
 A case is right when the first finding has the expected id (and the expected ranks, when

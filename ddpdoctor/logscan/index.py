@@ -25,33 +25,15 @@ class EventIndex:
 
     @classmethod
     def build(cls, events: Iterable[Event]) -> EventIndex:
-        evs = list(events)
-        failures = [e for e in evs if e.kind is EventKind.TORCHRUN_FAILURE]
-        roots = [e for e in failures if e.data.get("first")]
-        agents = [i for i, e in enumerate(evs) if e.kind is EventKind.AGENT_FAILED
-                  and e.data.get("exit_code")]
-        if not failures and agents:
-            # No summary block (cut log): the agent's "failed (exitcode: N) local_rank: R"
-            # line names the first rank it saw die.
-            i = agents[0]
-            first = evs[i]
-            evs[i] = replace(first, rank=first.data["local_rank"] if first.rank is None
-                             else first.rank, data={**first.data, "first": True})
-            roots = [evs[i]]
-        root_rank = roots[0].rank if roots else None
-        evs = _attribute_unprefixed(evs, root_rank)
+        evs, root = _first_failure(list(events))
+        evs = _attribute_unprefixed(evs, root.rank if root else None)
         by_kind: dict[EventKind, list[Event]] = {}
         for e in evs:
             by_kind.setdefault(e.kind, []).append(e)
         roots = [e for e in evs if e.data.get("first")
                  and e.kind in (EventKind.TORCHRUN_FAILURE, EventKind.AGENT_FAILED)]
-        versions: dict[str, str] = {}
-        for e in by_kind.get(EventKind.VERSION, []):
-            for key in ("nccl", "torch", "python", "cuda"):
-                if key in e.data:
-                    versions.setdefault(key, e.data[key])
         return cls(tuple(evs), MappingProxyType({k: tuple(v) for k, v in by_kind.items()}),
-                   tuple(roots), MappingProxyType(versions),
+                   tuple(roots), MappingProxyType(_versions(by_kind.get(EventKind.VERSION, []))),
                    MappingProxyType({id(e): i for i, e in enumerate(evs)}))
 
     @property
@@ -65,6 +47,34 @@ class EventIndex:
 
     def pos(self, e: Event) -> int:
         return self._pos.get(id(e), 0)
+
+
+def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
+    """The failure torchrun's summary calls first. Without a summary block (a cut log), the
+    agent's "failed (exitcode: N) local_rank: R" line names the first rank it saw die: it is
+    marked as the root failure."""
+    failures = [e for e in evs if e.kind is EventKind.TORCHRUN_FAILURE]
+    if failures:
+        return evs, next((e for e in failures if e.data.get("first")), None)
+    agents = [i for i, e in enumerate(evs) if e.kind is EventKind.AGENT_FAILED
+              and e.data.get("exit_code")]
+    if not agents:
+        return evs, None
+    i = agents[0]
+    first = evs[i]
+    evs[i] = replace(first, rank=first.data["local_rank"] if first.rank is None
+                     else first.rank, data={**first.data, "first": True})
+    return evs, evs[i]
+
+
+def _versions(version_events: list[Event]) -> dict[str, str]:
+    """The first version of each component the logs print."""
+    versions: dict[str, str] = {}
+    for e in version_events:
+        for key in ("nccl", "torch", "python", "cuda"):
+            if key in e.data:
+                versions.setdefault(key, e.data[key])
+    return versions
 
 
 def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event]:

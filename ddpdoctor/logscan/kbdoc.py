@@ -1,10 +1,10 @@
-"""The README's tables, generated: what diagnose knows (from the knowledge base) and how it
-scores on the real-log corpus.
+"""The tables of docs/diagnose.md, generated: what diagnose knows (from the knowledge base)
+and how it scores on the real-log corpus.
 
     python -m ddpdoctor.logscan.kbdoc            print both tables
-    python -m ddpdoctor.logscan.kbdoc --write README.md   replace them between the markers
+    python -m ddpdoctor.logscan.kbdoc --write [docs/diagnose.md]   replace them between the markers
 
-``tests/test_logscan_kbdoc.py`` fails when the README's knowledge-base table is stale.
+``tests/test_logscan_kbdoc.py`` fails when the page's knowledge-base table is stale.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pathlib import Path
 
 from ddpdoctor.logscan.kb import SIGNATURES
 
+# The page that holds both tables (README.md links it).
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "diagnose.md"
 KB_BEGIN, KB_END = "<!-- kb-table:begin -->", "<!-- kb-table:end -->"
 CORPUS_BEGIN, CORPUS_END = "<!-- corpus-table:begin -->", "<!-- corpus-table:end -->"
 
@@ -52,7 +54,7 @@ def replace_between(text: str, begin: str, end: str, body: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--write"]:
-        path = Path(args[1])
+        path = Path(args[1]) if len(args) > 1 else PAGE
         text = path.read_text()
         text = replace_between(text, KB_BEGIN, KB_END, kb_table())
         text = replace_between(text, CORPUS_BEGIN, CORPUS_END, corpus_table())

@@ -61,46 +61,67 @@ def mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 
 def named_culprits(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """Timeouts whose report names the rank that never came (desync, barrier, store)."""
-    out = []
+    found = (finder(ix, earlier) for finder in _NAMED_CULPRIT_FINDERS)
+    return [v for v in found if v is not None]
+
+
+def _desync_lagging(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
     lagging = ix.of(K.DESYNC_MISSING, K.DESYNC_UNJOINED, K.DESYNC_UNFINISHED)
-    if lagging and not any(v.finding.id == "HANG_COLLECTIVE_MISMATCH" for v in earlier):
-        ranks = sorted({r for e in lagging if e.kind is not K.DESYNC_UNFINISHED
-                        for r in e.data["ranks"]}) or sorted(
-                            {r for e in lagging for r in e.data["ranks"]})
-        extra = ix.of(K.DESYNC_TIMEOUT_AT, K.DESYNC_HEADER)
-        out.append(verdict(ix, "COLLECTIVE_TIMEOUT",
-                           f"collective timed out; the desync report names rank "
-                           f"{format_ranks(ranks)} as lagging/dead", extra[:1] + lagging,
-                           {"desync_report": [e.text for e in lagging]}, ranks=ranks))
+    if not lagging or any(v.finding.id == "HANG_COLLECTIVE_MISMATCH" for v in earlier):
+        return None
+    ranks = sorted({r for e in lagging if e.kind is not K.DESYNC_UNFINISHED
+                    for r in e.data["ranks"]}) or sorted(
+                        {r for e in lagging for r in e.data["ranks"]})
+    extra = ix.of(K.DESYNC_TIMEOUT_AT, K.DESYNC_HEADER)
+    return verdict(ix, "COLLECTIVE_TIMEOUT",
+                   f"collective timed out; the desync report names rank "
+                   f"{format_ranks(ranks)} as lagging/dead", extra[:1] + lagging,
+                   {"desync_report": [e.text for e in lagging]}, ranks=ranks)
+
+
+def _barrier_missing(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
     barrier = ix.of(K.MONITORED_BARRIER)
-    if barrier:
-        ranks = sorted({r for e in barrier for r in e.data["missing_ranks"]})
-        ms = barrier[0].data["timeout_ms"]
-        out.append(verdict(ix, "COLLECTIVE_TIMEOUT", f"rank {format_ranks(ranks)} did not reach "
-                           f"monitored_barrier within {ms} ms", barrier, {"timeout_ms": ms},
-                           ranks=ranks))
+    if not barrier:
+        return None
+    ranks = sorted({r for e in barrier for r in e.data["missing_ranks"]})
+    ms = barrier[0].data["timeout_ms"]
+    return verdict(ix, "COLLECTIVE_TIMEOUT", f"rank {format_ranks(ranks)} did not reach "
+                   f"monitored_barrier within {ms} ms", barrier, {"timeout_ms": ms},
+                   ranks=ranks)
+
+
+def _store_missing(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
     store = [e for e in ix.of(K.STORE_TIMEOUT) if e.data.get("missing_ranks")]
-    if store and not ix.of(K.CONNECT_TIMEOUT, K.CONN_REFUSED):
-        ranks = sorted({r for e in store for r in e.data["missing_ranks"]})
-        d = store[0].data
-        out.append(verdict(
-            ix, "COLLECTIVE_TIMEOUT", f"rank {format_ranks(ranks)} never joined the process "
-            f"group (store wait timed out after {d['timeout_ms']} ms)", store,
-            {"timeout_ms": d["timeout_ms"], "keys": d["keys"],
-             "hint": f"rank {format_ranks(ranks)} never reached init_process_group / the store "
-                     "barrier: it crashed, hung earlier, or was never started"}, ranks=ranks))
+    if not store or ix.of(K.CONNECT_TIMEOUT, K.CONN_REFUSED):
+        return None
+    ranks = sorted({r for e in store for r in e.data["missing_ranks"]})
+    d = store[0].data
+    return verdict(
+        ix, "COLLECTIVE_TIMEOUT", f"rank {format_ranks(ranks)} never joined the process "
+        f"group (store wait timed out after {d['timeout_ms']} ms)", store,
+        {"timeout_ms": d["timeout_ms"], "keys": d["keys"],
+         "hint": f"rank {format_ranks(ranks)} never reached init_process_group / the store "
+                 "barrier: it crashed, hung earlier, or was never started"}, ranks=ranks)
+
+
+def _nccl_id_never_published(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
     uid = ix.of(K.STORE_UNIQUEID)
-    if uid:
-        src = sorted({e.data["source_rank"] for e in uid})
-        waiters = sorted({e.data["waiter"] for e in uid})
-        out.append(verdict(
-            ix, "HANG_RANK_MISSING_COLLECTIVE",
-            f"rank {format_ranks(src)} never published the NCCL id that rank "
-            f"{format_ranks(waiters)} waited for ({uid[0].data['error']}): rank "
-            f"{format_ranks(src)} was busy elsewhere (data preprocessing, tokenizing) or died",
-            uid, {"waiting_ranks": waiters, "hint": "raise the process-group timeout, or do "
-                  "the preprocessing before init_process_group / on every rank"}, ranks=src))
-    return out
+    if not uid:
+        return None
+    src = sorted({e.data["source_rank"] for e in uid})
+    waiters = sorted({e.data["waiter"] for e in uid})
+    return verdict(
+        ix, "HANG_RANK_MISSING_COLLECTIVE",
+        f"rank {format_ranks(src)} never published the NCCL id that rank "
+        f"{format_ranks(waiters)} waited for ({uid[0].data['error']}): rank "
+        f"{format_ranks(src)} was busy elsewhere (data preprocessing, tokenizing) or died",
+        uid, {"waiting_ranks": waiters, "hint": "raise the process-group timeout, or do "
+              "the preprocessing before init_process_group / on every rank"}, ranks=src)
+
+
+# In the order their findings are reported.
+_NAMED_CULPRIT_FINDERS = (_desync_lagging, _barrier_missing, _store_missing,
+                          _nccl_id_never_published)
 
 
 def _silent(reporting: list[int]) -> list[int]:
@@ -128,17 +149,12 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     states = ix.of(K.NCCL_WORK_STATE)
     if not watchdog and not states:
         return []
-    by_seq: dict[int, list[Event]] = {}
-    for e in watchdog:
-        by_seq.setdefault(e.data.get("seq", -1), []).append(e)
-    seq, evs = min(by_seq.items(), key=lambda kv: kv[0]) if by_seq else (None, [])
+    evs = _first_timed_out(watchdog)
     reporting = set(ranks_of(evs + states))
     # A rank whose progress line shows it busy elsewhere, and that reports no timeout.
     busy = sorted({e.data["busy_rank"] for e in ix.of(K.BUSY)} - reporting)
     culprits = _behind(states) or busy or _silent(ranks_of(evs))
-    barrier = any(e.data.get("op") == "BARRIER" or (e.data.get("op") == "ALLREDUCE"
-                  and e.data.get("numel_in") == 1) for e in evs)
-    if not culprits and not barrier:
+    if not culprits and not _is_barrier(evs):
         return []
     d = (evs or states)[0].data
     op = f"{d.get('op', 'a collective')}" + (f" #{d['seq']}" if "seq" in d else "")
@@ -146,10 +162,7 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                                          if k in d},
                           "ranks_reporting": fmt(evs + states)}
     if busy and culprits == busy:
-        acts = sorted({e.data["activity"] for e in ix.of(K.BUSY)})
-        ev["busy"] = [e.quote(200) for e in ix.of(K.BUSY)][-3:]
-        title = (f"rank {format_ranks(culprits)} was busy elsewhere ({', '.join(acts)}) while "
-                 f"the others waited in {op} until the timeout")
+        title = _busy_elsewhere(ix, culprits, op, ev)
     elif culprits:
         title = (f"rank {format_ranks(culprits)} never entered {op}; rank "
                  f"{fmt(evs + states) or '?'} timed out waiting for it")
@@ -161,6 +174,27 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                       "the data before launching")
     return [verdict(ix, "HANG_RANK_MISSING_COLLECTIVE", title, evs + states + ix.of(K.BUSY)[-1:],
                     ev, ranks=culprits)]
+
+
+def _first_timed_out(watchdog: list[Event]) -> list[Event]:
+    """The timeout reports of the lowest sequence number: the collective that hung first."""
+    by_seq: dict[int, list[Event]] = {}
+    for e in watchdog:
+        by_seq.setdefault(e.data.get("seq", -1), []).append(e)
+    return min(by_seq.items(), key=lambda kv: kv[0])[1] if by_seq else []
+
+
+def _is_barrier(evs: list[Event]) -> bool:
+    """A barrier, or the one-element all-reduce a barrier is made of."""
+    return any(e.data.get("op") == "BARRIER" or (e.data.get("op") == "ALLREDUCE"
+               and e.data.get("numel_in") == 1) for e in evs)
+
+
+def _busy_elsewhere(ix: EventIndex, culprits: list[int], op: str, ev: dict[str, Any]) -> str:
+    acts = sorted({e.data["activity"] for e in ix.of(K.BUSY)})
+    ev["busy"] = [e.quote(200) for e in ix.of(K.BUSY)][-3:]
+    return (f"rank {format_ranks(culprits)} was busy elsewhere ({', '.join(acts)}) while "
+            f"the others waited in {op} until the timeout")
 
 
 def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

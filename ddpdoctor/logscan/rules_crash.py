@@ -99,25 +99,36 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     pids = {e.data.get("pid") for e in ix.root_failures} - {None}
     signalled = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") in _OWN_RULE]
     for e in list(ix.root_failures) + ix.of(K.SIGKILL) + signalled:
-        code = e.data.get("exit_code")
-        launcher = e.kind in (K.TORCHRUN_FAILURE, K.AGENT_FAILED)
-        if e.rank in explained or (not launcher and (e.data.get("pid") in pids
-                                                     or (out and e.rank is None))):
-            continue  # the same death, as another line tells it
-        if e.rank in felt and code is not None and (code > 0 or code == -6):
-            # It exited on an error it felt (a timeout, a reset; NCCL aborts with SIGABRT
-            # after a watchdog timeout): fallout, not a crash of its own.
+        if _told_already(e, explained, pids, bool(out)) or _died_of_fallout(e, felt):
             continue
         out.append(_death(ix, e))
         explained.add(e.rank)
-    exits = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("exit_code") and not out
-             and not earlier]
-    if exits:
-        e = exits[0]
-        out.append(verdict(ix, "RANK_CRASHED", f"a training process exited with code "
-                           f"{e.data['exit_code']} (its own error is not in the logs)", [e],
-                           {"exit_code": e.data["exit_code"]}))
-    return out
+    if out or earlier:
+        return out
+    exits = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("exit_code")]
+    return [_bare_exit(ix, exits[0])] if exits else []
+
+
+def _told_already(e: Event, explained: set[int | None], root_pids: set[Any],
+                  found_one: bool) -> bool:
+    """The same death, as another line tells it."""
+    if e.rank in explained:
+        return True
+    launcher = e.kind in (K.TORCHRUN_FAILURE, K.AGENT_FAILED)
+    return not launcher and (e.data.get("pid") in root_pids or (found_one and e.rank is None))
+
+
+def _died_of_fallout(e: Event, felt: set[int | None]) -> bool:
+    """It exited on an error it felt (a timeout, a reset; NCCL aborts with SIGABRT after a
+    watchdog timeout): fallout, not a crash of its own."""
+    code = e.data.get("exit_code")
+    return e.rank in felt and code is not None and (code > 0 or code == -6)
+
+
+def _bare_exit(ix: EventIndex, e: Event) -> Verdict:
+    return verdict(ix, "RANK_CRASHED", f"a training process exited with code "
+                   f"{e.data['exit_code']} (its own error is not in the logs)", [e],
+                   {"exit_code": e.data["exit_code"]})
 
 
 def _who(e: Event) -> str:

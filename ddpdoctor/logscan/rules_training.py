@@ -5,54 +5,67 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.findings import format_ranks
+from ddpdoctor.logscan.events import Event
 from ddpdoctor.logscan.events import EventKind as K
 from ddpdoctor.logscan.index import EventIndex, Rule, Verdict, fmt, ranks_of, verdict
 
 
 def ddp(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    out = []
     red = ix.of(K.DDP_REDUCTION)
-    if red:
-        ev: dict[str, Any] = {}
-        if any(e.data.get("static_graph") for e in red):
-            ev["note"] = "static_graph=True and the graph changed between iterations"
-        if any(e.data.get("marked_twice") for e in red):
-            ev["note"] = ("a parameter got two gradients in one iteration: it is used twice "
-                          "(reentrant checkpointing, shared weights, two forwards per backward)")
-            title = f"DDP marked a parameter ready twice on rank {fmt(red) or '?'}"
-        else:
-            title = (f"DDP reduction did not finish on rank {fmt(red) or '?'}: some parameters "
-                     "got no gradient in the previous iteration")
-        out.append(verdict(ix, "DDP_REDUCTION_NOT_FINISHED", title, red, ev))
+    out = [_reduction_not_finished(ix, red)] if red else []
+    unused = _unused_parameters(ix, red)
+    return out + ([unused] if unused else [])
+
+
+def _reduction_not_finished(ix: EventIndex, red: list[Event]) -> Verdict:
+    ev: dict[str, Any] = {}
+    if any(e.data.get("static_graph") for e in red):
+        ev["note"] = "static_graph=True and the graph changed between iterations"
+    if any(e.data.get("marked_twice") for e in red):
+        ev["note"] = ("a parameter got two gradients in one iteration: it is used twice "
+                      "(reentrant checkpointing, shared weights, two forwards per backward)")
+        title = f"DDP marked a parameter ready twice on rank {fmt(red) or '?'}"
+    else:
+        title = (f"DDP reduction did not finish on rank {fmt(red) or '?'}: some parameters "
+                 "got no gradient in the previous iteration")
+    return verdict(ix, "DDP_REDUCTION_NOT_FINISHED", title, red, ev)
+
+
+def _unused_parameters(ix: EventIndex, red: list[Event]) -> Verdict | None:
     unused = ix.of(K.UNUSED_NAMES, K.UNUSED_INDICES)
     # The reduction error's own text names the cause: "your module has parameters that were
     # not used in producing loss" (not so with static_graph or find_unused_parameters=True).
     framework = ix.of(K.UNUSED_FRAMEWORK) + [e for e in red if _says_unused(e.text)
                                              and not e.data.get("marked_twice")]
-    if unused or framework:
-        per_rank: dict[str, dict[str, Any]] = {}
-        for e in unused:
-            slot = per_rank.setdefault(str(e.data.get("param_rank", e.rank)), {})
-            for key in ("names", "indices"):
-                if key in e.data:
-                    slot[key] = e.data[key]
-        names = sorted({n for s in per_rank.values() for n in s.get("names", [])})
-        idx = sorted({i for s in per_rank.values() for i in s.get("indices", [])})
-        ev = {"parameters": per_rank} if per_rank else {}
-        if names:
-            what = ", ".join(names)
-        elif idx:
-            what = "indices " + " ".join(map(str, idx))
-        else:
-            what = "(names not printed)"
-        if not names:
-            ev["hint"] = ("set TORCH_DISTRIBUTED_DEBUG=INFO to have DDP print the parameter "
-                          "names")
-        ranks = [int(r) for r in per_rank if r != "None"] or ranks_of(framework)
-        out.append(verdict(ix, "DDP_UNUSED_PARAMETERS",
-                           f"parameters that received no gradient: {what}", unused + framework,
-                           ev, ranks=ranks))
-    return out
+    if not unused and not framework:
+        return None
+    per_rank = _unused_per_rank(unused)
+    names = sorted({n for s in per_rank.values() for n in s.get("names", [])})
+    idx = sorted({i for s in per_rank.values() for i in s.get("indices", [])})
+    ev: dict[str, Any] = {"parameters": per_rank} if per_rank else {}
+    if names:
+        what = ", ".join(names)
+    elif idx:
+        what = "indices " + " ".join(map(str, idx))
+    else:
+        what = "(names not printed)"
+    if not names:
+        ev["hint"] = ("set TORCH_DISTRIBUTED_DEBUG=INFO to have DDP print the parameter "
+                      "names")
+    ranks = [int(r) for r in per_rank if r != "None"] or ranks_of(framework)
+    return verdict(ix, "DDP_UNUSED_PARAMETERS", f"parameters that received no gradient: {what}",
+                   unused + framework, ev, ranks=ranks)
+
+
+def _unused_per_rank(unused: list[Event]) -> dict[str, dict[str, Any]]:
+    """The names or indices DDP printed, per rank that printed them."""
+    per_rank: dict[str, dict[str, Any]] = {}
+    for e in unused:
+        slot = per_rank.setdefault(str(e.data.get("param_rank", e.rank)), {})
+        for key in ("names", "indices"):
+            if key in e.data:
+                slot[key] = e.data[key]
+    return per_rank
 
 
 def _says_unused(text: str) -> bool:
@@ -77,20 +90,25 @@ def shm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         ev["signal"] = "SIGBUS (Bus error) in a DataLoader worker"
     title = "shared memory (/dev/shm) ran out"
     if nccl:
-        calls = [e.data for e in nccl if e.data.get("call")]
-        seg = next((e.data for e in nccl if e.data.get("segment")), {})
-        reason = next((d.get("reason") for d in calls + [seg] if d.get("reason")), "")
-        ev.update({k: v for k, v in seg.items() if k in ("segment", "size")})
-        if calls:
-            ev["failed_call"] = f"{calls[0]['call']}: {calls[0].get('reason', '')}"
-        what = "is not writable" if "ermission" in reason else "is too small"
-        size = f" ({seg['size']} bytes)" if seg.get("size") else ""
-        title = (f"NCCL could not create its shared memory segment{size}: /dev/shm {what}"
-                 + (f" ({reason})" if reason else ""))
+        title = _nccl_shm_title(nccl, ev)
     elif bus or bus_worker:
         title += " — DataLoader worker died of a bus error"
     return [verdict(ix, "ENV_SHM_TOO_SMALL", title, evs, ev,
                     ranks=ranks_of(bus + torch_shm + nccl) or None)]
+
+
+def _nccl_shm_title(nccl: list[Event], ev: dict[str, Any]) -> str:
+    """NCCL's own shm failure: which call, which segment, and why (adds them to ``ev``)."""
+    calls = [e.data for e in nccl if e.data.get("call")]
+    seg = next((e.data for e in nccl if e.data.get("segment")), {})
+    reason = next((d.get("reason") for d in calls + [seg] if d.get("reason")), "")
+    ev.update({k: v for k, v in seg.items() if k in ("segment", "size")})
+    if calls:
+        ev["failed_call"] = f"{calls[0]['call']}: {calls[0].get('reason', '')}"
+    what = "is not writable" if "ermission" in reason else "is too small"
+    size = f" ({seg['size']} bytes)" if seg.get("size") else ""
+    return (f"NCCL could not create its shared memory segment{size}: /dev/shm {what}"
+            + (f" ({reason})" if reason else ""))
 
 
 _DL_ORDER = [K.DL_KILLED, K.DL_EXIT, K.DL_TIMEOUT, K.DL_WORKER_EXCEPTION, K.EXCEPTION,
@@ -111,37 +129,60 @@ def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     dl = sorted(dl, key=ix.pos) or exited
     first = min(dl, key=lambda e: (_DL_ORDER.index(e.kind) if e.kind in _DL_ORDER else 99,
                                    ix.pos(e)))
-    ev: dict[str, Any] = {}
-    if first.kind is K.DL_KILLED:
-        ev["signal"] = first.data["signal"]
-        title = f"a DataLoader worker was killed by signal: {first.data['signal']}"
-        if first.data["signal"] == "Killed":
-            ev["hint"] = "SIGKILL: most often the host's OOM killer (check dmesg)"
-    elif first.kind is K.DL_EXIT:
-        ev["exit_code"] = first.data["exit_code"]
-        title = f"a DataLoader worker exited with code {first.data['exit_code']}"
-    elif first.kind is K.DL_TIMEOUT:
-        ev["timeout_s"] = first.data["timeout_s"]
-        title = f"DataLoader timed out after {first.data['timeout_s']:g} s waiting for a batch"
-    elif first.kind is K.DL_WORKER_SIGNAL:
-        ev["signal"] = first.data["what"]
-        title = f"a DataLoader worker died of a {first.data['what']}"
-    elif first.kind is K.DL_EXITED:
-        pids = ", ".join(str(p) for p in first.data.get("pids", []))
-        ev["hint"] = ("the worker died without a Python error: killed by a signal (the host's "
-                      "OOM killer: check dmesg; a bus error: /dev/shm too small in a container)"
-                      " — rerun with num_workers=0 to see the error in the main process")
-        title = f"DataLoader worker (pid {pids}) exited unexpectedly, no exit code or signal"
-    elif first.kind in (K.CONN_RESET, K.CONN_CLOSED):
-        title = "a DataLoader worker died (the rank lost its connection to it)"
-    else:
-        errs = [e for e in dl if e.kind in (K.EXCEPTION, K.SHM_ALLOC)]
-        msg = errs[0].data.get("exception", errs[0].text) if errs else first.text
-        title = f"a DataLoader worker raised {msg}"
-        if errs and errs[0].data.get("where"):
-            ev["where"] = errs[0].data["where"]
+    describe = _DL_DESCRIBE.get(first.kind, _dl_raised)
+    title, ev = describe(first, dl)
     ranks = ranks_of([e for e in dl + exited if e.kind is not K.DL_WORKER_SIGNAL])
     return [verdict(ix, "DATALOADER_WORKER_FAILURE", title, dl + exited, ev, ranks=ranks or None)]
+
+
+# One function per way a DataLoader worker fails: (the first event, all of them) -> (title,
+# evidence).
+def _dl_killed(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    ev: dict[str, Any] = {"signal": first.data["signal"]}
+    if first.data["signal"] == "Killed":
+        ev["hint"] = "SIGKILL: most often the host's OOM killer (check dmesg)"
+    return f"a DataLoader worker was killed by signal: {first.data['signal']}", ev
+
+
+def _dl_exit(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    return (f"a DataLoader worker exited with code {first.data['exit_code']}",
+            {"exit_code": first.data["exit_code"]})
+
+
+def _dl_timeout(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    return (f"DataLoader timed out after {first.data['timeout_s']:g} s waiting for a batch",
+            {"timeout_s": first.data["timeout_s"]})
+
+
+def _dl_worker_signal(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    return f"a DataLoader worker died of a {first.data['what']}", {"signal": first.data["what"]}
+
+
+def _dl_exited(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    pids = ", ".join(str(p) for p in first.data.get("pids", []))
+    hint = ("the worker died without a Python error: killed by a signal (the host's "
+            "OOM killer: check dmesg; a bus error: /dev/shm too small in a container)"
+            " — rerun with num_workers=0 to see the error in the main process")
+    return (f"DataLoader worker (pid {pids}) exited unexpectedly, no exit code or signal",
+            {"hint": hint})
+
+
+def _dl_connection_lost(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    return "a DataLoader worker died (the rank lost its connection to it)", {}
+
+
+def _dl_raised(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    errs = [e for e in dl if e.kind in (K.EXCEPTION, K.SHM_ALLOC)]
+    msg = errs[0].data.get("exception", errs[0].text) if errs else first.text
+    ev: dict[str, Any] = {}
+    if errs and errs[0].data.get("where"):
+        ev["where"] = errs[0].data["where"]
+    return f"a DataLoader worker raised {msg}", ev
+
+
+_DL_DESCRIBE = {K.DL_KILLED: _dl_killed, K.DL_EXIT: _dl_exit, K.DL_TIMEOUT: _dl_timeout,
+                K.DL_WORKER_SIGNAL: _dl_worker_signal, K.DL_EXITED: _dl_exited,
+                K.CONN_RESET: _dl_connection_lost, K.CONN_CLOSED: _dl_connection_lost}
 
 
 def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

@@ -10,12 +10,13 @@ keeps every layer's gathered weights from forward to backward and zero3 only the
 and one block's. tp divides the block matrices by the TP degree,
 pp gives each stage its own blocks. Activations follow the block of
 ``ddpdoctor.train.model``: 16 s*b*h elements saved per block (4 replicated, 12 split by
-TP), plus the loss's fp32 logits. The README ("How plan computes") derives each number.
+TP), plus the loss's fp32 logits. docs/plan.md ("How plan computes") derives each number.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ddpdoctor.plan.model import ModelShape
 
@@ -165,70 +166,107 @@ def _activations(shape: ModelShape, setup: Setup, layers: int, tp: int, batch: i
     return body + head
 
 
+class _RankGroup(NamedTuple):
+    """Ranks that hold the same: their local parameter count and what the stage holds."""
+
+    ranks: list[int]
+    local: float       # parameters this rank holds before any data-parallel sharding
+    root: float        # parameters FSDP2 keeps gathered at the root (embeddings, head)
+    layers: int
+    first: bool        # holds the embeddings (pipeline stage 0)
+    last: bool         # holds the head (the last pipeline stage)
+
+
 def estimate(strategy: str, shape: ModelShape, setup: Setup) -> list[RankMemory]:
     """One RankMemory per group of ranks that hold the same (all ranks, or per pp stage)."""
-    p = setup.precision
-    k = OPTIMIZERS[setup.optimizer]
     dp, tp, pp = degrees(strategy, setup)
     block_local = shape.block_tp_params / tp + (shape.block_params - shape.block_tp_params)
-    groups: list[tuple[list[int], float, float, int, bool, bool]] = []
-    if pp > 1:
-        for stage, n in enumerate(_stage_layers(shape, pp)):
-            first, last = stage == 0, stage == pp - 1
-            local = (n * block_local + (shape.embed_params if first else 0)
-                     + (shape.head_params if last else 0))
-            groups.append(([stage], local, 0.0, n, first, last))
-    else:
-        local = shape.embed_params + shape.head_params + shape.layers * block_local
-        groups.append((list(range(setup.world)), local, shape.embed_params + shape.head_params,
-                       shape.layers, True, True))
     out = []
-    for ranks, local, root, layers, first, last in groups:
-        m = RankMemory(ranks=ranks)
+    for g in _rank_groups(shape, setup, pp, block_local):
+        m = RankMemory(ranks=g.ranks)
         shard_states = strategy in _FSDP_FAMILY
-        div_w = dp if shard_states else 1
-        div_o = dp if (shard_states or strategy == "zero1") else 1
-        m.params = local / div_w
-        m.weights = local * p.weight / div_w
-        m.grads = local * p.grad / div_w
-        m.optimizer = local * (p.master + k * p.state) / div_o
-        if setup.foreach and k:
-            m.step_temp = local / div_o * 4
-        # buffers: what the strategy allocates beyond the states
-        if strategy in ("ddp", "zero1"):
-            m.buffers = local * p.grad
-            m.notes.append("DDP gradient buckets: a second copy of the gradients")
-        elif strategy == "zero2":
-            m.buffers = local * p.compute + block_local * p.grad
-            m.notes.append("every layer's weights stay gathered from forward to backward")
-        elif shard_states:
-            # at the peak (backward begins, every activation alive) the root stays gathered
-            # and the first block to run backward is gathered; later blocks and their
-            # unsharded gradients come as activations go
-            m.buffers = (root + block_local) * p.compute
-            m.notes.append("gathered: embeddings/head + the block running backward")
-        if p.name == "amp" and strategy != "fsdp":
-            # autocast caches a 2-byte copy of each weight; backward keeps it alive
-            m.buffers += local * 2
-        micro = setup.batch_size
-        inflight = 1
+        _model_states(m, strategy, setup, g.local, dp)
+        _strategy_buffers(m, strategy, setup, g, block_local)
+        micro, inflight = setup.batch_size, 1
         if pp > 1:
-            micro = setup.batch_size // setup.microbatches
-            inflight = (setup.microbatches if setup.schedule == "gpipe"
-                        else min(pp - ranks[0], setup.microbatches))
-            # per micro-batch in flight: a non-last stage keeps its output and receives its
-            # gradient, a non-first stage receives its input and sends its gradient
-            ends = (0 if last else 2) + (0 if first else 2)
-            m.buffers += inflight * ends * shape.seq * micro * shape.dim * p.act
-        m.activations = inflight * _activations(shape, setup, layers, tp, micro, first, last)
+            micro, inflight = _pipeline_buffers(m, shape, setup, g, pp)
+        m.activations = inflight * _activations(shape, setup, g.layers, tp, micro, g.first,
+                                                g.last)
         if setup.offload:
-            moved = m.optimizer + (m.weights + m.grads if shard_states else 0.0)
-            m.host = moved
-            m.optimizer = 0.0
-            if shard_states:
-                m.weights = m.grads = 0.0
-            m.notes.append("offloaded to CPU: " + ("all shards" if shard_states
-                                                    else "optimizer state"))
+            _offload(m, shard_states)
         m.margin = setup.margin * m.subtotal + setup.reserve
         out.append(m)
     return out
+
+
+def _rank_groups(shape: ModelShape, setup: Setup, pp: int,
+                 block_local: float) -> list[_RankGroup]:
+    if pp <= 1:
+        local = shape.embed_params + shape.head_params + shape.layers * block_local
+        return [_RankGroup(list(range(setup.world)), local, shape.embed_params
+                           + shape.head_params, shape.layers, True, True)]
+    groups = []
+    for stage, n in enumerate(_stage_layers(shape, pp)):
+        first, last = stage == 0, stage == pp - 1
+        local = (n * block_local + (shape.embed_params if first else 0)
+                 + (shape.head_params if last else 0))
+        groups.append(_RankGroup([stage], local, 0.0, n, first, last))
+    return groups
+
+
+def _model_states(m: RankMemory, strategy: str, setup: Setup, local: float, dp: int) -> None:
+    """Weights, gradients, optimizer state and the optimizer step's temporaries."""
+    p = setup.precision
+    k = OPTIMIZERS[setup.optimizer]
+    shard_states = strategy in _FSDP_FAMILY
+    div_w = dp if shard_states else 1
+    div_o = dp if (shard_states or strategy == "zero1") else 1
+    m.params = local / div_w
+    m.weights = local * p.weight / div_w
+    m.grads = local * p.grad / div_w
+    m.optimizer = local * (p.master + k * p.state) / div_o
+    if setup.foreach and k:
+        m.step_temp = local / div_o * 4
+
+
+def _strategy_buffers(m: RankMemory, strategy: str, setup: Setup, g: _RankGroup,
+                      block_local: float) -> None:
+    """What the strategy allocates beyond the states."""
+    p = setup.precision
+    if strategy in ("ddp", "zero1"):
+        m.buffers = g.local * p.grad
+        m.notes.append("DDP gradient buckets: a second copy of the gradients")
+    elif strategy == "zero2":
+        m.buffers = g.local * p.compute + block_local * p.grad
+        m.notes.append("every layer's weights stay gathered from forward to backward")
+    elif strategy in _FSDP_FAMILY:
+        # at the peak (backward begins, every activation alive) the root stays gathered
+        # and the first block to run backward is gathered; later blocks and their
+        # unsharded gradients come as activations go
+        m.buffers = (g.root + block_local) * p.compute
+        m.notes.append("gathered: embeddings/head + the block running backward")
+    if p.name == "amp" and strategy != "fsdp":
+        # autocast caches a 2-byte copy of each weight; backward keeps it alive
+        m.buffers += g.local * 2
+
+
+def _pipeline_buffers(m: RankMemory, shape: ModelShape, setup: Setup, g: _RankGroup,
+                      pp: int) -> tuple[int, int]:
+    """A stage's send/receive buffers; returns (micro-batch size, micro-batches in flight)."""
+    micro = setup.batch_size // setup.microbatches
+    inflight = (setup.microbatches if setup.schedule == "gpipe"
+                else min(pp - g.ranks[0], setup.microbatches))
+    # per micro-batch in flight: a non-last stage keeps its output and receives its
+    # gradient, a non-first stage receives its input and sends its gradient
+    ends = (0 if g.last else 2) + (0 if g.first else 2)
+    m.buffers += inflight * ends * shape.seq * micro * shape.dim * setup.precision.act
+    return micro, inflight
+
+
+def _offload(m: RankMemory, shard_states: bool) -> None:
+    moved = m.optimizer + (m.weights + m.grads if shard_states else 0.0)
+    m.host = moved
+    m.optimizer = 0.0
+    if shard_states:
+        m.weights = m.grads = 0.0
+    m.notes.append("offloaded to CPU: " + ("all shards" if shard_states else "optimizer state"))

@@ -120,6 +120,33 @@ def from_module(spec: str, seq: int = 2048, heads: int | None = None) -> ModelSh
     most common ``in_features`` of the Linear layers; tensor parallel is assumed to split
     the Linear weights inside the blocks.
     """
+    from torch import nn
+
+    model = _build_on_meta(spec)
+    total = sum(p.numel() for p in model.parameters())
+    blocks = _repeated_blocks(model)
+    widths: dict[int, int] = {}
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            widths[m.in_features] = widths.get(m.in_features, 0) + 1
+    if not blocks or not widths:
+        raise ValueError(f"--model {spec!r}: found no repeated blocks of Linear layers; "
+                         "use --params with --layers/--dim instead")
+    dim = max(widths, key=lambda w: widths[w])
+    block = sum(p.numel() for p in blocks[0].parameters())
+    tp_part = sum(m.weight.numel() for m in blocks[0].modules() if isinstance(m, nn.Linear))
+    vocab = max((m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)),
+                default=1)
+    heads = heads or (dim // 128 if dim % 128 == 0 else 1)
+    shape = ModelShape(layers=len(blocks), dim=dim, heads=heads, seq=seq, vocab=vocab,
+                       mlp_ratio=4, embed_params=total - block * len(blocks), block_params=block,
+                       block_tp_params=tp_part, head_params=0, source=f"--model {spec}")
+    shape.validate()
+    return shape
+
+
+def _build_on_meta(spec: str):  # -> nn.Module (torch is imported only here)
+    """``module:factory()`` built under ``torch.device("meta")``; a usage error otherwise."""
     import torch
     from torch import nn
 
@@ -139,28 +166,17 @@ def from_module(spec: str, seq: int = 2048, heads: int | None = None) -> ModelSh
         raise ValueError(f"--model {spec!r}: {attr}() raised {type(e).__name__}: {e}") from None
     if not isinstance(model, nn.Module):
         raise ValueError(f"--model {spec!r} returned {type(model).__name__}, not an nn.Module")
-    total = sum(p.numel() for p in model.parameters())
+    return model
+
+
+def _repeated_blocks(model) -> list:
+    """The children of the largest ``ModuleList``/``ModuleDict`` whose children share a type."""
+    from torch import nn
+
     blocks: list[nn.Module] = []
     for m in model.modules():
         if isinstance(m, (nn.ModuleList, nn.ModuleDict)):
             kids = list(m.children())
             if len(kids) > len(blocks) and len({type(k) for k in kids}) == 1:
                 blocks = kids
-    widths: dict[int, int] = {}
-    for m in model.modules():
-        if isinstance(m, nn.Linear):
-            widths[m.in_features] = widths.get(m.in_features, 0) + 1
-    if not blocks or not widths:
-        raise ValueError(f"--model {spec!r}: found no repeated blocks of Linear layers; "
-                         "use --params with --layers/--dim instead")
-    dim = max(widths, key=lambda w: widths[w])
-    block = sum(p.numel() for p in blocks[0].parameters())
-    tp_part = sum(m.weight.numel() for m in blocks[0].modules() if isinstance(m, nn.Linear))
-    vocab = max((m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)),
-                default=1)
-    heads = heads or (dim // 128 if dim % 128 == 0 else 1)
-    shape = ModelShape(layers=len(blocks), dim=dim, heads=heads, seq=seq, vocab=vocab,
-                       mlp_ratio=4, embed_params=total - block * len(blocks), block_params=block,
-                       block_tp_params=tp_part, head_params=0, source=f"--model {spec}")
-    shape.validate()
-    return shape
+    return blocks

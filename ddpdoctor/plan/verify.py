@@ -67,7 +67,7 @@ def compare(strategy: str, shape: ModelShape, setup: Setup,
 
 
 def table(rows: list[Comparison]) -> str:
-    """Markdown: the README's measured table."""
+    """Markdown: the measured table of docs/benchmarks.md."""
     def kib(x: float) -> str:
         return f"{x / 1024:,.0f}"
 

@@ -93,7 +93,7 @@ def _stall_check(report: Any, result: Any, opts: Any) -> None:
         f"{opts.hang_timeout:g}); looked {len(result.looks)} time(s), no hang confirmed: "
         f"{last.verdict.reason}; the job was left running", status="warning", group=GROUP,
         data={"looks": [lk.to_dict() for lk in result.looks],
-              "rule": "run stops a job only on a confirmed hang (README: Safety)"}))
+              "rule": "run stops a job only on a confirmed hang (docs/run.md)"}))
 
 
 def _cleanup_check(report: Any, result: Any) -> None:

@@ -25,7 +25,7 @@ COLLECTIVE_CHECKS = frozenset({"nonfinite", "desync", "sampler", "straggler", "d
 class WatchConfig:
     # collective checks every K optimizer steps: the cross-rank checks (checksums of every
     # parameter, grad norms, one all_gather) cost a few ms per check step; at 100 they add
-    # ~0.2% to a 20 ms step (benchmarks/bench_watch_overhead.py; README "Overhead")
+    # ~0.2% to a 20 ms step (benchmarks/bench_watch_overhead.py; docs/benchmarks.md)
     every: int = 100
     # and early ones, so a short run (a smoke test) hears about NaN, a missing sampler or
     # desynced replicas in its first minutes: 2 extra check steps in all
