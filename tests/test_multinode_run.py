@@ -140,3 +140,19 @@ def test_a_killed_node_supervisor_does_not_hang_the_other(two_nodes, tmp_path):
     view = report["probes"]["job view"]
     assert view["status"] == "warning" and "node-b (node 1)" in view["summary"], view
     assert procs["a"].returncode not in (0, None)
+
+
+@pytest.mark.timeout(200)
+def test_a_40_s_evaluation_is_no_hang_under_the_adaptive_default(two_nodes, tmp_path):
+    # rank 2 (node b) evaluates for 40 s, CPU busy; the others wait in all_reduce
+    procs = _start(two_nodes, tmp_path, 29737,
+                   ["--steps", "70", "--eval", "2:40:40"], [])
+    ended = _wait(procs, 170)
+    assert set(ended) == {"a", "b"}, _outputs(tmp_path)
+    text = "".join((tmp_path / f"out-{k}.txt").read_text(errors="replace") for k in "ab")
+    assert "evaluation: rank 2 for 40 s" in text and "step 69 done" in text, text
+    for k in "ab":
+        report = _report(tmp_path, k)
+        assert not [f for f in report["findings"] if f["id"].startswith("HANG")], report
+        assert "hang" not in report["probes"]
+        assert procs[k].returncode == 0, text

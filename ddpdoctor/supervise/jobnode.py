@@ -184,8 +184,8 @@ def finish(view: Any, own: Failure | None, steps: StepTimes, verdicts: list[Verd
                 break
             time.sleep(view.interval)
     view.stop()
-    # the store going away with the job (torchrun on the node that hosts it ended) after
-    # run began to end this node's job is no loss
+    # the store going away with the job (torchrun on the node that hosts it ends after
+    # its ranks) once this node's ranks began to exit, or run began to end them, is no loss
     lost = view.lost if view.lost_at is None or view.lost_at < stopping_at else ""
     return NodeEnd(str(view.endpoint), view.leader, view.index, lost, view.nodes_seen(),
                    view.failures(), own, view.summary(), verdicts)

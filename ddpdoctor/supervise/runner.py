@@ -205,8 +205,10 @@ class _Node:
             if own is not None and (self.sent is None or (own.rank, own.finding_id) != (
                     self.sent.rank, self.sent.finding_id)):
                 self.view.report_failure(own)
-        return jobnode.finish(self.view, own, self.steps, result.job_verdicts,
-                              self.stopping_at or time.monotonic(),
+        exits = result.tracker.exits
+        ending = min(self.stopping_at or time.monotonic(),
+                     exits[0].time if exits else float("inf"))
+        return jobnode.finish(self.view, own, self.steps, result.job_verdicts, ending,
                               failed=rc not in (0, None) and not result.hang)
 
 
