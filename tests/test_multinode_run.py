@@ -87,11 +87,33 @@ def _outputs(tmp: Path) -> str:
         errors="replace")[-3000:] for k in "ab")
 
 
+def _attach_job(two_nodes, tmp: Path, port: int) -> tuple[int, dict]:
+    """`ddpdoctor attach --job` from node a, while the runs still watch."""
+    ns, _, addr = two_nodes
+    out = tmp / "attach.json"
+    cmd = ["ip", "netns", "exec", ns["a"], sys.executable, "-m", "ddpdoctor", "attach",
+           "--job", f"{addr['a']}:{port}", "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.exists(), p.stdout + p.stderr
+    return p.returncode, json.loads(out.read_text())
+
+
 @pytest.mark.timeout(150)
 def test_hang_on_node_b_is_named_on_both_nodes(two_nodes, tmp_path):
     procs = _start(two_nodes, tmp_path, 29731, ["--hang", "3:40"], ["--hang-min", "10"])
-    ended = _wait(procs, 120)
+    try:
+        t_end = time.monotonic() + 60
+        while "planted hang" not in (tmp_path / "out-b.txt").read_text(errors="replace"):
+            assert time.monotonic() < t_end and procs["b"].poll() is None, _outputs(tmp_path)
+            time.sleep(0.2)
+        time.sleep(1.0)  # the others reach the all_reduce rank 3 never joins
+        rc, seen = _attach_job(two_nodes, tmp_path, 29731)
+        assert procs["a"].poll() is None  # attach stopped nothing
+    finally:
+        ended = _wait(procs, 120)
     planted = _planted_at(tmp_path, "hang")
+    assert rc == 1 and seen["findings"][0]["ranks"] == [3], seen
+    assert seen["findings"][0]["evidence"]["culprits"][0]["host"] == "node-b"
     for k in "ab":
         report = _report(tmp_path, k)
         # named (every node prints the culprit) within threshold + 10 s; the report is

@@ -6,6 +6,7 @@ deadline (the store's timeout); any failure is a StoreLost with a one-line reaso
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +24,10 @@ class JobStore:
 
     @classmethod
     def connect(cls, endpoint: Endpoint, timeout: float) -> JobStore:
+        # c10d logs every failed connect try with a C++ stack on stderr, where run's own
+        # lines and the job's output go: quiet it in this process (read when torch loads;
+        # the job's environment was copied before, so the ranks keep their own setting)
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
         try:
             from torch.distributed import TCPStore
 
