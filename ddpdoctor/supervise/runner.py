@@ -23,12 +23,12 @@ from ddpdoctor.report import Report
 from ddpdoctor.supervise import hang as hang_mod
 from ddpdoctor.supervise import jobnode
 from ddpdoctor.supervise.env import RUN_ID, job_environment, watch_bootstrap_dir
-from ddpdoctor.supervise.looks import Look, look, say
+from ddpdoctor.supervise.looks import Look
+from ddpdoctor.supervise.loop import Loop, Node
 from ddpdoctor.supervise.memory import MemoryHistory
 from ddpdoctor.supervise.process import Job, JobStartError
-from ddpdoctor.supervise.progress import ProgressTracker, read_heartbeats, sample_tree
+from ddpdoctor.supervise.progress import ProgressTracker, sample_tree
 from ddpdoctor.supervise.reaper import Reaper
-from ddpdoctor.supervise.secrets import scrub_report
 from ddpdoctor.supervise.signals import RunSignals
 from ddpdoctor.supervise.tree import JobTree, Killed, set_subreaper
 
@@ -150,7 +150,7 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
     wall0 = time.time()
 
     marker = (RUN_ID, jenv.env[RUN_ID])
-    node = _Node(jobnode.start(cmd, opts) if opts.job_view else None)
+    node = Node(jobnode.start(cmd, opts) if opts.job_view else None)
     reaper = Reaper.start(run_dir, opts.grace, marker)
     subreaper = set_subreaper(True)
     try:
@@ -177,44 +177,9 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
     return result
 
 
-@dataclass
-class _Node:
-    """This run's part in a job view (None: one node) and what it already said."""
-
-    view: Any
-    steps: jobnode.StepTimes = field(default_factory=jobnode.StepTimes)
-    sent: Any = None  # the Failure published
-    stopping_at: float = 0.0  # when the loop ended (monotonic): the job ends from here
-    said: str = ""  # the last "no hang" reason printed
-
-    def publish(self, job: Job, tracker: ProgressTracker) -> None:
-        if self.view is None:
-            return
-        self.view.update(self.steps.progress, tracker.last_what, self.steps.times,
-                         jobnode.rank_snaps(tracker))
-        if tracker.exits and self.sent is None:
-            self.sent = jobnode.local_failure(job, tracker, None)
-            if self.sent is not None:
-                self.view.report_failure(self.sent)
-
-    def end(self, job: Job, result: RunResult) -> Any:
-        rc = result.returncode
-        own = self.sent
-        if rc not in (0, None) and not result.hang:
-            own = jobnode.local_failure(job, result.tracker, rc) or own
-            if own is not None and (self.sent is None or (own.rank, own.finding_id) != (
-                    self.sent.rank, self.sent.finding_id)):
-                self.view.report_failure(own)
-        exits = result.tracker.exits
-        ending = min(self.stopping_at or time.monotonic(),
-                     exits[0].time if exits else float("inf"))
-        return jobnode.finish(self.view, own, self.steps, result.job_verdicts, ending,
-                              failed=rc not in (0, None) and not result.hang)
-
-
 def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: RunOptions,
                reaper: Reaper | None, wall0: float, subreaper: bool,
-               marker: tuple[str, str], node: _Node | None = None) -> None:
+               marker: tuple[str, str], node: Node | None = None) -> None:
     import psutil
 
     tree = JobTree(job.pid, exclude={reaper.pid} if reaper else set())
@@ -228,8 +193,8 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
         pass
     tracker = ProgressTracker(time.monotonic())
     result.memory = memory = MemoryHistory(time.monotonic())
-    node = node or _Node(None)
-    loop = _Loop(job, sigs, result, jenv, opts, tracker, node, wall0)
+    node = node or Node(None)
+    loop = Loop(job, sigs, result, jenv, opts, tracker, node, wall0)
     try:
         while True:
             if job.poll() is not None or sigs.teardown:
@@ -254,114 +219,6 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
     result.interrupted = sigs.interrupts
     result.teardown = sigs.teardown
     result.tracker = tracker
-
-
-@dataclass
-class _Loop:
-    """The supervision loop's state, and its two ways to decide on a quiet job."""
-
-    job: Job
-    sigs: RunSignals
-    result: RunResult
-    jenv: Any
-    opts: RunOptions
-    tracker: ProgressTracker
-    node: _Node
-    wall0: float
-    rank_cache: dict = field(default_factory=dict)
-    next_look: float = 0.0
-    warned_for: float = -1.0  # the quiet spell (its start) already warned about
-
-    def heartbeats(self) -> dict:
-        return read_heartbeats(self.jenv.heartbeat_dir, self.wall0)
-
-    def job_view_turn(self) -> bool:
-        """Answer the leader's stack request; apply its verdict. True: stop the job."""
-        view = self.node.view
-        if view is None:
-            return False
-        req = view.take_request()
-        if req is not None and self.job.poll() is None:
-            say(f"ddpdoctor run: the job view asks for this node's stacks ({req.reason})")
-            view.put_reply(req.id, jobnode.answer(self.job, self.tracker, req, self.opts,
-                                                  self.rank_cache, self.heartbeats))
-        v = view.take_verdict()
-        if v is None:
-            return False
-        self.result.job_verdicts.append(v)
-        del self.result.job_verdicts[:-20]
-        if not v.confirmed:
-            if v.reason != self.node.said:
-                self.node.said = v.reason
-                say(f"ddpdoctor run: the job view looked at every node: no hang: "
-                    f"{redact.text(v.reason)}; still watching")
-            return False
-        return self._job_hang(v)
-
-    def _job_hang(self, v: Any) -> bool:
-        from ddpdoctor.jobview.report import culprit_text
-
-        if self.result.hang is not None:
-            return False  # --no-kill: said once already
-        self.result.hang = hang_mod.HangOutcome(v.no_progress_s, self.tracker.last_what)
-        if not self.opts.hang_fixed:
-            self.opts.hang_timeout = v.threshold_s  # the job's, as the leader judged it
-        named = ", ".join(culprit_text(c) for c in v.culprits)
-        say("ddpdoctor run: hang confirmed across the job: " + redact.text(v.reason)
-            + (f"; culprit: {named}" if named else ""))
-        for line in v.groups:
-            say(f"  {redact.text(line)}")
-        if not self.opts.kill:
-            return False
-        say(f"ddpdoctor run: stopping this node's part of the job (SIGTERM, SIGKILL after "
-            f"{self.opts.grace:g} s; --no-kill keeps it running)")
-        self.result.ended_by = "a confirmed hang"
-        return True
-
-    def local_turn(self, now: float) -> bool:
-        """One node's own look (no job view, or the view was lost). True: stop the job."""
-        opts, result, tracker, job = self.opts, self.result, self.tracker, self.job
-        if self.node.view is not None and not self.node.view.lost \
-                and self.node.view.connected_at is not None:
-            return False  # the leader looks at the whole job
-        stalled = tracker.stalled_for(now)
-        if (result.hang is not None or self.sigs.received or stalled < opts.hang_timeout
-                or now < self.next_look or job.poll() is not None):
-            return False
-        spell = tracker.last_progress
-        seen, outcome = look(job, tracker, stalled, opts, self.rank_cache,
-                             now - job.started, self.heartbeats,
-                             announce=self.warned_for != spell)
-        if seen is None:
-            return False  # it ended by itself while being looked at
-        if seen.verdict.confirmed:
-            return self._local_hang(seen, outcome)
-        result.looks.append(seen)
-        del result.looks[:-20]
-        if self.warned_for != spell:
-            self.warned_for = spell
-            say(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
-                f"hang: {redact.text(seen.verdict.reason)}; still watching")
-        self.next_look = time.monotonic() + opts.hang_timeout
-        return False
-
-    def _local_hang(self, seen: Look, outcome: Any) -> bool:
-        opts, result = self.opts, self.result
-        result.hang = outcome
-        if opts.kill:
-            say("ddpdoctor run: hang confirmed: " + redact.text(seen.verdict.reason)
-                + f"; stopping the job (SIGTERM, SIGKILL after {opts.grace:g} "
-                "s; --no-kill keeps it running)")
-            result.ended_by = "a confirmed hang"
-            return True
-        view = Report(command="run")
-        outcome.add_to(view, opts.hang_timeout)
-        scrub_report(view, result.secrets)
-        try:
-            hang_mod.print_diagnosis(view, outcome)
-        except (OSError, ValueError):
-            pass  # no terminal to show it on; the final report has it
-        return False
 
 
 def _end_job(job: Job, tree: JobTree, sigs: RunSignals, result: RunResult,
