@@ -277,3 +277,25 @@ def test_a_store_that_never_answers_is_a_lost_view_within_the_deadline():
                 connect_wait_s=0.5).start()
     v._thread.join(15)
     assert not v._thread.is_alive() and "cannot reach the job's store" in v.lost
+
+
+def test_with_no_node_on_the_stores_host_exactly_one_claims_the_lead(monkeypatch):
+    from torch.distributed import TCPStore
+
+    from ddpdoctor.jobview import agent
+    from ddpdoctor.jobview.store import JobStore
+
+    monkeypatch.setattr(agent, "LEADER_GRACE_S", 0.2)
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    ep = keys.Endpoint("127.0.0.1", server.port, "test")
+    views = [agent.JobView(ep, f"node-{i}", False, Policy(), interval=0.05, store=JobStore.wrap(
+        TCPStore("127.0.0.1", server.port, is_master=False, wait_for_workers=False), ep)
+    ).start() for i in range(3)]
+    try:
+        t_end = time.monotonic() + 10
+        while not all(v._claimed for v in views) and time.monotonic() < t_end:
+            time.sleep(0.05)
+        assert sum(v.leader for v in views) == 1
+    finally:
+        for v in views:
+            v.stop()

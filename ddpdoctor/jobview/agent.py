@@ -32,6 +32,7 @@ from ddpdoctor.jobview.snapshot import (
 from ddpdoctor.jobview.store import JobStore, StoreLost
 
 INTERVAL_S = 0.5
+LEADER_GRACE_S = 5.0  # a node not on the store's host claims the lead after this long
 CONNECT_WAIT_S = 120.0  # the node hosting the store may start its launcher this much later
 STORE_TIMEOUT_S = 5.0
 
@@ -90,6 +91,7 @@ class JobView:
         self._next_look = 0.0
         self._ids = itertools.count(1)
         self._known: set[int] = set()
+        self._claimed = False
         self.clock = ProgressClock(time.monotonic())
 
     # ---- the supervision loop's side (no I/O)
@@ -184,6 +186,7 @@ class JobView:
         self._read_failures(st)
         self._read_requests(st)
         self._read_verdict(st)
+        self._claim_lead(st, now)
         if self.leader:
             self._lead(st, now)
         else:
@@ -235,6 +238,19 @@ class JobView:
                 self._sh.verdicts.append(v)
 
     # ---- the leader
+
+    def _claim_lead(self, st: JobStore, now: float) -> None:
+        """The node on the store's host leads; where none is (the endpoint is a service
+        name, a load balancer), the first node to claim it after a grace period does."""
+        if self._claimed:
+            return
+        me = f"{self.host}/{self.index}"
+        if self.leader:
+            st.set(keys.LEADER, me)
+            self._claimed = True
+        elif self.connected_at is not None and now - self.connected_at >= LEADER_GRACE_S:
+            self.leader = st.claim(keys.LEADER, me)
+            self._claimed = True
 
     def _lead(self, st: JobStore, now: float) -> None:
         snaps = read_nodes(st, self._known)

@@ -14,6 +14,7 @@ NODE_COUNT = PREFIX + "nodes"  # store.add counter: a node's index is its ticket
 REQUEST = PREFIX + "request"  # the leader's (or attach's) latest stack request, JSON
 VERDICT = PREFIX + "verdict"  # the leader's latest verdict, JSON
 FAIL_COUNT = PREFIX + "failures"  # store.add counter of failure records
+LEADER = PREFIX + "leader"  # "host/node": who decides (the store's host claims it first)
 JOB = PREFIX + "job"  # the leader's summary: threshold, lost nodes
 ATTACH_REQUEST = PREFIX + "attach-request"  # `attach --job`: look, never stop
 ATTACH_COUNT = PREFIX + "attach"  # request ids taken by `attach --job` (never collide)

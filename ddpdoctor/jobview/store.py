@@ -56,6 +56,11 @@ class JobStore:
     def add(self, key: str, n: int) -> int:
         return int(self._call("add", self._store.add, key, n))
 
+    def claim(self, key: str, value: str) -> bool:
+        """Set ``key`` to ``value`` unless it is set; True when ours is the value."""
+        got = self._call("compare_set", self._store.compare_set, key, "", value)
+        return bytes(got).decode(errors="replace") == value
+
     def get_if_set(self, key: str) -> bytes | None:
         """The value, or None when the key does not exist (never waits for it)."""
         if not self._call("check", self._store.check, [key]):
