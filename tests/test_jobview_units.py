@@ -299,3 +299,18 @@ def test_with_no_node_on_the_stores_host_exactly_one_claims_the_lead(monkeypatch
     finally:
         for v in views:
             v.stop()
+
+
+@pytest.mark.parametrize("argv", [["attach", "--help"], ["attach", "2147483000"],
+                                  ["run", "--help"]])
+def test_attach_and_run_without_a_job_view_do_not_import_torch(argv):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom ddpdoctor.cli import main\n"
+            "import ddpdoctor.supervise.runner, ddpdoctor.jobview.agent\n"
+            f"try:\n    main({argv!r}, standalone_mode=False)\nexcept BaseException:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
