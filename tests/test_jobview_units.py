@@ -314,3 +314,32 @@ def test_attach_and_run_without_a_job_view_do_not_import_torch(argv):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_rank_that_finished_cleanly_is_no_failure_but_a_raised_error_is(tmp_path):
+    from ddpdoctor.supervise.jobnode import local_failure
+    from ddpdoctor.supervise.progress import RankExit
+
+    class Copy:
+        combined_path = tmp_path / "output.log"
+
+    class Job:
+        copy = Copy()
+
+    class Tracker:
+        exits = [RankExit(1, 4242, 1.0)]
+
+    Copy.combined_path.write_text("[rank0]: step 5 done\n")
+    assert local_failure(Job(), Tracker(), None) is None
+    # as torchrun 2.13 printed it for tests/jobview_job.py --crash 1:40 (rank renumbered)
+    Copy.combined_path.write_text(
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/work/tests/jobview_job.py", line 64, in <module>\n'
+        "[rank1]:     sys.exit(main())\n"
+        "[rank1]:              ^^^^^^\n"
+        '[rank1]:   File "/work/tests/jobview_job.py", line 51, in main\n'
+        '[rank1]:     raise RuntimeError(f"planted crash on rank {rank} at step {step}")\n'
+        "[rank1]: RuntimeError: planted crash on rank 1 at step 40\n")
+    f = local_failure(Job(), Tracker(), None)
+    assert f is not None and f.rank == 1 and f.pid == 4242 and not f.fallout
+    assert f.finding_id == "RANK_CRASHED" and "planted crash" in f.title

@@ -18,7 +18,8 @@ from ddpdoctor.jobview.keys import Endpoint, endpoint_from_command
 from ddpdoctor.jobview.leader import Policy, root_cause, threshold
 from ddpdoctor.jobview.snapshot import Failure, RankSnap, StackReply, Verdict
 
-FINAL_WAIT_S = 4.0  # after the job ended: how long to wait for the other nodes' causes
+FINAL_WAIT_S = 4.0
+LOST_MARGIN_S = 1.5  # after the job ended: how long to wait for the other nodes' causes
 _STEP_SIGNALS = ("heartbeat", "output")  # CPU samples are not steps
 STARTUP_EVENTS = 3  # the first intervals are startup (rendezvous, imports), not steps
 
@@ -142,6 +143,9 @@ def local_failure(job: Any, tracker: Any, returncode: int | None) -> Failure | N
     if not findings:
         return None
     lead = findings[0]
+    if returncode is None and str(lead.evidence.get("source", "")).startswith("process "):
+        return None  # a rank exited while the job runs and its output names no error yet:
+        # a rank that finished, not a failure (the job's exit code decides at the end)
     rank = lead.ranks[0] if lead.ranks else (first.rank if first else None)
     pid = first.pid if first and first.rank == rank else 0
     return Failure(-1, host, rank, pid, lead.id, lead.title[:300], _is_fallout(lead),
@@ -186,6 +190,8 @@ def finish(view: Any, own: Failure | None, steps: StepTimes, verdicts: list[Verd
     view.stop()
     # the store going away with the job (torchrun on the node that hosts it ends after
     # its ranks) once this node's ranks began to exit, or run began to end them, is no loss
-    lost = view.lost if view.lost_at is None or view.lost_at < stopping_at else ""
+    # (less a margin: the sampler sees a rank gone up to a loop turn after it exited)
+    lost = view.lost if view.lost_at is None or view.lost_at < stopping_at - LOST_MARGIN_S \
+        else ""
     return NodeEnd(str(view.endpoint), view.leader, view.index, lost, view.nodes_seen(),
                    view.failures(), own, view.summary(), verdicts)
