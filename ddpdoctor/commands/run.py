@@ -67,6 +67,11 @@ def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | Non
     run says once what it saw and keeps watching. When the job fails, its output is
     triaged: the first rank that failed and why. The job's own exit code is passed on.
 
+    On many nodes (the launch command names a --rdzv-endpoint or --master-addr of a
+    multi-node job, or --job-endpoint), every node's run joins one job view through the
+    job's own TCPStore: the store's host decides for the whole job and every node's
+    report names the culprit's rank, host, pid and line (docs/multinode.md).
+
     \b
     However run ends (the job exits, a confirmed hang, Ctrl-C twice, SIGTERM, SIGHUP,
     SIGQUIT), it ends every process the job started that is still alive (ranks, their
