@@ -124,27 +124,32 @@ def stack_role(state: RankState) -> tuple[int, str]:
     return (-1, usual) if usual else (0, "")
 
 
+def _side_role(ev: HangEvidence, side: list[int]) -> tuple[int, str]:
+    """A side's role when all its ranks agree (1 odd, -1 usual), else 0; and why."""
+    states = [s for s in (ev.state(r) for r in side) if s is not None]
+    scored = [stack_role(s) for s in states]
+    values = {v for v, _ in scored}
+    role = values.pop() if len(values) == 1 else 0
+    return role, next((why for v, why in scored if v == role and why), "")
+
+
+def _the_others(why: str) -> str:
+    return "the others " + why.replace("waits", "wait")
+
+
 def by_stacks(ev: HangEvidence, sides: list[list[int]]) -> Vote | None:
-    roles = []
-    for side in sides:
-        states = [s for s in (ev.state(r) for r in side) if s is not None]
-        scored = [stack_role(s) for s in states]
-        values = {v for v, _ in scored}
-        role = values.pop() if len(values) == 1 else 0
-        roles.append((role, next((why for v, why in scored if v == role and why), "")))
+    roles = [_side_role(ev, side) for side in sides]
     odd = [i for i, (role, _) in enumerate(roles) if role == 1]
     usual = [i for i, (role, _) in enumerate(roles) if role == -1]
     if len(odd) == 1 and usual and len(usual) + 1 == len(sides):
-        culprit = sides[odd[0]]
-        why = roles[odd[0]][1] + "; the others " + roles[usual[0]][1].replace("waits", "wait")
-        return Vote("stacks", frozenset(culprit), Strength.STRONG, why)
+        why = roles[odd[0]][1] + "; " + _the_others(roles[usual[0]][1])
+        return Vote("stacks", frozenset(sides[odd[0]]), Strength.STRONG, why)
     if len(odd) == 1 and not usual:
         return Vote("stacks", frozenset(sides[odd[0]]), Strength.WEAK, roles[odd[0]][1])
     if len(usual) == len(sides) - 1 and not odd:
         i = next(i for i, (role, _) in enumerate(roles) if role != -1)
         return Vote("stacks", frozenset(sides[i]), Strength.WEAK,
-                    "the others " + roles[usual[0]][1].replace("waits", "wait")
-                    + "; this side waits somewhere else")
+                    _the_others(roles[usual[0]][1]) + "; this side waits somewhere else")
     return None
 
 

@@ -173,51 +173,78 @@ def classify_thread(thread: ThreadStack) -> _ThreadVerdict:
     return verdict
 
 
-def _classify_thread(thread: ThreadStack) -> _ThreadVerdict:
-    frames = thread.frames
-    if not frames:
-        return _ThreadVerdict(IDLE, score=-1)
-    op = ""
-    op_index = -1
-    in_data_wait = in_fetch = in_backward = False
-    first_user_index = -1
-    for i, f in enumerate(frames):
-        if not is_library(f.filename):
-            first_user_index = i
-            break
-        found = _comm_op(f)
-        if found:
-            op, op_index = found, i  # keep going: the outermost API call names the op
+@dataclass
+class _Scan:
+    """One pass over a thread's library frames, innermost first, up to the first user
+    frame: the communication op (outermost API call), DataLoader and backward marks."""
+
+    op: str = ""
+    op_index: int = -1
+    in_data_wait: bool = False
+    in_fetch: bool = False
+    in_backward: bool = False
+    user_index: int = -1
+
+    @classmethod
+    def of(cls, frames: list[Frame]) -> _Scan:
+        sc = cls()
+        for i, f in enumerate(frames):
+            if not is_library(f.filename):
+                sc.user_index = i
+                break
+            found = _comm_op(f)
+            if found:
+                sc.op, sc.op_index = found, i  # keep going: the outermost call names it
+            sc._mark(f)
+        return sc
+
+    def _mark(self, f: Frame) -> None:
         leaf = _leaf(f.name)
         if _DATA_DIR in f.filename:
-            if leaf in _DATALOADER_WAIT:
-                in_data_wait = True
-            elif leaf == "fetch" or leaf == "_worker_loop":
-                in_fetch = True
+            self.in_data_wait |= leaf in _DATALOADER_WAIT
+            self.in_fetch |= leaf in ("fetch", "_worker_loop") and leaf not in _DATALOADER_WAIT
         elif leaf in _BACKWARD:
-            in_backward = True
-    user = frames[first_user_index] if first_user_index >= 0 else None
+            self.in_backward = True
+
+
+def _comm_verdict(thread: ThreadStack, sc: _Scan) -> _ThreadVerdict | None:
+    frames = thread.frames
+    op, op_index = sc.op, sc.op_index
     inner = frames[0]
     if (not op and not thread.active and inner.filename.endswith(_DDP_FILE)
             and _leaf(inner.name) in _DDP_CPP_OPS):
         op, op_index = _DDP_CPP_OPS[_leaf(inner.name)], 0
-    if op:
-        site = _first_user(frames, op_index + 1)
-        kind = P2P if op in P2P_OPS else COLLECTIVE
-        return _ThreadVerdict(kind, op, site or frames[op_index], score=3)
-    if in_data_wait:
+    if not op:
+        return None
+    site = _first_user(frames, op_index + 1)
+    kind = P2P if op in P2P_OPS else COLLECTIVE
+    return _ThreadVerdict(kind, op, site or frames[op_index], score=3)
+
+
+def _data_verdict(thread: ThreadStack, sc: _Scan, user: Frame | None) -> _ThreadVerdict | None:
+    if sc.in_data_wait:
         return _ThreadVerdict(DATALOADER, "worker queue", user,
                               "waits for its DataLoader workers", score=2)
     # Inside the dataset itself: a user __getitem__ (or anything it calls) below the fetch.
-    dataset_frame = _dataset_frame(frames)
-    if dataset_frame is not None or in_fetch:
+    if sc.in_fetch or _dataset_frame(thread.frames) is not None:
         return _ThreadVerdict(DATALOADER, "__getitem__", user,
                               "in Dataset.__getitem__", score=2)
-    if in_backward and not thread.active:
+    return None
+
+
+def _wait_verdict(thread: ThreadStack, sc: _Scan, user: Frame | None) -> _ThreadVerdict | None:
+    if thread.active:
+        return None
+    if sc.in_backward:
         # DDP's gradient all_reduce runs in C++ hooks: waiting for it shows as backward.
         return _ThreadVerdict(COLLECTIVE, "backward (DDP gradient all_reduce)", user, score=3)
-    if user is not None and not thread.active and ".wait(" in user.code:
+    if user is not None and ".wait(" in user.code:
         return _ThreadVerdict(P2P, "wait", user, "waits on an async work handle", score=3)
+    return None
+
+
+def _rest_verdict(thread: ThreadStack, user: Frame | None) -> _ThreadVerdict:
+    frames = thread.frames
     if user is None:
         # Only library frames (thread pools, queue feeders, our own hooks): infrastructure.
         kind = COMPUTE if thread.active else IDLE
@@ -226,6 +253,16 @@ def _classify_thread(thread: ThreadStack) -> _ThreadVerdict:
         return _ThreadVerdict(COMPUTE, site=user, score=1)
     detail = "sleeping" if "sleep" in user.code or _leaf(frames[0].name) == "sleep" else ""
     return _ThreadVerdict(IDLE, site=user, detail=detail or "sleeping/IO", score=0.5)
+
+
+def _classify_thread(thread: ThreadStack) -> _ThreadVerdict:
+    frames = thread.frames
+    if not frames:
+        return _ThreadVerdict(IDLE, score=-1)
+    sc = _Scan.of(frames)
+    user = frames[sc.user_index] if sc.user_index >= 0 else None
+    return (_comm_verdict(thread, sc) or _data_verdict(thread, sc, user)
+            or _wait_verdict(thread, sc, user) or _rest_verdict(thread, user))
 
 
 def _dataset_frame(frames: list[Frame]) -> Frame | None:

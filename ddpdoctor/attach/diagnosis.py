@@ -49,23 +49,36 @@ class HangDiagnosis:
         d = self.discovery
         report.world.update({"world_size": d.world_size or len(d.ranks),
                              "ranks_found": [r.rank for r in d.ranks]})
-        readable = sum(1 for s in self.stacks if s.threads)
         report.checks.append(Check(CHECK, self.headline, group=GROUP))
+        report.checks.append(self._ranks_check())
+        report.checks.append(self._stacks_check())
         report.checks.append(Check(
-            "ranks", f"{len(d.ranks)} rank processes: " + ", ".join(
-                f"{r.rank}={r.pid}" for r in d.ranks[:16]) + (" ..." if len(d.ranks) > 16 else "")
-            + (f"; missing {ranks_text(d.missing)}" if d.missing else ""),
-            group=GROUP,
+            "flight recorder", self.fr_summary, status="skipped" if self.fr_skipped else "ok",
+            group=GROUP, data={"verdicts": [line for v in self.fr_verdicts
+                                            for line in v.describe()]}))
+        for f in self.findings:
+            report.add(f, check=CHECK)
+
+    def _ranks_check(self) -> Check:
+        d = self.discovery
+        listed = ", ".join(f"{r.rank}={r.pid}" for r in d.ranks[:16])
+        more = " ..." if len(d.ranks) > 16 else ""
+        missing = f"; missing {ranks_text(d.missing)}" if d.missing else ""
+        return Check(
+            "ranks", f"{len(d.ranks)} rank processes: {listed}{more}{missing}", group=GROUP,
             data={"ranks": [{"rank": r.rank, "pid": r.pid, "workers": r.workers,
                              "rank_source": r.rank_source, "cmdline": r.cmdline}
                             for r in d.ranks],
-                  "missing": d.missing, "notes": d.notes}))
+                  "missing": d.missing, "notes": d.notes})
+
+    def _stacks_check(self) -> Check:
+        readable = sum(1 for s in self.stacks if s.threads)
         unreadable = [s for s in self.states if s.kind == UNKNOWN]
         summary = (f"{readable}/{len(self.stacks)} stacks read in "
                    f"{self.timings.get('stacks_s', 0):.2f} s, {len(self.groups)} distinct")
         if unreadable:
             summary += f"; {unreadable[0].detail}"
-        report.checks.append(Check(
+        return Check(
             "stacks", summary, status="warning" if unreadable else "ok", group=GROUP,
             data={"groups": [{"ranks": g.ranks, "state": g.state.describe(),
                               "frames": [str(f) for f in g.state.frames]}
@@ -73,13 +86,7 @@ class HangDiagnosis:
                   "states": {str(s.rank): {"kind": s.kind, "op": s.op, "where": s.where,
                                            "detail": s.detail, "pid": s.pid}
                              for s in self.states},
-                  "raw": [stack_to_dict(s) for s in self.stacks]}))
-        report.checks.append(Check(
-            "flight recorder", self.fr_summary, status="skipped" if self.fr_skipped else "ok",
-            group=GROUP, data={"verdicts": [line for v in self.fr_verdicts
-                                            for line in v.describe()]}))
-        for f in self.findings:
-            report.add(f, check=CHECK)
+                  "raw": [stack_to_dict(s) for s in self.stacks]})
 
 
 def _states_for_missing(disc: Discovery) -> list[RankState]:

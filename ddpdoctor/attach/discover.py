@@ -82,8 +82,7 @@ def _describe(proc) -> str:  # noqa: ANN001
         return "?"
 
 
-def discover(pids: list[int]) -> Discovery:
-    """Rank processes under/at ``pids``. Raises AttachError with a one-line reason."""
+def _roots(pids: list[int]) -> list:
     import psutil
 
     roots = []
@@ -94,8 +93,13 @@ def discover(pids: list[int]) -> Discovery:
             raise AttachError(f"no such process: PID {pid}", EXIT_USAGE) from None
         except psutil.AccessDenied:
             raise AttachError(f"no permission to inspect PID {pid}") from None
+    return roots
 
-    seen: dict[int, psutil.Process] = {}
+
+def _tree(roots: list) -> dict:
+    import psutil
+
+    seen = {}
     for root in roots:
         seen[root.pid] = root
         try:
@@ -103,6 +107,12 @@ def discover(pids: list[int]) -> Discovery:
                 seen.setdefault(child.pid, child)
         except psutil.Error:
             continue
+    return seen
+
+
+def _environments(seen: dict) -> tuple[dict[int, dict[str, str]], list[int], list[int]]:
+    """Each process's environment; the pids denied and the zombies."""
+    import psutil
 
     envs: dict[int, dict[str, str]] = {}
     denied: list[int] = []
@@ -119,7 +129,14 @@ def discover(pids: list[int]) -> Discovery:
             denied.append(pid)
         except psutil.ZombieProcess:
             zombies.append(pid)
+    return envs, denied, zombies
 
+
+def discover(pids: list[int]) -> Discovery:
+    """Rank processes under/at ``pids``. Raises AttachError with a one-line reason."""
+    roots = _roots(pids)
+    seen = _tree(roots)
+    envs, denied, zombies = _environments(seen)
     with_rank = {pid: env for pid, env in envs.items()
                  if _int(env, "RANK") is not None and _is_python(seen[pid])}
     if not with_rank and denied and set(denied) >= {r.pid for r in roots}:

@@ -110,42 +110,88 @@ def compare_sequences(traces: dict[int, FrTrace]) -> list[SequenceVerdict]:
     return verdicts
 
 
-def _judge_group(pg: str, keys: dict[int, dict[int, str]]) -> SequenceVerdict | None:
+@dataclass(frozen=True)
+class _Split:
+    """Where each rank stands at the first seq past the part every rank agrees on."""
+
+    pg: str
+    keys: dict[int, dict[int, str]]
+    agreed: list[tuple[int, str]]
+    period: int
+    first_seq: int
+    expected: str
+    got: dict[int, str]
+    off: list[int]  # enqueued something else than the sequence predicts
+    on: list[int]  # enqueued what it predicts
+    behind: list[int]  # enqueued nothing there yet
+
+    def permuted(self, ranks: list[int]) -> bool:
+        return all(_permuted(self.agreed, self.period, self.got[r], self.expected)
+                   for r in ranks)
+
+    def verdict(self, kind: str, ranks: list[int], with_got: bool = True) -> SequenceVerdict:
+        return SequenceVerdict(self.pg, kind, tuple(ranks), self.period, self.first_seq,
+                               self.expected, {r: self.got[r] for r in ranks} if with_got
+                               else {})
+
+
+def _split(pg: str, keys: dict[int, dict[int, str]]) -> _Split | None:
     if len(keys) < 2:
         return None
     agreed = sorted(_agreed(keys).items())
     period = period_of([k for _, k in agreed])
     if not period:
         return None
-    last = agreed[-1][0]
-    # the first seq past the agreed part that each rank has
-    first_seq = last + 1
+    first_seq = agreed[-1][0] + 1
     got = {r: k[first_seq] for r, k in keys.items() if first_seq in k}
     expected = _expected(agreed, period, first_seq)
     if not got or not expected:
         return None
-    off = sorted(r for r, key in got.items() if key != expected)
-    on = sorted(r for r, key in got.items() if key == expected)
-    behind = sorted(r for r in keys if r not in got)
-    if off and on:
-        kind = PARAM_ORDER if all(_permuted(agreed, period, got[r], expected)
-                                  for r in off) else BREAKS
-        return SequenceVerdict(pg, kind, tuple(off), period, first_seq, expected,
-                               {r: got[r] for r in off})
-    if off and not on and len({got[r] for r in off}) > 1:
-        # nobody enqueued what the sequence predicts: an order mismatch between ranks,
-        # or both sides off; with sizes permuted it is parameter order, culprit unknown
-        if all(_permuted(agreed, period, got[r], expected) for r in off):
-            return SequenceVerdict(pg, PARAM_ORDER, (), period, first_seq, expected,
-                                   dict(got))
+    return _Split(pg, keys, agreed, period, first_seq, expected, got,
+                  sorted(r for r, key in got.items() if key != expected),
+                  sorted(r for r, key in got.items() if key == expected),
+                  sorted(r for r in keys if r not in got))
+
+
+def _some_off(sp: _Split) -> SequenceVerdict | None:
+    if not (sp.off and sp.on):
         return None
-    if behind and on and not off and _extra_entries_regular(keys, on, agreed, period):
-        return SequenceVerdict(pg, MISSING, tuple(behind), period, first_seq, expected)
-    if behind and off and not on:
-        # the ranks ahead enqueued something the sequence does not predict while the
-        # others enqueued nothing: the ones ahead made an extra call
-        return SequenceVerdict(pg, BREAKS, tuple(off), period, first_seq, expected,
-                               {r: got[r] for r in off})
+    return sp.verdict(PARAM_ORDER if sp.permuted(sp.off) else BREAKS, sp.off)
+
+
+def _all_off(sp: _Split) -> SequenceVerdict | None:
+    # nobody enqueued what the sequence predicts: an order mismatch between ranks, or
+    # both sides off; with sizes permuted it is parameter order, culprit unknown
+    if sp.off and not sp.on and len({sp.got[r] for r in sp.off}) > 1 \
+            and sp.permuted(sp.off):
+        return SequenceVerdict(sp.pg, PARAM_ORDER, (), sp.period, sp.first_seq,
+                               sp.expected, dict(sp.got))
+    return None
+
+
+def _missing(sp: _Split) -> SequenceVerdict | None:
+    if sp.behind and sp.on and not sp.off \
+            and _extra_entries_regular(sp.keys, sp.on, sp.agreed, sp.period):
+        return sp.verdict(MISSING, sp.behind, with_got=False)
+    return None
+
+
+def _extra_call(sp: _Split) -> SequenceVerdict | None:
+    # the ranks ahead enqueued something the sequence does not predict while the others
+    # enqueued nothing: the ones ahead made an extra call
+    if sp.behind and sp.off and not sp.on and len({sp.got[r] for r in sp.off}) <= 1:
+        return sp.verdict(BREAKS, sp.off)
+    return None
+
+
+def _judge_group(pg: str, keys: dict[int, dict[int, str]]) -> SequenceVerdict | None:
+    sp = _split(pg, keys)
+    if sp is None:
+        return None
+    for rule in (_some_off, _all_off, _missing, _extra_call):
+        v = rule(sp)
+        if v is not None:
+            return v
     return None
 
 

@@ -12,23 +12,34 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
 
 @click.command(name="attach")
 # A PID below 1 would address a process group (kill(-5)) or every process: refused.
-@click.argument("pids", nargs=-1, required=True, type=click.IntRange(1, 2**31 - 1),
-                metavar="PID...")
+@click.argument("pids", nargs=-1, type=click.IntRange(1, 2**31 - 1), metavar="PID...")
+@click.option("--job", "job", default=None, metavar="HOST:PORT",
+              help="The whole job, every node: ask each `ddpdoctor run` of the job through "
+                   "its TCPStore (the --rdzv-endpoint) for its ranks' stacks; nothing is "
+                   "stopped (docs/multinode.md).")
 @click.option("--native", is_flag=True,
               help="Add native (C/C++) frames to the stacks (slower: ~1 s per rank).")
 @click.option("--timeout", type=FiniteFloat(min=0.1, max=3600), default=5.0, show_default=True,
               metavar="S", help="Deadline for reading each rank's stack (and FR dumps).")
 @json_option
 @html_option
-def command(pids: tuple[int, ...], native: bool, timeout: float, json_path: str | None,
-            html_path: str | None) -> None:
+def command(pids: tuple[int, ...], job: str | None, native: bool, timeout: float,
+            json_path: str | None, html_path: str | None) -> None:
     """Diagnose a hung job: every rank's stack, the culprit rank and why the others wait.
 
     \b
     PID is a launcher (torchrun), any parent of the ranks, or the rank processes.
     ddpdoctor attach $(pgrep -f torchrun)
     ddpdoctor attach --json hang.json 4711 4712
+    ddpdoctor attach --job head-node:29400
     """
+    if job is not None:
+        if pids:
+            raise click.UsageError("give PIDs or --job, not both")
+        _attach_job(job, timeout, json_path, html_path)
+        return
+    if not pids:
+        raise click.UsageError("missing PID... (or --job HOST:PORT)")
     from ddpdoctor.attach.diagnosis import diagnose_hang
     from ddpdoctor.attach.discover import AttachError
     from ddpdoctor.attach.stacks import StackError
@@ -47,6 +58,26 @@ def command(pids: tuple[int, ...], native: bool, timeout: float, json_path: str 
     if diagnosis is not None:
         diagnosis.add_to(report)
     finish(report, json_path, after=_stack_view(diagnosis), html_path=html_path)
+
+
+def _attach_job(text: str, timeout: float, json_path: str | None,
+                html_path: str | None) -> None:
+    from ddpdoctor.jobview.keys import parse_endpoint
+
+    try:
+        endpoint = parse_endpoint(text, source="--job")
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--job") from e
+    from ddpdoctor.jobview.observe import ObserveError, add_to, observe
+
+    report = Report(command="attach")
+    try:
+        verdict, nodes = observe(endpoint, timeout)
+    except ObserveError as e:
+        click.echo(f"ddpdoctor attach: {e}", err=True)
+        sys.exit(EXIT_DOCTOR_FAILED)
+    add_to(report, verdict, nodes, endpoint)
+    finish(report, json_path, html_path=html_path)
 
 
 def _stack_view(diagnosis):  # noqa: ANN001, ANN202

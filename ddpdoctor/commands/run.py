@@ -13,10 +13,20 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
 @click.command(name="run", context_settings={"ignore_unknown_options": True,
                                              "allow_interspersed_args": False})
-@click.option("--hang-timeout", type=FiniteFloat(min=1.0), default=300.0,
-              show_default=True, metavar="S",
+@click.option("--hang-timeout", type=FiniteFloat(min=1.0), default=None, metavar="S",
               help="Look at the job's stacks when no rank prints or steps for S seconds; "
-                   "stop it only if the stacks confirm a hang (see above).")
+                   "stop it only if the stacks confirm a hang (see above). Default: "
+                   "adaptive, max(--hang-min, 5 x the job's p99 step time) once 5 steps "
+                   "are seen (300 s before).")
+@click.option("--hang-min", type=FiniteFloat(min=1.0), default=10.0, show_default=True,
+              metavar="S", help="The adaptive hang threshold is never below S seconds.")
+@click.option("--job-endpoint", default=None, metavar="HOST:PORT",
+              help="The job's TCPStore for the whole-job view (default: the launch "
+                   "command's --rdzv-endpoint or --master-addr/--master-port, when it "
+                   "spans nodes).")
+@click.option("--job-view/--no-job-view", default=True, show_default=True,
+              help="Join the other nodes' `ddpdoctor run` through the job's store "
+                   "(docs/multinode.md).")
 @click.option("--kill/--no-kill", default=True, show_default=True,
               help="Stop a confirmed hang (SIGTERM, then SIGKILL, to every process of "
                    "the job).")
@@ -37,7 +47,8 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 @json_option
 @html_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
-def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
+def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | None,
+            job_view: bool, kill: bool, kill_grace: float, watch: bool,
             fail_on_findings: bool, native: bool, run_dir: str | None, json_path: str | None,
             html_path: str | None, cmd: tuple[str, ...]) -> None:
     """Run any launch command unchanged, supervised: catch hangs, triage crashes.
@@ -45,6 +56,7 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
     \b
     ddpdoctor run -- torchrun --nproc-per-node 8 train.py --lr 3e-4
     ddpdoctor run --hang-timeout 120 --json run.json -- python train.py
+    ddpdoctor run -- torchrun --nnodes 4 --rdzv-endpoint head:29400 ... (every node)
 
     Output passes through as it comes; a copy is kept, line by line (per rank where lines
     carry torchrun's [rankN]: prefix). When no rank prints or steps for --hang-timeout
@@ -54,6 +66,11 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
     (no hang visible, ranks computing: an evaluation, a checkpoint save, a long step)
     run says once what it saw and keeps watching. When the job fails, its output is
     triaged: the first rank that failed and why. The job's own exit code is passed on.
+
+    On many nodes (the launch command names a --rdzv-endpoint or --master-addr of a
+    multi-node job, or --job-endpoint), every node's run joins one job view through the
+    job's own TCPStore: the store's host decides for the whole job and every node's
+    report names the culprit's rank, host, pid and line (docs/multinode.md).
 
     \b
     However run ends (the job exits, a confirmed hang, Ctrl-C twice, SIGTERM, SIGHUP,
@@ -68,7 +85,9 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
     if not cmd:
         raise click.UsageError("no command given: ddpdoctor run [OPTIONS] -- CMD...")
     _check_watch_environment()
-    opts = RunOptions(hang_timeout=hang_timeout, kill=kill, watch=watch, run_dir=run_dir,
+    opts = RunOptions(hang_timeout=hang_timeout or 300.0, hang_fixed=hang_timeout is not None,
+                      hang_min=hang_min, job_endpoint=_endpoint(job_endpoint),
+                      job_view=job_view, kill=kill, watch=watch, run_dir=run_dir,
                       native=native, grace=kill_grace, fail_on_findings=fail_on_findings)
     try:
         result = supervise(list(cmd), opts)
@@ -80,6 +99,17 @@ def command(hang_timeout: float, kill: bool, kill_grace: float, watch: bool,
                    + (f": {e.filename}" if getattr(e, "filename", None) else ""), err=True)
         sys.exit(EXIT_DOCTOR_FAILED)
     _finish(result, json_path, html_path)
+
+
+def _endpoint(text: str | None):  # noqa: ANN202 - jobview.keys.Endpoint | None
+    if text is None:
+        return None
+    from ddpdoctor.jobview.keys import parse_endpoint
+
+    try:
+        return parse_endpoint(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--job-endpoint") from e
 
 
 def _check_watch_environment() -> None:

@@ -111,19 +111,43 @@ def rank_usage(rank_pids: dict[int, int]) -> dict[int, tuple[float, int]]:
     return out
 
 
-def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis: Any,
-             seconds: float, rank_cache: dict, heartbeats: Any) -> HangVerdict | None:
-    """Watch the ranks the stacks blame for ``seconds`` more: a hang is confirmed only
-    if none of them used CPU or did storage I/O meanwhile and nothing else moved.
-    None: the job ended meanwhile."""
-    # a rank whose stack is inside a collective / p2p wait is waiting by definition (its
-    # CPU may be a spin-wait); the question is whether the others are working
+def is_working(cpu_s: float, io_bytes: int, took_s: float) -> bool:
+    """CPU or storage I/O over ``took_s`` seconds that only a working rank shows."""
+    return cpu_s > max(_WORK_CPU_MIN_S, _WORK_CPU_SHARE * took_s) or io_bytes >= _WORK_IO_BYTES
+
+
+def _watched(verdict: HangVerdict, diagnosis: Any) -> tuple[list[int], dict[int, int]]:
+    """The ranks to watch (the culprits not inside a wait, else every rank not waiting)
+    and their pids: a rank inside a collective / p2p wait is waiting by definition (its
+    CPU may be a spin-wait); the question is whether the others are working."""
     states = getattr(diagnosis, "states", [])
     live = {s.rank for s in states if s.kind not in GONE_KINDS}
     not_waiting = {s.rank for s in states if s.kind not in WAITING_KINDS} & live
     watched = sorted(set(verdict.culprits) & not_waiting) if set(verdict.culprits) & live \
         else sorted(not_waiting)
-    pids = {s.rank: s.pid for s in states if s.rank in watched and s.pid}
+    return watched, {s.rank: s.pid for s in states if s.rank in watched and s.pid}
+
+
+def _busy_text(watched: list[int], before: dict, after: dict, took: float) -> list[str]:
+    busy = []
+    for r in watched:
+        if r not in before or r not in after:
+            continue  # reported as unmeasured
+        cpu = after[r][0] - before[r][0]
+        io = after[r][1] - before[r][1]
+        if is_working(cpu, io, took):
+            busy.append(f"rank {r} used {cpu:.2f} s of CPU"
+                        + (f" and {io / 1e6:.1f} MB of I/O" if io else "")
+                        + f" in {took:.1f} s")
+    return busy
+
+
+def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis: Any,
+             seconds: float, rank_cache: dict, heartbeats: Any) -> HangVerdict | None:
+    """Watch the ranks the stacks blame for ``seconds`` more: a hang is confirmed only
+    if none of them used CPU or did storage I/O meanwhile and nothing else moved.
+    None: the job ended meanwhile."""
+    watched, pids = _watched(verdict, diagnosis)
     before = rank_usage(pids)
     start = time.monotonic()
     while time.monotonic() - start < seconds:
@@ -138,16 +162,7 @@ def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis
     if tracker.stalled_for(now) < quiet_before:
         return HangVerdict(False, f"the job made progress ({tracker.last_what}) while run "
                            "watched it", verdict.culprits, verdict.active)
-    busy = []
-    for r in watched:
-        if r not in before or r not in after:
-            continue  # reported below as unmeasured
-        cpu = after[r][0] - before[r][0]
-        io = after[r][1] - before[r][1]
-        if cpu > max(_WORK_CPU_MIN_S, _WORK_CPU_SHARE * took) or io >= _WORK_IO_BYTES:
-            busy.append(f"rank {r} used {cpu:.2f} s of CPU"
-                        + (f" and {io / 1e6:.1f} MB of I/O" if io else "")
-                        + f" in {took:.1f} s")
+    busy = _busy_text(watched, before, after, took)
     if busy:
         return HangVerdict(False, f"{verdict.reason}; but {'; '.join(busy)}: working, not "
                            "hung", verdict.culprits, verdict.active)

@@ -54,6 +54,10 @@ def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
     for f in merge(report.findings, watched):
         report.add(f, check="watch")
     _cleanup_check(report, result)
+    if result.job_end is not None:
+        from ddpdoctor.jobview.report import add_to as add_job_view
+
+        add_job_view(report, result.job_end)  # the job-wide root cause leads
     if (opts.fail_on_findings and result.exit_code == 0
             and any(f.severity == "error" for f in report.findings)):
         result.exit_code = EXIT_FINDINGS  # e.g. NaN losses in a job that "succeeded"

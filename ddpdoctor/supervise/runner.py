@@ -21,13 +21,14 @@ from typing import Any
 from ddpdoctor import redact
 from ddpdoctor.report import Report
 from ddpdoctor.supervise import hang as hang_mod
+from ddpdoctor.supervise import jobnode
 from ddpdoctor.supervise.env import RUN_ID, job_environment, watch_bootstrap_dir
-from ddpdoctor.supervise.looks import Look, look, say
+from ddpdoctor.supervise.looks import Look
+from ddpdoctor.supervise.loop import Loop, Node
 from ddpdoctor.supervise.memory import MemoryHistory
 from ddpdoctor.supervise.process import Job, JobStartError
-from ddpdoctor.supervise.progress import ProgressTracker, read_heartbeats, sample_tree
+from ddpdoctor.supervise.progress import ProgressTracker, sample_tree
 from ddpdoctor.supervise.reaper import Reaper
-from ddpdoctor.supervise.secrets import scrub_report
 from ddpdoctor.supervise.signals import RunSignals
 from ddpdoctor.supervise.tree import JobTree, Killed, set_subreaper
 
@@ -40,7 +41,13 @@ _ENV_PREFIXES = ("DDPDOCTOR_", "NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "MAS
 
 @dataclass
 class RunOptions:
+    # the quiet that makes run look; with hang_fixed False it adapts to the job's step
+    # times (jobview/leader.threshold) and this field holds the current value
     hang_timeout: float = 300.0
+    hang_fixed: bool = True
+    hang_min: float = 10.0
+    job_endpoint: Any = None  # jobview.keys.Endpoint; None: the launch command's, if any
+    job_view: bool = True
     kill: bool = True
     watch: bool = True
     run_dir: str | None = None
@@ -83,6 +90,8 @@ class RunResult:
     memory: MemoryHistory | None = None
     secrets: list[str] = field(default_factory=list)
     tracker: ProgressTracker | None = None
+    job_verdicts: list[Any] = field(default_factory=list)  # jobview.snapshot.Verdict
+    job_end: Any = None  # supervise.jobnode.NodeEnd: what the job view knew at the end
 
 
 def job_exit_code(returncode: int) -> int:
@@ -141,6 +150,7 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
     wall0 = time.time()
 
     marker = (RUN_ID, jenv.env[RUN_ID])
+    node = Node(jobnode.start(cmd, opts) if opts.job_view else None)
     reaper = Reaper.start(run_dir, opts.grace, marker)
     subreaper = set_subreaper(True)
     try:
@@ -151,8 +161,10 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
                 _remove_created(created, inner)
                 raise
             sigs.attach(job)
-            _supervise(job, sigs, result, jenv, opts, reaper, wall0, subreaper, marker)
+            _supervise(job, sigs, result, jenv, opts, reaper, wall0, subreaper, marker, node)
     finally:
+        if node.view is not None and result.tracker is not None:
+            result.job_end = node.end(job, result)
         if reaper is not None:
             reaper.done()
         if subreaper:
@@ -167,7 +179,7 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
 
 def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: RunOptions,
                reaper: Reaper | None, wall0: float, subreaper: bool,
-               marker: tuple[str, str]) -> None:
+               marker: tuple[str, str], node: Node | None = None) -> None:
     import psutil
 
     tree = JobTree(job.pid, exclude={reaper.pid} if reaper else set())
@@ -181,57 +193,28 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
         pass
     tracker = ProgressTracker(time.monotonic())
     result.memory = memory = MemoryHistory(time.monotonic())
-    rank_cache: dict[tuple[int, float], int | None] = {}
-    next_look = 0.0
-    warned_for = -1.0  # the quiet spell (its start) already warned about
+    node = node or Node(None)
+    loop = Loop(job, sigs, result, jenv, opts, tracker, node, wall0)
     try:
         while True:
             if job.poll() is not None or sigs.teardown:
                 break
             now = time.monotonic()
-            sample = sample_tree(job.pid, now, rank_cache)
+            sample = sample_tree(job.pid, now, loop.rank_cache)
             tree.scan()
             tree.reap(job.pid)
             memory.add(sample)
-            tracker.update(now, job.copy.lines, sample,
-                           read_heartbeats(jenv.heartbeat_dir, wall0))
-            stalled = tracker.stalled_for(now)
-            if (result.hang is None and not sigs.received and stalled >= opts.hang_timeout
-                    and now >= next_look and job.poll() is None):
-                spell = tracker.last_progress
-                seen, outcome = look(job, tracker, stalled, opts, rank_cache,
-                                     now - job.started,
-                                     lambda: read_heartbeats(jenv.heartbeat_dir, wall0),
-                                     announce=warned_for != spell)
-                if seen is None:
-                    continue  # it ended by itself while being looked at
-                if seen.verdict.confirmed:
-                    result.hang = outcome
-                    if opts.kill:
-                        say("ddpdoctor run: hang confirmed: "
-                             + redact.text(seen.verdict.reason)
-                             + f"; stopping the job (SIGTERM, SIGKILL after {opts.grace:g} "
-                             "s; --no-kill keeps it running)")
-                        result.ended_by = "a confirmed hang"
-                        break
-                    view = Report(command="run")
-                    outcome.add_to(view, opts.hang_timeout)
-                    scrub_report(view, result.secrets)
-                    try:
-                        hang_mod.print_diagnosis(view, outcome)
-                    except (OSError, ValueError):
-                        pass  # no terminal to show it on; the final report has it
-                else:
-                    result.looks.append(seen)
-                    del result.looks[:-20]
-                    if warned_for != spell:
-                        warned_for = spell
-                        say(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
-                             f"hang: {redact.text(seen.verdict.reason)}; still watching")
-                    next_look = time.monotonic() + opts.hang_timeout
-            time.sleep(opts.poll_s)
+            tracker.update(now, job.copy.lines, sample, loop.heartbeats())
+            node.steps.observe(tracker)
+            if not opts.hang_fixed:
+                opts.hang_timeout = jobnode.local_threshold(node.steps, opts)
+            node.publish(job, tracker)
+            if loop.job_view_turn() or loop.local_turn(now):
+                break
+            time.sleep(min(opts.poll_s, jobnode.INTERVAL_S) if node.view else opts.poll_s)
     finally:
         # the one cleanup path, whatever ended the loop (an error in run included)
+        node.stopping_at = time.monotonic()
         _end_job(job, tree, sigs, result, opts)
     result.interrupted = sigs.interrupts
     result.teardown = sigs.teardown

@@ -36,59 +36,101 @@ def _ranks(ranks: list[int] | set[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """What a look saw, sorted once for the rules below."""
+
+    diagnosis: Any
+    active: set[int]
+    act: tuple[int, ...]
+    live: list
+    stopped: list
+    debugged: list
+    gone: list
+
+    @classmethod
+    def of(cls, diagnosis: Any, active: set[int], traced: set[int]) -> _Seen:
+        states = list(diagnosis.states)
+        live = [s for s in states if s.kind not in GONE_KINDS]
+        return cls(diagnosis, active, tuple(sorted(active)), live,
+                   [s for s in live if s.kind == _STOPPED and s.pid not in traced],
+                   [s for s in live if s.kind == _STOPPED and s.pid in traced],
+                   [s for s in states if s.kind in GONE_KINDS])
+
+    def waiting(self) -> bool:
+        return any(s.kind in WAITING_KINDS for s in self.live)
+
+
+def _debugged(x: _Seen) -> HangVerdict | None:
+    if not x.debugged:
+        return None
+    return HangVerdict(False, f"{_ranks([s.rank for s in x.debugged])} stopped in a "
+                       "debugger (tracing stop): not a hang", active=x.act)
+
+
+def _stopped(x: _Seen) -> HangVerdict | None:
+    if not x.stopped:
+        return None
+    if len(x.stopped) < len(x.live):
+        return HangVerdict(True, f"{_ranks([s.rank for s in x.stopped])} stopped (SIGSTOP) "
+                           "while the others wait", tuple(s.rank for s in x.stopped), x.act)
+    return HangVerdict(False, "every rank is stopped (SIGSTOP): a suspended job, "
+                       "not a hang", active=x.act)
+
+
+def _gone(x: _Seen) -> HangVerdict | None:
+    if not x.gone:
+        return None
+    gone = _ranks([s.rank for s in x.gone])
+    busy = [s.rank for s in x.live if s.rank in x.active]
+    if x.live and busy:
+        return HangVerdict(False, f"{gone} gone, but {_ranks(busy)} still working (CPU): "
+                           "not stopped", active=x.act)
+    if x.live and not x.waiting():
+        # a finished rank and one still uploading or syncing (network, no CPU) is
+        # a job winding down, not a hang: only ranks waiting for the gone one are
+        return HangVerdict(False, f"{gone} gone, but no live rank waits in a collective "
+                           "for it", active=x.act)
+    return HangVerdict(True, f"{gone} gone while the others wait in a collective",
+                       tuple(s.rank for s in x.gone), x.act)
+
+
+def _stacks(x: _Seen) -> HangVerdict:
+    findings = list(x.diagnosis.findings)
+    if not findings:
+        return HangVerdict(False, x.diagnosis.headline or "no hang visible in the stacks",
+                           active=x.act)
+    culprits = sorted({r for f in findings for r in f.ranks})
+    # a culprit inside a collective / p2p wait (a mismatch, a deadlock) is waiting,
+    # whatever its CPU says (a spin-wait, its DataLoader workers still prefetching)
+    waiting = {s.rank for s in x.live if s.kind in WAITING_KINDS}
+    busy = [r for r in culprits if r in x.active and r not in waiting]
+    if busy:
+        return HangVerdict(False, f"{findings[0].title}; but {_ranks(busy)} is still "
+                           "working (CPU): slow, not hung", tuple(culprits), x.act)
+    if not x.waiting() and not _flight_recorder(x.diagnosis):
+        return HangVerdict(False, f"{findings[0].title}; but no rank waits in a "
+                           "collective", tuple(culprits), x.act)
+    return HangVerdict(True, findings[0].title, tuple(culprits), x.act)
+
+
+_RULES = (_debugged, _stopped, _gone)  # in order; the stacks' findings decide the rest
+
+
 def judge(diagnosis: Any, error: str, active: set[int], traced: set[int] | None = None
           ) -> HangVerdict:
     """``diagnosis``: attach's HangDiagnosis (None when it could not be made, ``error``
     says why); ``active``: ranks that used CPU in the last seconds; ``traced``: pids in a
     debugger's tracing stop (state ``t``: a person is looking, not a hang)."""
-    traced = traced or set()
-    act = tuple(sorted(active))
     if diagnosis is None:
         return HangVerdict(False, f"no stacks to confirm a hang ({error or 'unknown'})",
-                           active=act)
-    states = list(diagnosis.states)
-    live = [s for s in states if s.kind not in GONE_KINDS]
-    stopped = [s for s in live if s.kind == _STOPPED and s.pid not in traced]
-    debugged = [s for s in live if s.kind == _STOPPED and s.pid in traced]
-    gone = [s for s in states if s.kind in GONE_KINDS]
-    if debugged:
-        return HangVerdict(False, f"{_ranks([s.rank for s in debugged])} stopped in a "
-                           "debugger (tracing stop): not a hang", active=act)
-    if stopped and len(stopped) < len(live):
-        return HangVerdict(True, f"{_ranks([s.rank for s in stopped])} stopped (SIGSTOP) "
-                           "while the others wait", tuple(s.rank for s in stopped), act)
-    if stopped:
-        return HangVerdict(False, "every rank is stopped (SIGSTOP): a suspended job, "
-                           "not a hang", active=act)
-    if gone:
-        busy = [s.rank for s in live if s.rank in active]
-        if live and busy:
-            return HangVerdict(False, f"{_ranks([s.rank for s in gone])} gone, but "
-                               f"{_ranks(busy)} still working (CPU): not stopped",
-                               active=act)
-        if live and not any(s.kind in WAITING_KINDS for s in live):
-            # a finished rank and one still uploading or syncing (network, no CPU) is
-            # a job winding down, not a hang: only ranks waiting for the gone one are
-            return HangVerdict(False, f"{_ranks([s.rank for s in gone])} gone, but no "
-                               "live rank waits in a collective for it", active=act)
-        return HangVerdict(True, f"{_ranks([s.rank for s in gone])} gone while the others "
-                           "wait in a collective", tuple(s.rank for s in gone), act)
-    findings = list(diagnosis.findings)
-    if not findings:
-        return HangVerdict(False, diagnosis.headline or "no hang visible in the stacks",
-                           active=act)
-    culprits = sorted({r for f in findings for r in f.ranks})
-    # a culprit inside a collective / p2p wait (a mismatch, a deadlock) is waiting,
-    # whatever its CPU says (a spin-wait, its DataLoader workers still prefetching)
-    waiting = {s.rank for s in live if s.kind in WAITING_KINDS}
-    busy = [r for r in culprits if r in active and r not in waiting]
-    if busy:
-        return HangVerdict(False, f"{findings[0].title}; but {_ranks(busy)} is still "
-                           "working (CPU): slow, not hung", tuple(culprits), act)
-    if not any(s.kind in WAITING_KINDS for s in live) and not _flight_recorder(diagnosis):
-        return HangVerdict(False, f"{findings[0].title}; but no rank waits in a "
-                           "collective", tuple(culprits), act)
-    return HangVerdict(True, findings[0].title, tuple(culprits), act)
+                           active=tuple(sorted(active)))
+    seen = _Seen.of(diagnosis, active, traced or set())
+    for rule in _RULES:
+        v = rule(seen)
+        if v is not None:
+            return v
+    return _stacks(seen)
 
 
 def _flight_recorder(diagnosis: Any) -> bool:

@@ -1,0 +1,122 @@
+"""Pure: every node's stack reply -> one job-wide hang analysis and verdict.
+
+Each node classifies its own ranks' stacks (attach's classify, where the source files
+are); the classified states cross the store, and the leader runs attach's analysis once
+over all of them, so the odd one out is found even when it is the only rank on its node.
+The safety rule is supervise/verdict.judge's: confirmed only when the stacks show a hang
+and the culprits did not work (CPU, I/O) while each node watched them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpdoctor.attach.classify import RankState
+from ddpdoctor.attach.stacks import Frame
+from ddpdoctor.findings import Finding
+from ddpdoctor.jobview.snapshot import MAX_FRAMES, Culprit, StackReply, Verdict
+
+
+def _frame_to_list(f: Frame) -> list:
+    return [f.name, f.filename, f.line, f.code]
+
+
+def _frame_of(x: Any) -> Frame:
+    name, filename, line, *rest = x
+    return Frame(str(name), str(filename), int(line), str(rest[0]) if rest else "")
+
+
+def state_to_dict(s: RankState) -> dict[str, Any]:
+    return {"rank": s.rank, "pid": s.pid, "kind": s.kind, "op": s.op,
+            "site": _frame_to_list(s.site) if s.site else None, "detail": s.detail,
+            "thread": s.thread, "frames": [_frame_to_list(f) for f in s.frames[:MAX_FRAMES]],
+            "notes": list(s.notes)}
+
+
+def state_of(d: dict[str, Any]) -> RankState:
+    """ValueError/TypeError/KeyError on a malformed record (the caller drops it)."""
+    return RankState(int(d["rank"]), int(d["pid"]), str(d["kind"]), str(d.get("op", "")),
+                     _frame_of(d["site"]) if d.get("site") else None, str(d.get("detail", "")),
+                     str(d.get("thread", "")),
+                     tuple(_frame_of(f) for f in d.get("frames", ())[:MAX_FRAMES]),
+                     [str(n) for n in d.get("notes", ())])
+
+
+@dataclass
+class JobDiagnosis:
+    """Duck-types attach's HangDiagnosis for supervise/verdict.judge."""
+
+    states: list[RankState]
+    findings: list[Finding]
+    headline: str
+    groups: list = field(default_factory=list)
+    hosts: dict[int, str] = field(default_factory=dict)  # rank -> host
+    fr_verdicts: list = field(default_factory=list)
+
+    @property
+    def culprits(self) -> list[int]:
+        return sorted({r for f in self.findings for r in f.ranks})
+
+
+def merge_replies(replies: list[StackReply]) -> JobDiagnosis:
+    from ddpdoctor.attach.analyze import analyze_evidence, group_stacks, headline
+    from ddpdoctor.attach.evidence import collect_evidence
+
+    states: list[RankState] = []
+    hosts: dict[int, str] = {}
+    for reply in replies:
+        for d in reply.states:
+            try:
+                s = state_of(d)
+            except (KeyError, TypeError, ValueError):
+                continue
+            states.append(s)
+            hosts[s.rank] = reply.host
+    states.sort(key=lambda s: s.rank)
+    # rank guards are read from the source where the leader has it (same code everywhere)
+    findings = analyze_evidence(collect_evidence(states))
+    return JobDiagnosis(states, findings, headline(states, findings), group_stacks(states),
+                        hosts)
+
+
+def culprits_of(diag: JobDiagnosis, ranks: tuple[int, ...]) -> tuple[Culprit, ...]:
+    by_rank = {s.rank: s for s in diag.states}
+    out = []
+    for r in ranks:
+        s = by_rank.get(r)
+        if s is None:
+            out.append(Culprit(r, diag.hosts.get(r, "?"), 0, "", "not seen"))
+            continue
+        out.append(Culprit(r, diag.hosts.get(r, "?"), s.pid, s.where, s.describe()))
+    return tuple(out)
+
+
+def group_lines(diag: JobDiagnosis) -> tuple[str, ...]:
+    lines = []
+    for g in diag.groups:
+        hosts = sorted({diag.hosts.get(r, "?") for r in g.ranks})
+        lines.append(f"ranks {g.ranks} on {', '.join(hosts)}: {g.state.describe()}")
+    return tuple(lines)
+
+
+def decide(request_id: str, replies: list[StackReply], missing: list[str],
+           moved: bool) -> Verdict:
+    """One verdict for the job; ``moved``: the job made progress during the look."""
+    from ddpdoctor.supervise.verdict import judge
+
+    diag = merge_replies(replies)
+    busy = {r for reply in replies for r in reply.busy}
+    errors = [f"{r.host}: {r.error}" for r in replies if r.error and not r.states]
+    if not diag.states:
+        v = judge(None, "; ".join(errors) or "no node sent stacks", busy)
+    else:
+        v = judge(diag, "", busy)
+    reason, confirmed = v.reason, v.confirmed
+    if confirmed and (moved or any(r.moved for r in replies)):
+        reason, confirmed = "the job made progress while its stacks were read", False
+    if confirmed and missing:
+        reason = f"{reason} (node(s) {', '.join(missing)} did not answer)"
+    return Verdict(request_id, confirmed, reason, culprits_of(diag, v.culprits),
+                   tuple(f.to_dict() for f in diag.findings), group_lines(diag),
+                   tuple(sorted({r.host for r in replies})), tuple(missing))

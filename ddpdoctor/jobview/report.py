@@ -1,0 +1,112 @@
+"""Pure: what the job view adds to one node's run report.
+
+- a ``job view`` check: the store, the nodes seen, the leader's threshold, nodes lost (or
+  the view itself lost);
+- a confirmed job-wide hang: the merged findings, each culprit named by rank, host, pid
+  and line, first in the report;
+- a crash whose root cause is on another node: that rank's failure leads, and this node's
+  own (a reset connection, a SIGTERM) is marked as its fallout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpdoctor.findings import Finding
+from ddpdoctor.jobview.leader import root_cause
+from ddpdoctor.jobview.snapshot import Culprit, Failure, Verdict
+from ddpdoctor.report import Check, Report
+
+CHECK = "job view"
+GROUP = "run"
+
+
+def culprit_text(c: Culprit) -> str:
+    return f"rank {c.rank} on {c.host} (pid {c.pid}{', ' + c.where if c.where else ''})"
+
+
+def hang_findings(v: Verdict) -> list[Finding]:
+    out = []
+    named = ", ".join(culprit_text(c) for c in v.culprits)
+    for i, d in enumerate(v.findings):
+        try:
+            f = Finding.from_dict(d)
+        except (KeyError, TypeError, ValueError):
+            continue
+        f.evidence["culprits"] = [{"rank": c.rank, "host": c.host, "pid": c.pid,
+                                   "where": c.where, "state": c.what} for c in v.culprits]
+        f.evidence["job_view"] = {"nodes": list(v.nodes), "groups": list(v.groups),
+                                  "no_progress_s": v.no_progress_s,
+                                  "threshold": v.threshold_how}
+        if i == 0 and named:
+            f.title = f"{f.title}: {named}"
+        out.append(f)
+    return out
+
+
+def _failure_line(f: Failure) -> str:
+    who = f"rank {f.rank}" if f.rank is not None else "a process"
+    return f"{who} on {f.host}: {f.finding_id}: {f.title}"
+
+
+def crash_finding(end: Any) -> Finding | None:
+    """The root cause when it is on another node than this one."""
+    cause = root_cause(end.failures + ([end.own] if end.own else []))
+    if cause is None or cause.fallout or cause.node == end.index:
+        return None
+    title = f"rank {cause.rank} on {cause.host} failed first: {cause.title}"
+    if end.own is not None:
+        title += f"; this node's failure ({_failure_line(end.own)}) is its fallout"
+    return Finding(cause.finding_id, title,
+                   ranks=[cause.rank] if cause.rank is not None else [],
+                   evidence={"host": cause.host, "node": cause.node, "pid": cause.pid,
+                             "source": "job view (the other node's output triage)"})
+
+
+def summary_line(end: Any) -> tuple[str, str]:
+    nodes = ", ".join(f"{h} (node {n})" for n, h in sorted(end.nodes.items()))
+    role = "leader" if end.leader else "member"
+    parts = [f"job's store {end.endpoint}; this node: {role}, node {end.index}"]
+    if nodes:
+        parts.append(f"nodes seen: {nodes}")
+    summary = end.summary
+    if summary is not None:
+        parts.append(f"hang threshold: {summary.threshold_how}")
+        if summary.lost:
+            parts.append("lost: " + "; ".join(summary.lost))
+        elif summary.silent and end.own is not None:
+            parts.append("silent before this node's job ended (supervisor dead or store "
+                         "lost there; the cause is likely on that node): "
+                         + "; ".join(summary.silent))
+    others = [f for f in end.failures if f.node != end.index]
+    if others:
+        parts.append("failures elsewhere: " + "; ".join(_failure_line(f) for f in others[:4]))
+    status = "ok"
+    if end.lost:
+        parts.append(f"the job view was lost: {end.lost}; this report has this node's "
+                     "view only")
+        status = "warning"
+    elif summary is not None and (summary.lost or (summary.silent and end.own)):
+        status = "warning"
+    return "; ".join(parts), status
+
+
+def add_to(report: Report, end: Any) -> None:
+    summary, status = summary_line(end)
+    report.checks.append(Check(CHECK, summary, status=status, group=GROUP, data={
+        "endpoint": end.endpoint, "leader": end.leader, "node": end.index,
+        "nodes": {str(n): h for n, h in end.nodes.items()}, "lost": end.lost,
+        "failures": [f.__dict__ for f in end.failures],
+        "looks": [{"id": v.id, "confirmed": v.confirmed, "reason": v.reason}
+                  for v in end.verdicts]}))
+    lead: list[Finding] = []
+    confirmed = [v for v in end.verdicts if v.confirmed]
+    if confirmed:
+        lead = hang_findings(confirmed[-1])
+    else:
+        f = crash_finding(end)
+        if f is not None:
+            lead = [f]
+    for f in reversed(lead):
+        f.evidence.setdefault("check", CHECK)
+        report.findings.insert(0, f)

@@ -1,0 +1,82 @@
+"""The edge: torch.distributed.TCPStore as a client of the job's own store.
+
+torch is imported here only, when a job view is wanted (it costs ~2 s). Every call has a
+deadline (the store's timeout); any failure is a StoreLost with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from ddpdoctor.jobview.keys import Endpoint
+
+
+class StoreLost(Exception):
+    """The store cannot be reached (not up yet, gone with the job, network)."""
+
+
+class JobStore:
+    def __init__(self, store: Any, endpoint: Endpoint) -> None:
+        self._store = store
+        self.endpoint = endpoint
+
+    @classmethod
+    def connect(cls, endpoint: Endpoint, timeout: float) -> JobStore:
+        # c10d logs every failed connect try with a C++ stack on stderr, where run's own
+        # lines and the job's output go: quiet it in this process (read when torch loads;
+        # the job's environment was copied before, so the ranks keep their own setting)
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+        try:
+            from torch.distributed import TCPStore
+
+            store = TCPStore(endpoint.host, endpoint.port, is_master=False,
+                             timeout=timedelta(seconds=timeout), wait_for_workers=False)
+        except Exception as e:  # noqa: BLE001 - RuntimeError, DistNetworkError, OSError
+            raise StoreLost(f"cannot reach the job's store at {endpoint}: "
+                            f"{_first_line(e)}") from e
+        return cls(store, endpoint)
+
+    @classmethod
+    def wrap(cls, store: Any, endpoint: Endpoint) -> JobStore:
+        """An existing store object (tests, benchmarks: a server in the same process)."""
+        return cls(store, endpoint)
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001
+            raise StoreLost(f"the job's store at {self.endpoint} failed ({what}): "
+                            f"{_first_line(e)}") from e
+
+    def set(self, key: str, value: str) -> None:
+        self._call("set", self._store.set, key, value)
+
+    def add(self, key: str, n: int) -> int:
+        return int(self._call("add", self._store.add, key, n))
+
+    def claim(self, key: str, value: str) -> bool:
+        """Set ``key`` to ``value`` unless it is set; True when ours is the value."""
+        got = self._call("compare_set", self._store.compare_set, key, "", value)
+        return bytes(got).decode(errors="replace") == value
+
+    def get_if_set(self, key: str) -> bytes | None:
+        """The value, or None when the key does not exist (never waits for it)."""
+        if not self._call("check", self._store.check, [key]):
+            return None
+        return bytes(self._call("get", self._store.get, key))
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        """Keys known to exist, in one round trip."""
+        if not keys:
+            return []
+        return [bytes(v) for v in self._call("multi_get", self._store.multi_get, keys)]
+
+    def existing(self, keys: list[str]) -> list[str]:
+        return [k for k in keys if self._call("check", self._store.check, [k])]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__

@@ -1,0 +1,197 @@
+"""run as one node of a job view (ddpdoctor/jobview): the glue to the supervision loop.
+
+run's loop stays the one owner of the job: it feeds this node's progress to the view,
+answers the leader's stack requests with its own ranks' stacks (attach's analysis) and
+CPU, reports its first failing rank, and applies the leader's verdict. Also here: the
+step times the adaptive hang threshold is computed from (one node or many).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpdoctor.jobview.agent import INTERVAL_S  # noqa: F401 - run's loop paces itself by it
+from ddpdoctor.jobview.keys import Endpoint, endpoint_from_command
+from ddpdoctor.jobview.leader import Policy, root_cause, threshold
+from ddpdoctor.jobview.snapshot import Failure, RankSnap, StackReply, Verdict
+
+FINAL_WAIT_S = 4.0
+LOST_MARGIN_S = 1.5  # after the job ended: how long to wait for the other nodes' causes
+_STEP_SIGNALS = ("heartbeat", "output")  # CPU samples are not steps
+STARTUP_EVENTS = 3  # the first intervals are startup (rendezvous, imports), not steps
+
+
+@dataclass
+class StepTimes:
+    """Seconds between progress events (a step's heartbeat, a line of output)."""
+
+    last_seen: float = 0.0  # tracker.last_progress seen last
+    last_event: float | None = None
+    progress: int = 0
+    times: list[float] = field(default_factory=list)
+    events: int = 0
+
+    def observe(self, tracker: Any) -> None:
+        if tracker.last_progress == self.last_seen:
+            return
+        self.last_seen = tracker.last_progress
+        self.progress += 1
+        if not tracker.last_what.startswith(_STEP_SIGNALS):
+            return
+        self.events += 1
+        if self.last_event is not None and self.events > STARTUP_EVENTS:
+            self.times.append(tracker.last_progress - self.last_event)
+            del self.times[:-256]
+        self.last_event = tracker.last_progress
+
+
+def local_threshold(steps: StepTimes, opts: Any) -> float:
+    return threshold(steps.times, policy_of(opts))[0]
+
+
+def policy_of(opts: Any) -> Policy:
+    return Policy(fixed_s=opts.hang_timeout if opts.hang_fixed else None,
+                  hang_min_s=opts.hang_min)
+
+
+def is_local_address(host: str) -> bool:
+    """True when ``host`` names an address of this machine (its network namespace)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    for family, _, _, _, addr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.bind((addr[0], 0))
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def start(cmd: list[str], opts: Any) -> Any:
+    """The job view for this launch command, or None (no endpoint: one node)."""
+    endpoint: Endpoint | None = opts.job_endpoint or endpoint_from_command(cmd)
+    if endpoint is None:
+        return None
+    from ddpdoctor.jobview.agent import JobView
+
+    return JobView(endpoint, socket.gethostname(), is_local_address(endpoint.host),
+                   policy_of(opts), reply_timeout_s=opts.attach_timeout + 15).start()
+
+
+def rank_snaps(tracker: Any) -> tuple[RankSnap, ...]:
+    gone = {e.rank for e in tracker.exits}
+    pids = getattr(tracker, "_rank_pids", {})
+    return tuple(RankSnap(r, min(p) if p else 0, state="exited" if r in gone else "running")
+                 for r, p in sorted(pids.items()))
+
+
+# ---- a stack request: this node's ranks, then whether the ones not waiting still work
+
+def answer(job: Any, tracker: Any, request: Any, opts: Any, rank_cache: dict,
+           heartbeats: Any) -> StackReply:
+    from ddpdoctor.jobview.merge import state_to_dict
+    from ddpdoctor.supervise import hang as hang_mod
+    from ddpdoctor.supervise.progress import sample_tree
+
+    host = socket.gethostname()
+    now = time.monotonic()
+    before = tracker.stalled_for(now)
+    outcome = hang_mod.diagnose(job.pid, before, tracker.last_what, opts.native,
+                                opts.attach_timeout)
+    d = outcome.diagnosis
+    if d is None:
+        return StackReply(-1, host, (), error=outcome.error or "no stacks")
+    busy = _busy_ranks(job, d.states, request.recheck_s)
+    now = time.monotonic()
+    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
+    moved = tracker.stalled_for(now) < before
+    return StackReply(-1, host, tuple(state_to_dict(s) for s in d.states), tuple(busy), moved)
+
+
+def _busy_ranks(job: Any, states: list, seconds: float) -> list[int]:
+    from ddpdoctor.supervise.looks import is_working, rank_usage
+    from ddpdoctor.supervise.verdict import GONE_KINDS, WAITING_KINDS
+
+    pids = {s.rank: s.pid for s in states
+            if s.pid and s.kind not in GONE_KINDS and s.kind not in WAITING_KINDS}
+    first = rank_usage(pids)
+    start = time.monotonic()
+    while time.monotonic() - start < seconds and job.poll() is None:
+        time.sleep(min(0.2, seconds))
+    took = time.monotonic() - start
+    after = rank_usage(pids)
+    return sorted(r for r in pids if r in first and r in after
+                  and is_working(after[r][0] - first[r][0], after[r][1] - first[r][1], took))
+
+
+# ---- failures: this node's first failing rank, and the job's root cause
+
+def local_failure(job: Any, tracker: Any, returncode: int | None) -> Failure | None:
+    from ddpdoctor.supervise.triage import triage_output
+
+    first = tracker.exits[0] if tracker.exits else None
+    if first is None and not returncode:
+        return None
+    findings, _ = triage_output(job.copy.combined_path, tracker.exits, returncode or 1)
+    host = socket.gethostname()
+    if not findings:
+        return None
+    lead = findings[0]
+    if returncode is None and str(lead.evidence.get("source", "")).startswith("process "):
+        return None  # a rank exited while the job runs and its output names no error yet:
+        # a rank that finished, not a failure (the job's exit code decides at the end)
+    rank = lead.ranks[0] if lead.ranks else (first.rank if first else None)
+    pid = first.pid if first and first.rank == rank else 0
+    return Failure(-1, host, rank, pid, lead.id, lead.title[:300], _is_fallout(lead),
+                   time.time())
+
+
+def _is_fallout(finding: Any) -> bool:
+    """Another rank's failure felt here: a reset connection, a SIGTERM from the launcher."""
+    title = finding.title
+    return (not finding.ranks or "went away" in title or "SIGTERM" in title
+            or "Connection reset" in title or "Connection closed" in title)
+
+
+@dataclass
+class NodeEnd:
+    """What the job view knew when this node's job ended (for the report)."""
+
+    endpoint: str
+    leader: bool
+    index: int
+    lost: str
+    nodes: dict[int, str]
+    failures: list[Failure]
+    own: Failure | None
+    summary: Any
+    verdicts: list[Verdict]
+
+
+def finish(view: Any, own: Failure | None, steps: StepTimes, verdicts: list[Verdict],
+           stopping_at: float, failed: bool) -> NodeEnd:
+    """Say the job ended; when it failed, wait (bounded) for the root cause from another
+    node; stop. ``stopping_at``: when run began to end the job (monotonic)."""
+    view.update(steps.progress, "the job ended", steps.times, ended=True)
+    if failed:
+        deadline = time.monotonic() + FINAL_WAIT_S
+        time.sleep(min(1.0, view.interval * 2))  # one publish: ours reaches the others
+        while view.active and time.monotonic() < deadline and (own is None or own.fallout):
+            cause = root_cause(view.failures())
+            if cause is not None and not cause.fallout:
+                break
+            time.sleep(view.interval)
+    view.stop()
+    # the store going away with the job (torchrun on the node that hosts it ends after
+    # its ranks) once this node's ranks began to exit, or run began to end them, is no loss
+    # (less a margin: the sampler sees a rank gone up to a loop turn after it exited)
+    lost = view.lost if view.lost_at is None or view.lost_at < stopping_at - LOST_MARGIN_S \
+        else ""
+    return NodeEnd(str(view.endpoint), view.leader, view.index, lost, view.nodes_seen(),
+                   view.failures(), own, view.summary(), verdicts)

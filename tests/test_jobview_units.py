@@ -1,0 +1,345 @@
+"""The job view without processes: endpoints, the leader's pure decisions, the merge of
+every node's stacks into one verdict, the report, and the protocol over a real TCPStore."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ddpdoctor.attach.classify import RankState
+from ddpdoctor.attach.stacks import Frame
+from ddpdoctor.jobview import keys
+from ddpdoctor.jobview.leader import Policy, ProgressClock, root_cause, should_look, threshold
+from ddpdoctor.jobview.merge import decide, state_of, state_to_dict
+from ddpdoctor.jobview.report import crash_finding, hang_findings
+from ddpdoctor.jobview.snapshot import (
+    Failure,
+    NodeSnap,
+    RankSnap,
+    Request,
+    StackReply,
+    Verdict,
+)
+from ddpdoctor.supervise.jobnode import NodeEnd, StepTimes
+
+TORCHRUN = ["python", "-m", "torch.distributed.run"]
+
+
+# ---- endpoints and keys
+
+@pytest.mark.parametrize("args,want", [
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29401", "t.py"],
+     ("head", 29401, "--rdzv-endpoint")),
+    (["--rdzv_endpoint=head", "--nnodes=4", "-m", "pkg"], ("head", 29400, "--rdzv-endpoint")),
+    (["--nnodes", "2", "--master-addr", "10.0.0.1", "--master-port", "1234", "t.py"],
+     ("10.0.0.1", 1234, "--master-addr/--master-port")),
+    (["--standalone", "t.py", "--rdzv-endpoint", "x:1"], None),  # the script's own flag
+    (["--nproc-per-node", "2", "--master-addr", "h", "t.py"], None),  # one node
+    (["--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "e:2379", "t.py"], None),
+])
+def test_endpoint_from_the_launch_command(args, want):
+    got = keys.endpoint_from_command(TORCHRUN + args)
+    assert (None if got is None else (got.host, got.port, got.source)) == want
+
+
+def test_no_launcher_no_endpoint_and_bad_endpoints_are_refused():
+    assert keys.endpoint_from_command(["python", "train.py", "--rdzv-endpoint", "h:1"]) is None
+    for bad in ("", "h:0", "h:x", ":12", "h:70000"):
+        with pytest.raises(ValueError):
+            keys.parse_endpoint(bad)
+    assert str(keys.parse_endpoint("[::1]:5")) == "::1:5"
+
+
+def test_every_key_lives_under_the_prefix_torchrun_never_uses():
+    made = [keys.NODE_COUNT, keys.REQUEST, keys.ATTACH_REQUEST, keys.VERDICT,
+            keys.FAIL_COUNT, keys.JOB, keys.ATTACH_COUNT, keys.node_key(3),
+            keys.reply_key("h1", 2), keys.failure_key(0)]
+    assert all(k.startswith(keys.PREFIX) for k in made)
+    assert len(set(made)) == len(made)
+    for theirs in ("torch.rendezvous.", "torchelastic/", "default_pg/", "0"):
+        assert not keys.PREFIX.startswith(theirs)
+
+
+# ---- the leader's decisions
+
+def test_threshold_fixed_warmup_and_adaptive():
+    assert threshold([1.0] * 50, Policy(fixed_s=42.0))[0] == 42.0
+    assert threshold([1.0] * 3, Policy())[0] == 300.0  # too few steps seen
+    assert threshold([1.0] * 100, Policy())[0] == 10.0  # 5 x 1 s < the floor
+    limit, how = threshold([4.0] * 99 + [9.0], Policy(hang_min_s=10))
+    assert limit == 45.0 and "p99" in how
+
+
+def _snap(node, beat, progress, ended=False, steps=()):
+    return NodeSnap(node, f"node-{node}", beat, progress, step_times=tuple(steps),
+                    ranks=(RankSnap(2 * node, 100 + node),), ended=ended)
+
+
+def test_clock_quiet_and_lost_nodes_on_the_leaders_clock():
+    clock = ProgressClock(0.0)
+    clock.observe([_snap(0, 1, 1, steps=[1.0] * 10), _snap(1, 1, 1)], 0.0)
+    clock.observe([_snap(0, 2, 2, steps=[1.0] * 10), _snap(1, 2, 1)], 5.0)
+    assert clock.stalled_for(8.0) == 3.0  # node 0 moved at 5 s
+    clock.observe([_snap(0, 3, 2, steps=[1.0] * 10), _snap(1, 2, 1)], 20.0)
+    assert [s.node for s in clock.lost(20.0, 15.0)] == [1]  # beat unchanged since 5 s
+    assert [s.node for s in clock.live(20.0, 15.0)] == [0]
+    d = should_look(clock, 20.0, Policy(), busy=False)
+    assert d.look and d.threshold_s == 10.0 and d.stalled_s == 15.0
+    assert not should_look(clock, 20.0, Policy(), busy=True).look
+    assert not should_look(clock, 14.0, Policy(), busy=False).look
+
+
+def test_a_node_that_said_its_job_ended_is_not_lost():
+    clock = ProgressClock(0.0)
+    clock.observe([_snap(0, 1, 1, ended=True)], 0.0)
+    assert clock.lost(100.0, 15.0) == []
+
+
+def _failure(node, rank, fallout, at, fid="RANK_CRASHED"):
+    return Failure(node, f"node-{node}", rank, 10 + rank, fid, f"rank {rank} failed", fallout,
+                   at)
+
+
+def test_root_cause_is_the_first_failure_that_is_not_fallout():
+    reset = _failure(0, 0, True, 1.0)
+    crash = _failure(1, 3, False, 2.0)
+    assert root_cause([reset, crash]) == crash
+    assert root_cause([reset]) == reset
+    assert root_cause([]) is None
+    assert root_cause([_failure(1, 3, False, 5.0), _failure(0, 1, False, 4.0)]).rank == 1
+
+
+def test_step_times_skip_startup_and_cpu_samples():
+    class T:
+        last_progress = 0.0
+        last_what = "output"
+
+    steps, t = StepTimes(), T()
+    for i in range(1, 8):
+        t.last_progress = float(i)
+        t.last_what = "output" if i != 6 else "CPU time of rank 0 (50% of a core)"
+        steps.observe(t)
+    assert steps.progress == 7
+    assert steps.times == [1.0, 1.0, 2.0]  # after 3 startup events; 6 was CPU: 7 - 5
+
+
+# ---- records over the wire
+
+def test_records_round_trip_and_malformed_input_is_a_value_error():
+    s = _snap(1, 3, 4, steps=[0.5])
+    assert NodeSnap.from_json(s.to_json()) == s
+    f = _failure(1, 3, False, 2.0)
+    assert Failure.from_json(f.to_json()) == f
+    r = Request("h1", "quiet", 2.5, observe_only=True)
+    assert Request.from_json(r.to_json()) == r
+    for bad in ("", "[]", "{}", '{"node": "x"}', b"\xff"):
+        for cls in (NodeSnap, Failure, Request, StackReply, Verdict):
+            with pytest.raises(ValueError):
+                cls.from_json(bad)
+
+
+# ---- the merge: stacks from every node, one verdict
+
+def _frames(*names):
+    return tuple(Frame(n, f"/job/{f}", line) for n, f, line in names)
+
+
+def _waiting(rank, pid):
+    fr = _frames(("all_reduce", "torch/distributed/distributed_c10d.py", 2800),
+                 ("main", "train.py", 56))
+    return RankState(rank, pid, "collective", "all_reduce", fr[1], "", "MainThread", fr)
+
+
+def _sleeping(rank, pid):
+    fr = _frames(("_stuck_forever", "train.py", 23), ("main", "train.py", 48))
+    return RankState(rank, pid, "sleeping", "", fr[0], "sleeping", "MainThread", fr)
+
+
+def _replies(busy=(), moved=False):
+    a = StackReply(0, "node-a", tuple(state_to_dict(s) for s in (_waiting(0, 10),
+                                                                 _waiting(1, 11))))
+    b = StackReply(1, "node-b", tuple(state_to_dict(s) for s in (_waiting(2, 20),
+                                                                 _sleeping(3, 21))),
+                   busy=tuple(busy), moved=moved)
+    return [a, b]
+
+
+def test_state_survives_the_wire():
+    s = _sleeping(3, 21)
+    assert state_of(state_to_dict(s)) == s
+
+
+def test_merged_stacks_name_the_culprit_on_the_other_node():
+    v = decide("h1", _replies(), [], moved=False)
+    assert v.confirmed, v.reason
+    [c] = v.culprits
+    assert (c.rank, c.host, c.pid, c.where) == (3, "node-b", 21, "train.py:23 in _stuck_forever")
+    assert v.findings[0]["id"] == "HANG_RANK_MISSING_COLLECTIVE"
+    assert v.findings[0]["ranks"] == [3]
+    assert set(v.nodes) == {"node-a", "node-b"}
+    assert any("node-a, node-b" in g for g in v.groups)
+
+
+def test_one_node_alone_sees_no_culprit():
+    v = decide("h1", _replies()[:1], ["node-b (node 1)"], moved=False)
+    assert not v.confirmed and v.culprits == ()
+
+
+def test_a_culprit_still_working_or_a_job_that_moved_is_not_a_hang():
+    busy = decide("h1", _replies(busy=[3]), [], moved=False)
+    assert not busy.confirmed and "still working" in busy.reason
+    moved = decide("h1", _replies(moved=True), [], moved=False)
+    assert not moved.confirmed and "progress" in moved.reason
+    assert not decide("h1", _replies(), [], moved=True).confirmed
+
+
+def test_no_stacks_from_any_node_is_not_a_hang():
+    v = decide("h1", [StackReply(0, "node-a", (), error="py-spy not found")], [], False)
+    assert not v.confirmed and "py-spy not found" in v.reason
+
+
+# ---- the report
+
+def test_hang_findings_name_rank_host_pid_and_line():
+    [f] = hang_findings(decide("h1", _replies(), [], moved=False))
+    assert f.ranks == [3] and "rank 3 on node-b (pid 21, train.py:23 in _stuck_forever)" \
+        in f.title
+    assert f.evidence["culprits"][0]["host"] == "node-b"
+
+
+def _end(index, own, failures):
+    return NodeEnd("h:1", index == 0, index, "", {0: "node-0", 1: "node-1"}, failures, own,
+                   None, [])
+
+
+def test_a_crash_on_another_node_leads_and_ours_is_its_fallout():
+    ours = _failure(0, 0, True, 1.0)
+    theirs = _failure(1, 3, False, 1.5)
+    f = crash_finding(_end(0, ours, [ours, theirs]))
+    assert f is not None and f.ranks == [3] and f.evidence["host"] == "node-1"
+    assert "fallout" in f.title
+    assert crash_finding(_end(1, theirs, [ours, theirs])) is None  # ours is the cause
+
+
+# ---- the protocol over a real TCPStore (in-process server)
+
+def test_leader_and_member_over_a_real_store():
+    from torch.distributed import TCPStore
+
+    from ddpdoctor.jobview.agent import JobView
+    from ddpdoctor.jobview.store import JobStore
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    ep = keys.Endpoint("127.0.0.1", server.port, "test")
+    policy = Policy(fixed_s=1.0, node_timeout_s=30)
+
+    def view(host, leader):
+        client = TCPStore("127.0.0.1", server.port, is_master=False, wait_for_workers=False)
+        return JobView(ep, host, leader, policy, reply_timeout_s=5, interval=0.05,
+                       store=JobStore.wrap(client, ep)).start()
+
+    lead, member = view("node-a", True), view("node-b", False)
+    try:
+        got: dict[str, Request] = {}
+        t_end = time.monotonic() + 20
+        while len(got) < 2 and time.monotonic() < t_end:
+            for v in (lead, member):
+                req = v.take_request()
+                if req is not None:
+                    got[v.host] = req
+                    r = _replies()[0 if v.host == "node-a" else 1]
+                    v.put_reply(req.id, r)
+            time.sleep(0.05)
+        assert len(got) == 2 and got["node-a"].id == got["node-b"].id
+        verdicts = {}
+        while len(verdicts) < 2 and time.monotonic() < t_end:
+            for v in (lead, member):
+                x = v.take_verdict()
+                if x is not None:
+                    verdicts[v.host] = x
+            time.sleep(0.05)
+        assert verdicts["node-a"] == verdicts["node-b"] and verdicts["node-a"].confirmed
+        assert verdicts["node-b"].culprits[0].host == "node-b"
+        member.report_failure(_failure(-1, 3, False, time.time()))
+        while not lead.failures() and time.monotonic() < t_end:
+            time.sleep(0.05)
+        assert lead.failures()[0].node == member.index
+    finally:
+        lead.stop()
+        member.stop()
+
+
+def test_a_store_that_never_answers_is_a_lost_view_within_the_deadline():
+    from ddpdoctor.jobview.agent import JobView
+
+    v = JobView(keys.Endpoint("127.0.0.1", 9, "test"), "node-x", False, Policy(),
+                connect_wait_s=0.5).start()
+    v._thread.join(15)
+    assert not v._thread.is_alive() and "cannot reach the job's store" in v.lost
+
+
+def test_with_no_node_on_the_stores_host_exactly_one_claims_the_lead(monkeypatch):
+    from torch.distributed import TCPStore
+
+    from ddpdoctor.jobview import agent
+    from ddpdoctor.jobview.store import JobStore
+
+    monkeypatch.setattr(agent, "LEADER_GRACE_S", 0.2)
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    ep = keys.Endpoint("127.0.0.1", server.port, "test")
+    views = [agent.JobView(ep, f"node-{i}", False, Policy(), interval=0.05, store=JobStore.wrap(
+        TCPStore("127.0.0.1", server.port, is_master=False, wait_for_workers=False), ep)
+    ).start() for i in range(3)]
+    try:
+        t_end = time.monotonic() + 10
+        while not all(v._claimed for v in views) and time.monotonic() < t_end:
+            time.sleep(0.05)
+        assert sum(v.leader for v in views) == 1
+    finally:
+        for v in views:
+            v.stop()
+
+
+@pytest.mark.parametrize("argv", [["attach", "--help"], ["attach", "2147483000"],
+                                  ["run", "--help"]])
+def test_attach_and_run_without_a_job_view_do_not_import_torch(argv):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom ddpdoctor.cli import main\n"
+            "import ddpdoctor.supervise.runner, ddpdoctor.jobview.agent\n"
+            f"try:\n    main({argv!r}, standalone_mode=False)\nexcept BaseException:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_rank_that_finished_cleanly_is_no_failure_but_a_raised_error_is(tmp_path):
+    from ddpdoctor.supervise.jobnode import local_failure
+    from ddpdoctor.supervise.progress import RankExit
+
+    class Copy:
+        combined_path = tmp_path / "output.log"
+
+    class Job:
+        copy = Copy()
+
+    class Tracker:
+        exits = [RankExit(1, 4242, 1.0)]
+
+    Copy.combined_path.write_text("[rank0]: step 5 done\n")
+    assert local_failure(Job(), Tracker(), None) is None
+    # as torchrun 2.13 printed it for tests/jobview_job.py --crash 1:40 (rank renumbered)
+    Copy.combined_path.write_text(
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/work/tests/jobview_job.py", line 64, in <module>\n'
+        "[rank1]:     sys.exit(main())\n"
+        "[rank1]:              ^^^^^^\n"
+        '[rank1]:   File "/work/tests/jobview_job.py", line 51, in main\n'
+        '[rank1]:     raise RuntimeError(f"planted crash on rank {rank} at step {step}")\n'
+        "[rank1]: RuntimeError: planted crash on rank 1 at step 40\n")
+    f = local_failure(Job(), Tracker(), None)
+    assert f is not None and f.rank == 1 and f.pid == 4242 and not f.fallout
+    assert f.finding_id == "RANK_CRASHED" and "planted crash" in f.title

@@ -1,0 +1,180 @@
+"""`ddpdoctor run` on two "nodes" (network namespaces joined by a veth pair), 2 ranks
+each, one run per node with the same launch command (static rendezvous: node b's ranks
+are 2 and 3). The nodes share nothing but the job's own TCPStore (torchrun's, on node a).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import kill_tree, needs_netns
+
+pytestmark = [pytest.mark.slow, needs_netns]
+
+JOB = str(Path(__file__).parent / "jobview_job.py")
+SLACK_S = 10.0  # the issue's bound: threshold + 10 s
+
+
+def _node_cmd(k: str, addr: dict, port: int, out: Path, job_args: list[str],
+              run_args: list[str]) -> list[str]:
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                "--node-rank", "0" if k == "a" else "1", "--nproc-per-node", "2",
+                "--master-addr", addr["a"], "--master-port", str(port),
+                "--local-addr", addr[k], "--max-restarts", "0", JOB, *job_args]
+    return [sys.executable, "-m", "ddpdoctor", "run", "--no-watch", "--json", str(out),
+            "--run-dir", str(out.parent / f"run-{k}"), *run_args, "--", *torchrun]
+
+
+def _start(two_nodes, tmp: Path, port: int, job_args: list[str], run_args: list[str]):
+    ns, dev, addr = two_nodes
+    procs = {}
+    for k in "ab":
+        cmd = _node_cmd(k, addr, port, tmp / f"report-{k}.json", job_args, run_args)
+        inner = f"hostname node-{k} && exec {shlex.join(cmd)}"
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": dev[k], "TMPDIR": str(tmp),
+               "PYTHONUNBUFFERED": "1"}
+        procs[k] = subprocess.Popen(
+            ["ip", "netns", "exec", ns[k], "unshare", "--uts", "sh", "-c", inner],
+            env=env, stdout=open(tmp / f"out-{k}.txt", "wb"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+    return procs
+
+
+def _wait(procs: dict, timeout: float) -> dict[str, float]:
+    """Wall time each node's run ended."""
+    ended: dict[str, float] = {}
+    t_end = time.monotonic() + timeout
+    try:
+        while len(ended) < len(procs) and time.monotonic() < t_end:
+            for k, p in procs.items():
+                if k not in ended and p.poll() is not None:
+                    ended[k] = time.time()
+            time.sleep(0.1)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                kill_tree(p.pid)
+    return ended
+
+
+def _planted_at(tmp: Path, what: str) -> float:
+    for k in "ab":
+        m = re.search(rf"planted {what}: rank \d+ at ([\d.]+)", (tmp / f"out-{k}.txt").read_text(
+            errors="replace"))
+        if m:
+            return float(m.group(1))
+    raise AssertionError(f"no planted {what} in the outputs")
+
+
+def _report(tmp: Path, k: str) -> dict:
+    path = tmp / f"report-{k}.json"
+    assert path.exists(), (tmp / f"out-{k}.txt").read_text(errors="replace")[-4000:]
+    return json.loads(path.read_text())
+
+
+def _outputs(tmp: Path) -> str:
+    return "\n".join(f"--- node {k}\n" + (tmp / f"out-{k}.txt").read_text(
+        errors="replace")[-3000:] for k in "ab")
+
+
+def _attach_job(two_nodes, tmp: Path, port: int) -> tuple[int, dict]:
+    """`ddpdoctor attach --job` from node a, while the runs still watch."""
+    ns, _, addr = two_nodes
+    out = tmp / "attach.json"
+    cmd = ["ip", "netns", "exec", ns["a"], sys.executable, "-m", "ddpdoctor", "attach",
+           "--job", f"{addr['a']}:{port}", "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.exists(), p.stdout + p.stderr
+    return p.returncode, json.loads(out.read_text())
+
+
+@pytest.mark.timeout(150)
+def test_hang_on_node_b_is_named_on_both_nodes(two_nodes, tmp_path):
+    procs = _start(two_nodes, tmp_path, 29731, ["--hang", "3:40"], ["--hang-min", "10"])
+    try:
+        t_end = time.monotonic() + 60
+        while "planted hang" not in (tmp_path / "out-b.txt").read_text(errors="replace"):
+            assert time.monotonic() < t_end and procs["b"].poll() is None, _outputs(tmp_path)
+            time.sleep(0.2)
+        time.sleep(1.0)  # the others reach the all_reduce rank 3 never joins
+        rc, seen = _attach_job(two_nodes, tmp_path, 29731)
+        assert procs["a"].poll() is None  # attach stopped nothing
+    finally:
+        ended = _wait(procs, 120)
+    planted = _planted_at(tmp_path, "hang")
+    assert rc == 1 and seen["findings"][0]["ranks"] == [3], seen
+    assert seen["findings"][0]["evidence"]["culprits"][0]["host"] == "node-b"
+    for k in "ab":
+        report = _report(tmp_path, k)
+        # named (every node prints the culprit) within threshold + 10 s; the report is
+        # written once torchrun has stopped its workers
+        named = report["probes"]["hang"]["data"]["detected_at"]
+        assert named - planted <= 10 + SLACK_S, (k, named, planted)
+        assert k in ended and ended[k] - planted <= 10 + SLACK_S + 15, (k, ended, planted)
+        lead = report["findings"][0]
+        assert lead["id"] == "HANG_RANK_MISSING_COLLECTIVE" and lead["ranks"] == [3], \
+            _outputs(tmp_path)
+        [culprit] = lead["evidence"]["culprits"]
+        assert culprit["host"] == "node-b" and culprit["rank"] == 3 and culprit["pid"] > 0
+        assert culprit["where"].startswith("jobview_job.py:"), culprit
+        assert "rank 3 on node-b" in lead["title"]
+        assert procs[k].returncode == 1  # a confirmed hang, stopped
+
+
+@pytest.mark.timeout(150)
+def test_crash_on_node_b_is_the_root_cause_on_node_a(two_nodes, tmp_path):
+    procs = _start(two_nodes, tmp_path, 29733, ["--crash", "3:40"], ["--hang-min", "10"])
+    ended = _wait(procs, 120)
+    planted = _planted_at(tmp_path, "crash")
+    report = _report(tmp_path, "a")
+    assert "a" in ended and ended["a"] - planted <= 10 + SLACK_S, (ended, planted)
+    lead = report["findings"][0]
+    assert lead["id"] == "RANK_CRASHED" and lead["ranks"] == [3], _outputs(tmp_path)
+    assert lead["evidence"]["host"] == "node-b"
+    assert "planted crash on rank 3" in lead["title"] and "fallout" in lead["title"]
+    assert _report(tmp_path, "b")["findings"][0]["ranks"] == [3]
+
+
+@pytest.mark.timeout(150)
+def test_a_killed_node_supervisor_does_not_hang_the_other(two_nodes, tmp_path):
+    procs = _start(two_nodes, tmp_path, 29735, [], ["--hang-min", "10"])
+    out_a = tmp_path / "out-a.txt"
+    t_end = time.monotonic() + 60
+    while "step 20 done" not in out_a.read_text(errors="replace"):
+        assert time.monotonic() < t_end and procs["a"].poll() is None, _outputs(tmp_path)
+        time.sleep(0.2)
+    # the run on node b (not the sh/ip wrappers: they exec'd into it)
+    killed = time.time()
+    os.kill(procs["b"].pid, signal.SIGKILL)
+    ended = _wait({"a": procs["a"]}, 60)
+    assert "a" in ended and ended["a"] - killed <= 10 + SLACK_S, (ended, killed)
+    report = _report(tmp_path, "a")
+    view = report["probes"]["job view"]
+    assert view["status"] == "warning" and "node-b (node 1)" in view["summary"], view
+    assert procs["a"].returncode not in (0, None)
+
+
+@pytest.mark.timeout(200)
+def test_a_40_s_evaluation_is_no_hang_under_the_adaptive_default(two_nodes, tmp_path):
+    # rank 2 (node b) evaluates for 40 s, CPU busy; the others wait in all_reduce
+    procs = _start(two_nodes, tmp_path, 29737,
+                   ["--steps", "70", "--eval", "2:40:40"], [])
+    ended = _wait(procs, 170)
+    assert set(ended) == {"a", "b"}, _outputs(tmp_path)
+    text = "".join((tmp_path / f"out-{k}.txt").read_text(errors="replace") for k in "ab")
+    assert "evaluation: rank 2 for 40 s" in text and "step 69 done" in text, text
+    for k in "ab":
+        report = _report(tmp_path, k)
+        assert not [f for f in report["findings"] if f["id"].startswith("HANG")], report
+        assert "hang" not in report["probes"]
+        assert procs[k].returncode == 0, text
