@@ -74,6 +74,7 @@ class Watcher(StepHooks):
         self._pause_depth = 0
         self.step = 0
         self.optimizer: Any = None
+        self.metrics_url: str | None = None  # the Prometheus endpoint, when serving
         self._owns_cache: dict[int, bool] = {}
         self.clock = StepClock(window=deque(maxlen=cfg.every))
         self._identify()

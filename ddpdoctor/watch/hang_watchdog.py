@@ -173,7 +173,8 @@ class Monitor:
         publish([StepMetrics(
             self.rank, rec.step, "interval", rec.steps, step_time_s=rec.step_time_s,
             data_wait_s=rec.data_wait_s, compute_s=rec.forward_s, memory_mb=rec.rss_mb,
-            grad_norm=last.get("grad_norm"), loss=last.get("loss"), heartbeat_age_s=age)])
+            grad_norm=_number(last.get("grad_norm")), loss=_number(last.get("loss")),
+            heartbeat_age_s=age)])
 
     def _check_stall(self) -> None:
         if not self.started or self.paused or "hang" not in self.cfg.checks:
@@ -221,6 +222,17 @@ class Monitor:
             "last_progress": self.last_progress, "last_step_time": self.last_step_time,
             "step_s": self.step_s, "memory_bytes": self.mem,
             "memory_history": self.mem_history[-16:]})
+
+
+def _number(value: Any) -> float | None:
+    """A noted value as a float: the training thread may note a tensor (a loss) so that
+    reading it (a device sync) happens here, off the training thread."""
+    if value is None:
+        return None
+    try:
+        return float(value.detach()) if hasattr(value, "detach") else float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 def acquire(rank: int, cfg: Any, sink: Any) -> Monitor:
