@@ -54,7 +54,7 @@ class DDPDoctorCallback(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.handle is not None:
             # DefaultFlowCallback ran first: should_log says whether this step logs
-            self._flush(metrics=bool(control.should_log))
+            self._flush(metrics=bool(control.should_log), control=control)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.handle is None:
@@ -63,7 +63,19 @@ class DDPDoctorCallback(TrainerCallback):
         self._flush(metrics=True)
         self.handle = None
 
-    def _flush(self, metrics: bool) -> None:
+    def _flush(self, metrics: bool, control: Any = None) -> None:
         values = scalars(*self.buffer.drain(with_metrics=metrics))
-        if values and self.trainer is not None:
+        if not values or self.trainer is None:
+            return
+        # trainer.log clears control.should_log (CallbackHandler.on_log): on the rank that
+        # logs a finding, the trainer would then skip its own logging step and the loss
+        # gather in it, while the other ranks run that collective: a desync we would have
+        # caused. The flags are put back as they were; training sees no difference.
+        controls = [c for c in {id(c): c for c in (control, self.trainer.control)}.values()
+                    if c is not None]
+        saved = [dict(vars(c)) for c in controls]
+        try:
             self.trainer.log(values)
+        finally:
+            for c, flags in zip(controls, saved):
+                vars(c).update(flags)
