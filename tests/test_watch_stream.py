@@ -160,3 +160,22 @@ def test_importing_ddpdoctor_imports_no_framework():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_grafana_dashboard_queries_only_exported_metrics():
+    import json
+    import re
+    from pathlib import Path
+
+    from ddpdoctor.integrations.prometheus import GAUGES
+
+    exported = {name for name, _, _ in GAUGES.values()} | {
+        "ddpdoctor_step", "ddpdoctor_steps_total", "ddpdoctor_findings_total"}
+    dash = json.loads((Path(__file__).parents[1] / "docs" / "grafana-dashboard.json")
+                      .read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\bddpdoctor_[a-z_]+", e)}
+    assert used and used <= exported, used - exported
+    assert any(p["type"] == "heatmap" and "step_time" in p["targets"][0]["expr"]
+               for p in dash["panels"])
+    assert any("ddpdoctor_findings_total" in e for e in exprs)
