@@ -41,11 +41,13 @@ class DDPDoctorCallback(Callback):
                            batch_idx: int) -> None:
         if self.handle is None:
             return
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        if hasattr(loss, "detach"):
-            self.handle.note("loss", loss.detach())  # read off the training thread
         every = max(1, getattr(trainer, "log_every_n_steps", 50) or 1)
-        self._flush(trainer, metrics=trainer.global_step % every == 0)
+        logs = trainer.global_step % every == 0
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if logs and hasattr(loss, "detach"):
+            # read on the steps Lightning logs only: on a GPU reading it waits for the step
+            self.handle.note("loss", float(loss.detach()))
+        self._flush(trainer, metrics=logs)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         if self.handle is not None and not self._paused:
