@@ -37,6 +37,11 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
               help="Switch on ddpdoctor.watch's in-training checks in every rank "
                    "(environment + import hook; no code change); their findings join "
                    "the report.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="N",
+              help="Serve each rank's watch metrics and finding counters for Prometheus on "
+                   "port N + LOCAL_RANK (needs --watch; docs/integrations.md).")
+@click.option("--metrics-host", default=None, metavar="ADDR",
+              help="Address the metrics endpoints bind to (default 127.0.0.1).")
 @click.option("--fail-on-findings", is_flag=True,
               help="Exit 1 when the job exits 0 but an error was found (NaN losses, "
                    "desynced replicas...). Off: the job's code is passed on.")
@@ -49,6 +54,7 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
 def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | None,
             job_view: bool, kill: bool, kill_grace: float, watch: bool,
+            metrics_port: int | None, metrics_host: str | None,
             fail_on_findings: bool, native: bool, run_dir: str | None, json_path: str | None,
             html_path: str | None, cmd: tuple[str, ...]) -> None:
     """Run any launch command unchanged, supervised: catch hangs, triage crashes.
@@ -84,6 +90,7 @@ def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | Non
 
     if not cmd:
         raise click.UsageError("no command given: ddpdoctor run [OPTIONS] -- CMD...")
+    _metrics_environment(metrics_port, metrics_host)
     _check_watch_environment()
     opts = RunOptions(hang_timeout=hang_timeout or 300.0, hang_fixed=hang_timeout is not None,
                       hang_min=hang_min, job_endpoint=_endpoint(job_endpoint),
@@ -110,6 +117,16 @@ def _endpoint(text: str | None):  # noqa: ANN202 - jobview.keys.Endpoint | None
         return parse_endpoint(text)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--job-endpoint") from e
+
+
+def _metrics_environment(port: int | None, host: str | None) -> None:
+    """The ranks inherit run's environment: the watch in each reads these (watch/config.py)."""
+    from ddpdoctor.watch.config import METRICS_HOST_ENV, METRICS_PORT_ENV
+
+    if port is not None:
+        os.environ[METRICS_PORT_ENV] = str(port)
+    if host is not None:
+        os.environ[METRICS_HOST_ENV] = host
 
 
 def _check_watch_environment() -> None:

@@ -16,9 +16,12 @@ check steps; ``analyze`` then sees every rank's values.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpdoctor.findings import Finding
+
+if TYPE_CHECKING:
+    from ddpdoctor.watch.context import CheckContext
 
 
 class WatchCheck:
@@ -28,44 +31,44 @@ class WatchCheck:
     # attach: a check with two ways of working subscribes to one)
     skip: frozenset[str] = frozenset()
 
-    def attach(self, w: Any) -> None:
+    def attach(self, w: CheckContext) -> None:
         pass
 
-    def group_ready(self, w: Any, make_group: Any) -> None:
+    def group_ready(self, w: CheckContext, make_group: Any) -> None:
         """Once, on every rank, after the ranks agreed on the watch settings: collective
         set-up goes here. ``make_group(name)`` returns this process's gloo group ``name``
         (made on first use, shared by watchers)."""
 
-    def forward_pre(self, w: Any, args: tuple, kwargs: dict) -> None:
+    def forward_pre(self, w: CheckContext, args: tuple, kwargs: dict) -> None:
         pass
 
-    def forward_out(self, w: Any, output: Any) -> None:
+    def forward_out(self, w: CheckContext, output: Any) -> None:
         pass
 
-    def first_grad(self, w: Any, grad: Any) -> None:
+    def first_grad(self, w: CheckContext, grad: Any) -> None:
         """This rank's own first gradient of a backward (not yet all-reduced)."""
 
-    def before_check(self, w: Any, step: int) -> None:
+    def before_check(self, w: CheckContext, step: int) -> None:
         pass
 
-    def step_end(self, w: Any, step: int) -> None:
+    def step_end(self, w: CheckContext, step: int) -> None:
         pass
 
-    def at_check(self, w: Any, step: int) -> None:
+    def at_check(self, w: CheckContext, step: int) -> None:
         """Collective work of a check step (every rank calls it in the same order)."""
 
-    def pack(self, w: Any, step: int) -> Any:
+    def pack(self, w: CheckContext, step: int) -> Any:
         """A float64 CPU tensor of exactly ``width`` values (check steps only)."""
         return None
 
-    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+    def analyze(self, w: CheckContext, step: int, rows: Any) -> list[Finding]:
         """``rows``: float64 tensor [world, width], row r is rank r's ``pack``."""
         return []
 
-    def on_exception(self, w: Any, exc: BaseException) -> None:
+    def on_exception(self, w: CheckContext, exc: BaseException) -> None:
         """An exception ended the program or left the ``with watch(...)`` block."""
 
-    def close(self, w: Any) -> None:
+    def close(self, w: CheckContext) -> None:
         pass
 
 

@@ -82,6 +82,10 @@ class WatchConfig:
     fr_signal: str = "SIGUSR2"
     stacks_signal: str = "SIGUSR1"
     collective_timeout_s: float = 1800.0
+    # Prometheus: serve this rank's metrics on metrics_port + LOCAL_RANK (one port per
+    # rank of a host), on metrics_host only (loopback unless the user opens it)
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def enabled(self, check: str) -> bool:
@@ -97,6 +101,8 @@ class WatchConfig:
             raise ValueError("straggler_samples must be >= 1")
         if self.link_confirm < 1 or self.link_every < 1:
             raise ValueError("link_confirm and link_every must be >= 1")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be 0..65535, not {self.metrics_port!r}")
         for name in ("hang_timeout_s", "heartbeat_interval_s", "collective_timeout_s",
                      "link_timeout_s"):
             value = getattr(self, name)
@@ -136,6 +142,13 @@ def _checks(value: str) -> tuple[str, ...]:
     return checks
 
 
+def _port(value: str) -> int:
+    n = int(value)
+    if not 0 <= n <= 65535:
+        raise ValueError("must be a TCP port 0..65535")
+    return n
+
+
 def _seconds(value: str) -> float:
     # float("nan") parses, and a NaN timeout compares false with everything: the
     # watchdog would silently never fire
@@ -145,6 +158,9 @@ def _seconds(value: str) -> float:
     return x
 
 
+# set by `ddpdoctor run --metrics-port` for the job's ranks; read here
+METRICS_PORT_ENV = "DDPDOCTOR_METRICS_PORT"
+METRICS_HOST_ENV = "DDPDOCTOR_METRICS_HOST"
 _ENV: dict[str, tuple[str, Any]] = {
     "DDPDOCTOR_WATCH_EVERY": ("every", _count),
     "DDPDOCTOR_WATCH_CHECKS": ("checks", _checks),
@@ -155,6 +171,8 @@ _ENV: dict[str, tuple[str, Any]] = {
     "DDPDOCTOR_FR_DIR": ("fr_dir", str),
     "DDPDOCTOR_WATCH_WARN": ("warn", _flag),
     "DDPDOCTOR_WATCH_NONFINITE_OUTPUT": ("nonfinite_output", _flag),
+    METRICS_PORT_ENV: ("metrics_port", _port),
+    METRICS_HOST_ENV: ("metrics_host", str),
 }
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from ddpdoctor import safefile
 from ddpdoctor.watch.events import series_path
-from ddpdoctor.watch.series_file import SeriesWriter, Sums, interval
+from ddpdoctor.watch.series_file import SeriesRecord, SeriesWriter, Sums, interval
+from ddpdoctor.watch.stream import StepMetrics
 
 _lock = threading.Lock()
 _monitor: Monitor | None = None
@@ -137,9 +138,8 @@ class Monitor:
                 pass
 
     def _sample_series(self, final: bool = False) -> None:
-        """One record for the steps since the last wake (watch/series_file.py)."""
-        if self.series is None:
-            return
+        """One record for the steps since the last wake (watch/series_file.py), to the
+        series file and, as metrics, to the stream's sinks."""
         if self.paused and not final:
             return  # a pause is no step: its time is not in the sums either
         from ddpdoctor.watch.memory import rss_bytes
@@ -152,9 +152,29 @@ class Monitor:
                            rss_bytes() if now[0] > self._sums_seen[0] else None)
             if rec is not None:
                 self._sums_seen = now
-                self.series.add(rec)
-            if final:
+                if self.series is not None:
+                    self.series.add(rec)
+            if final and self.series is not None:
                 self.series.flush()
+        if self.started:
+            self._publish(rec)
+
+    def _publish(self, rec: SeriesRecord | None) -> None:
+        """This rank's metrics for the interval; with no step in it, the heartbeat age
+        alone (a stalled rank's age keeps growing where a dashboard sees it)."""
+        publish = getattr(self.sink, "metrics", None)
+        if publish is None:
+            return
+        last = getattr(self.sink, "last", {})
+        age = round(max(0.0, time.time() - self.last_progress), 3)
+        if rec is None:
+            publish([StepMetrics(self.rank, self.step, "interval", 0, heartbeat_age_s=age)])
+            return
+        publish([StepMetrics(
+            self.rank, rec.step, "interval", rec.steps, step_time_s=rec.step_time_s,
+            data_wait_s=rec.data_wait_s, compute_s=rec.forward_s, memory_mb=rec.rss_mb,
+            grad_norm=_number(last.get("grad_norm")), loss=_number(last.get("loss")),
+            heartbeat_age_s=age)])
 
     def _check_stall(self) -> None:
         if not self.started or self.paused or "hang" not in self.cfg.checks:
@@ -202,6 +222,17 @@ class Monitor:
             "last_progress": self.last_progress, "last_step_time": self.last_step_time,
             "step_s": self.step_s, "memory_bytes": self.mem,
             "memory_history": self.mem_history[-16:]})
+
+
+def _number(value: Any) -> float | None:
+    """A noted value as a float: the training thread may note a tensor (a loss) so that
+    reading it (a device sync) happens here, off the training thread."""
+    if value is None:
+        return None
+    try:
+        return float(value.detach()) if hasattr(value, "detach") else float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 def acquire(rank: int, cfg: Any, sink: Any) -> Monitor:

@@ -158,8 +158,11 @@ class NonfiniteCheck(WatchCheck):
             norms = torch._foreach_norm(grads, 2, dtype=torch.float32)
         except (AttributeError, RuntimeError, TypeError):
             norms = [torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]
-        bad = ~torch.isfinite(torch.stack([n.reshape(()) for n in norms]))
+        stacked = torch.stack([n.reshape(()) for n in norms])
+        bad = ~torch.isfinite(stacked)
         self.grad_bad = (step, bad, index)
+        # the total norm, a metric (watch/stream.py): one more reduction, check steps only
+        w.note("grad_norm", float(stacked.norm()))
 
     def pack(self, w: Any, step: int) -> Any:
         import torch

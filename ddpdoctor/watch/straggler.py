@@ -11,14 +11,65 @@ always against the peers' median, with an absolute and a relative floor.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from typing import Any
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
+from ddpdoctor.watch.stream import StepMetrics
 
 Times = tuple[float, float, float]  # (step_s, data_s, forward_s)
+
+
+def _excess(times: dict[int, list[Times]], r: int, n: int, abs_s: float,
+            rel: float) -> tuple[int, list[float], list[float]]:
+    """Rank ``r`` over the last ``n`` aligned steps: how many exceed the threshold, and
+    per step its local (data + forward) and data time over its peers' medians."""
+    ranks = sorted(times)
+    over, excess, dexcess = 0, [], []
+    for j in range(n):
+        step_med = statistics.median(times[q][-n + j][0] for q in ranks)
+        thr = max(abs_s, rel * step_med)
+        mine = times[r][-n + j]
+        peers = [times[q][-n + j] for q in ranks if q != r]
+        e = mine[1] + mine[2] - statistics.median(p[1] + p[2] for p in peers)
+        excess.append(e)
+        dexcess.append(mine[1] - statistics.median(p[1] for p in peers))
+        over += e > thr
+    return over, excess, dexcess
+
+
+def scores(times: dict[int, list[Times]]) -> dict[int, float]:
+    """Per rank, the median of its local time over its peers' (seconds; the straggler
+    score metric). Empty with fewer than two ranks or no aligned step."""
+    n = min((len(v) for v in times.values()), default=0)
+    if len(times) < 2 or n < 1:
+        return {}
+    return {r: statistics.median(_excess(times, r, n, 0.0, 0.0)[1]) for r in sorted(times)}
+
+
+def _slow(times: dict[int, list[Times]], n: int, abs_s: float, rel: float,
+          fraction: float) -> dict[int, dict]:
+    slow: dict[int, dict] = {}
+    for r in sorted(times):
+        over, excess, dexcess = _excess(times, r, n, abs_s, rel)
+        if over >= fraction * n:
+            slow[r] = {"slow_by_s": round(statistics.median(excess), 4),
+                       "data_slow_by_s": round(statistics.median(dexcess), 4),
+                       "steps_slow": over, "steps": n}
+    return slow
+
+
+def _waiting(times: dict[int, list[Times]], n: int, timed: set[int], by_data: list[int],
+             abs_s: float, data_share: float) -> tuple[list[int], dict[int, float]]:
+    """Ranks that wait for data: slow by data, or a data share above ``data_share``."""
+    shares = {r: statistics.median(t[1] / t[0] if t[0] > 0 else 0.0 for t in times[r][-n:])
+              for r in times}
+    heavy = {r for r in times if r in timed and shares[r] > data_share
+             and statistics.median(t[1] for t in times[r][-n:]) > abs_s}
+    return sorted(set(by_data) | heavy), shares
 
 
 def slow_ranks(times: dict[int, list[Times]], abs_s: float, rel: float, fraction: float,
@@ -36,23 +87,7 @@ def slow_ranks(times: dict[int, list[Times]], abs_s: float, rel: float, fraction
     if len(ranks) < 2 or n < min_steps:
         return []
     out: list[tuple[str, list[int], dict]] = []
-    slow: dict[int, dict] = {}
-    for r in ranks:
-        over, excess, dexcess = 0, [], []
-        for j in range(n):
-            step_med = statistics.median(times[q][-n + j][0] for q in ranks)
-            thr = max(abs_s, rel * step_med)
-            mine = times[r][-n + j]
-            peers = [times[q][-n + j] for q in ranks if q != r]
-            peer_local = statistics.median(p[1] + p[2] for p in peers)
-            e = mine[1] + mine[2] - peer_local
-            excess.append(e)
-            dexcess.append(mine[1] - statistics.median(p[1] for p in peers))
-            over += e > thr
-        if over >= fraction * n:
-            slow[r] = {"slow_by_s": round(statistics.median(excess), 4),
-                       "data_slow_by_s": round(statistics.median(dexcess), 4),
-                       "steps_slow": over, "steps": n}
+    slow = _slow(times, n, abs_s, rel, fraction)
     by_data = [r for r, e in slow.items()
                if r in timed and e["data_slow_by_s"] > 0.5 * e["slow_by_s"]]
     by_compute = [r for r in slow if r not in by_data]
@@ -61,15 +96,34 @@ def slow_ranks(times: dict[int, list[Times]], abs_s: float, rel: float, fraction
         out.append(("STRAGGLER", by_compute,
                     {"per_rank": {str(r): slow[r] for r in by_compute},
                      "median_step_s": round(median_step, 4)}))
-    shares = {r: statistics.median(t[1] / t[0] if t[0] > 0 else 0.0 for t in times[r][-n:])
-              for r in ranks}
-    waiting = sorted(set(by_data) | {r for r in ranks if r in timed and shares[r] > data_share and
-                                     statistics.median(t[1] for t in times[r][-n:]) > abs_s})
+    waiting, shares = _waiting(times, n, timed, by_data, abs_s, data_share)
     if waiting:
         out.append(("DATALOADER_BOTTLENECK", waiting,
                     {"data_share": {str(r): round(shares[r], 3) for r in waiting},
                      "per_rank": {str(r): slow[r] for r in waiting if r in slow},
                      "median_step_s": round(median_step, 4)}))
+    return out
+
+
+def _mean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else None
+
+
+def rank_metrics(step: int, times: dict[int, list[Times]], last: int) -> list[StepMetrics]:
+    """Every rank's means over its ``last`` newest samples and its straggler score: the
+    per-rank metrics rank 0 publishes at a check step."""
+    score = scores({r: t[-last:] for r, t in times.items() if t})
+    out = []
+    for r, t in sorted(times.items()):
+        recent = t[-last:]
+        if not recent:
+            continue
+        out.append(StepMetrics(r, step, "check", len(recent),
+                               step_time_s=_mean([x[0] for x in recent]),
+                               data_wait_s=_mean([x[1] for x in recent]),
+                               compute_s=_mean([x[2] for x in recent]),
+                               straggler_score_s=score.get(r)))
     return out
 
 
@@ -100,8 +154,10 @@ class StragglerCheck(WatchCheck):
         keep = max(self.k, 16)
         data = rows.tolist()
         timed = {r for r, row in enumerate(data) if row[1] > 0}
+        fresh = 0
         for r, row in enumerate(data):
             cnt = int(row[0])
+            fresh = max(fresh, cnt)
             h = self.history.setdefault(r, deque(maxlen=keep))
             for j in range(cnt):
                 h.append((row[2 + j], row[2 + self.k + j], row[2 + 2 * self.k + j]))
@@ -109,6 +165,8 @@ class StragglerCheck(WatchCheck):
         findings = []
         for group in w.peer_groups():
             times = {r: list(self.history.get(r, ())) for r in group}
+            if fresh:
+                w.emit_metrics(rank_metrics(step, times, fresh))
             for fid, ranks, ev in slow_ranks(times, cfg.straggler_abs_s, cfg.straggler_rel,
                                              cfg.straggler_fraction, cfg.straggler_min_steps,
                                              cfg.data_share, timed):

@@ -1,0 +1,1 @@
+"""Framework callbacks and metric exporters for ddpdoctor.watch (each imported on use)."""

@@ -1,0 +1,83 @@
+"""accelerate: ``handle = watch(accelerator, model, optimizer, dataloader)`` after
+``accelerator.prepare(...)``.
+
+The prepared (DDP/FSDP-wrapped) model is watched with the torch optimizer inside
+accelerate's ``AcceleratedOptimizer`` (its step hooks fire on real steps, not on the
+micro-steps ``accelerator.accumulate`` skips) and the DataLoader inside the
+``DataLoaderShard``. After each optimizer step, findings and metrics go to
+``accelerator.log`` (every tracker the user configured with ``log_with=``: TensorBoard,
+W&B, MLflow, Comet, a custom ``GeneralTracker``; accelerate logs on the main process)
+under ``ddpdoctor/finding/<ID>/rank<R>`` and ``ddpdoctor/rank<R>/<metric>``; a finding
+prints once on accelerate's logger with its rank and playbook. ``handle.close()`` at the
+end (or ``with watch(...):``). Importing ddpdoctor does not import this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelerate.logging import get_logger
+
+from ddpdoctor.integrations.common import scalars, torch_optimizer, watch_with_sinks
+
+
+class _Console:
+    """accelerate's logger prints on the main process only unless told otherwise; a
+    finding belongs to the rank that saw it."""
+
+    def __init__(self) -> None:
+        self.adapter = get_logger("ddpdoctor")
+
+    def log(self, level: int, text: str) -> None:
+        self.adapter.log(level, text, main_process_only=False)
+
+
+def watch(accelerator: Any, model: Any, optimizer: Any = None, dataloader: Any = None,
+          log_every: int = 50, **settings: Any) -> Any:
+    """Watch a prepared model. ``log_every``: optimizer steps between metric logs
+    (findings are logged at once). ``settings``: any ``ddpdoctor.watch()`` setting."""
+    handle, buffer = watch_with_sinks(model, optimizer, dataloader, _Console(), settings)
+    opt = torch_optimizer(optimizer) or handle.optimizer
+    if opt is not None:
+        flusher = _Flusher(accelerator, handle, buffer, log_every)
+        hook = opt.register_step_post_hook(flusher)
+        handle.stream.add(_Unhook(hook, flusher))
+    return handle
+
+
+class _Flusher:
+    def __init__(self, accelerator: Any, handle: Any, buffer: Any, log_every: int) -> None:
+        self.accelerator, self.handle, self.buffer = accelerator, handle, buffer
+        self.log_every = max(1, log_every)
+
+    def __call__(self, *_: Any) -> None:
+        self.flush(final=False)
+
+    def flush(self, final: bool) -> None:
+        try:
+            step = self.handle.step
+            values = scalars(*self.buffer.drain(final or step % self.log_every == 0))
+            if values:
+                self.accelerator.log(values, step=step)
+        except Exception:  # noqa: BLE001 - a tracker's failure must not stop training
+            pass
+
+
+class _Unhook:
+    """A sink whose only job: at close, log what is left and take the step hook off."""
+
+    def __init__(self, hook: Any, flusher: _Flusher) -> None:
+        self.hook, self.flusher = hook, flusher
+
+    def finding(self, *_: Any) -> None:
+        pass
+
+    def event(self, *_: Any) -> None:
+        pass
+
+    def metrics(self, *_: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        self.hook.remove()
+        self.flusher.flush(final=True)
