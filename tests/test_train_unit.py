@@ -8,7 +8,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from ddpdoctor.train import injections
+from ddpdoctor.train import host_checks, injections
 from ddpdoctor.train.config import ModelConfig, RunConfig, check_world
 from ddpdoctor.train.injections import ALL_RANKS, INJECTIONS, parse
 from ddpdoctor.train.options import configs, to_argv, worker_parser
@@ -163,15 +163,15 @@ def test_host_faults_refuse_where_they_would_touch_the_host(monkeypatch) -> None
         injections.check_host(slow, 1, env={})
     with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME"):
         injections.check_host(slow, 1, env={"GLOO_SOCKET_IFNAME": "lo"})
-    monkeypatch.setattr(injections, "named_netns", lambda: None)
+    monkeypatch.setattr(host_checks, "named_netns", lambda: None)
     with pytest.raises(ValueError, match="refusing to throttle the host's network"):
         injections.check_host(slow, 1, env={"GLOO_SOCKET_IFNAME": "eth0"})
-    monkeypatch.setattr(injections, "named_netns", lambda: "ddpd-b-1")
+    monkeypatch.setattr(host_checks, "named_netns", lambda: "ddpd-b-1")
     injections.check_host(slow, 1, env={"GLOO_SOCKET_IFNAME": "veth1"})  # allowed there
     oom = [parse("oom@1:2")]
-    monkeypatch.setattr(injections, "_overcommit_mode", lambda: 1)
+    monkeypatch.setattr(host_checks, "_overcommit_mode", lambda: 1)
     with pytest.raises(ValueError, match="overcommit"):
         injections.check_host(oom, 1, "cpu")
     injections.check_host(oom, 1, "cuda")  # the GPU allocator does not overcommit
-    monkeypatch.setattr(injections, "_overcommit_mode", lambda: 0)
+    monkeypatch.setattr(host_checks, "_overcommit_mode", lambda: 0)
     injections.check_host(oom, 1, "cpu")
