@@ -156,7 +156,7 @@ def test_single_process_reference_learns() -> None:
 
 
 def test_host_faults_refuse_where_they_would_touch_the_host(monkeypatch) -> None:
-    monkeypatch.setattr(injections.os, "geteuid", lambda: 0)  # the same as root or not
+    monkeypatch.setattr(host_checks.os, "geteuid", lambda: 0)  # the same as root or not
     slow = [parse("slow-link@1:3")]
     injections.check_host(slow, 0, env={})  # not this rank's fault: nothing to check
     with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME"):

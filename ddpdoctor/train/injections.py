@@ -124,9 +124,11 @@ INJECTIONS: dict[str, InjectionSpec] = {s.name: s for s in [
                   "GRAD_SCALER_SKIPPING", default_step=1, needs="fp16"),
     InjectionSpec("hook-one-rank", "only RANK registers a gradient compression hook (fp16; "
                   "none where --comm-hook is set)",
-                  "ranks all-reduce buckets of different dtypes: see docs/train.md for "
-                  "what gloo does", "error", "COMM_HOOK_MISMATCH", default_step=1,
-                  ddp_only=True),
+                  "the first backward: gloo aborts RANK with 'op.preamble.length <= "
+                  "op.nbytes. 118656 vs 59328. Received data size doesn't match expected "
+                  "size. Is there a distributed collective mismatch in your code?' (the "
+                  "fp16 bucket is half the fp32 one)", "error", "HANG_COLLECTIVE_MISMATCH",
+                  default_step=1, ddp_only=True),
 ]}
 
 STRAGGLER_DELAY_S = 0.3
