@@ -156,11 +156,8 @@ def check_world(mcfg: ModelConfig, rcfg: RunConfig, world: int) -> None:
         if s == "pp" and mcfg.layers < world:
             raise ValueError(f"pp puts one stage per rank: {world} ranks need at least {world} "
                              f"layers (--layers), the model has {mcfg.layers}")
-        if s == "hsdp" and (rcfg.shard_group < 2 or world % rcfg.shard_group
-                            or world // rcfg.shard_group < 2):
-            raise ValueError(f"hsdp needs the world size ({world}) to be a multiple of "
-                             f"--shard-group ({rcfg.shard_group}) with at least two groups, "
-                             "e.g. 4 ranks with --shard-group 2")
+        if s == "hsdp":
+            _check_hsdp(rcfg.shard_group, world)
         tp = world if s == "tp" else rcfg.tp if s == "tp-dp" else 0
         if s == "tp-dp" and (tp < 2 or world % tp or world // tp < 2):
             raise ValueError(f"tp-dp needs the world size ({world}) to be a multiple of --tp "
@@ -168,6 +165,13 @@ def check_world(mcfg: ModelConfig, rcfg: RunConfig, world: int) -> None:
         if tp and (mcfg.heads % tp or (mcfg.mlp_ratio * mcfg.dim) % tp):
             raise ValueError(f"{s} splits heads ({mcfg.heads}) and the MLP width "
                              f"({mcfg.mlp_ratio * mcfg.dim}) over {tp} ranks: not divisible")
+
+
+def _check_hsdp(group: int, world: int) -> None:
+    if group < 2 or world % group or world // group < 2:
+        raise ValueError(f"hsdp needs the world size ({world}) to be a multiple of "
+                         f"--shard-group ({group}) with at least two groups, e.g. 4 ranks "
+                         "with --shard-group 2")
 
 
 # Checkpoint layout (train/checkpoint.py writes it): DIR/<strategy>/step-<N>/.metadata.
