@@ -105,9 +105,6 @@ _SPECS = [
     _spec("GRAD_ACCUM_OUT_OF_STEP", "warning",
           "ranks run different numbers of micro-batches per optimizer step (gradient "
           "accumulation out of step)", "watch, run"),
-    _spec("GRAD_SCALER_SKIPPING", "error",
-          "the fp16 loss scaler skips every optimizer step: gradients overflow on every step, "
-          "the model never updates", "watch, run"),
 ]
 
 CATALOG: dict[str, FindingSpec] = {s.id: s for s in _SPECS}

@@ -316,8 +316,7 @@ def test_scaler_skipping_finding_names_the_rank_that_overflows() -> None:
     from ddpdoctor.catalog import CATALOG
     from ddpdoctor.watch.skipped_steps import skipping_finding
 
-    own = skipping_finding(2, 4, own=True)
-    assert own.id == "GRAD_SCALER_SKIPPING" and own.ranks == [2]
-    assert own.id in CATALOG and own.severity == "error"
-    other = skipping_finding(0, 8, own=False)
-    assert other.ranks == [] and "from another rank" in other.title
+    f = skipping_finding(2, 4)
+    assert f.id == "GRAD_NONFINITE" and f.ranks == [2] and f.id in CATALOG
+    assert f.evidence["backwards_without_step"] == 4
+    assert "rank 2's own gradients are non-finite" in f.title

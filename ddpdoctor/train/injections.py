@@ -121,7 +121,7 @@ INJECTIONS: dict[str, InjectionSpec] = {s.name: s for s in [
                   "step (a gradient 1e30 times too large; needs --precision fp16)",
                   "nothing but a loss that stops moving: the GradScaler skips every "
                   "optimizer step and halves its scale each time", "silent",
-                  "GRAD_SCALER_SKIPPING", default_step=1, needs="fp16"),
+                  "GRAD_NONFINITE", default_step=1, needs="fp16"),
     InjectionSpec("hook-one-rank", "only RANK registers a gradient compression hook (fp16; "
                   "none where --comm-hook is set)",
                   "the first backward: gloo aborts RANK with 'op.preamble.length <= "
