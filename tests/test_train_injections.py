@@ -7,6 +7,7 @@ stuck rank at its recognizable frame, then the test kills it (the deadline is th
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -200,3 +201,53 @@ def test_oom_kill_through_torchrun(tmp_path: Path) -> None:
     rc, text = run_job(cmd, 100, env={**os.environ, "TMPDIR": str(tmp_path)}, cwd=tmp_path)
     assert rc == 1, text[-3000:]
     assert "Signal 9 (SIGKILL) received by PID" in text, text[-3000:]
+
+
+@pytest.mark.timeout(200)
+def test_accum_skew_and_scaler_overflow_findings_name_their_rank(tmp_path: Path) -> None:
+    """3 ranks (2 ranks tie: no majority names the odd one), both silent faults at once:
+    rank 1 accumulates 3 micro-batches where the others accumulate 2; from step 4 rank 2's
+    backward overflows fp16 on every step."""
+    from ddpdoctor.watch.events import read_events
+
+    events = tmp_path / "events.jsonl"
+    env = {"DDPDOCTOR_WATCH_EVERY": "1", "DDPDOCTOR_EVENTS": str(events)}
+    with launch(["--steps", "9", "--grad-accum", "2", "--precision", "fp16", "--watch",
+                 "--inject", "accum-skew@1", "--inject", "scaler-overflow@2:4"], 3, tmp_path,
+                env=env) as run:
+        codes = run.wait(180)
+        assert codes == [0, 0, 0], run.all_output()[-3000:]
+        steps = run.records()
+    # what PyTorch shows: nothing fails; from step 4 every step is skipped, the scale halves
+    assert [r["step_skipped"] for r in steps] == [False] * 3 + [True] * 6
+    assert steps[-1]["loss_scale"] == steps[2]["loss_scale"] / 2 ** 6
+    found: dict = {}
+    for e in read_events(str(events)):
+        if e.get("kind") == "finding":
+            found.setdefault(e["id"], e)  # the first of each id
+    assert found["GRAD_ACCUM_OUT_OF_STEP"]["ranks"] == [1]
+    assert found["GRAD_ACCUM_OUT_OF_STEP"]["evidence"]["micro_batches_per_step"] == {
+        "0": 2, "1": 3, "2": 2}
+    assert found["GRAD_NONFINITE"]["ranks"] == [2]
+    assert found["GRAD_NONFINITE"]["evidence"]["source"] == "skipped optimizer steps " \
+        "(GradScaler)"
+    assert found["GRAD_NONFINITE"]["evidence"]["own_gradient_nonfinite"] is True
+
+
+@pytest.mark.timeout(150)
+def test_hook_on_one_rank_is_a_collective_mismatch(tmp_path: Path) -> None:
+    """Only rank 1 compresses to fp16: its bucket is half the size of rank 0's and gloo
+    aborts it in the first backward; diagnose names the mismatch and the rank."""
+    cmd = [sys.executable, "-m", "ddpdoctor", "train", "--steps", "3", "--pg-timeout", "30",
+           "--inject", "hook-one-rank@1"]
+    rc, text = run_job(cmd, 120, env={**os.environ, "TMPDIR": str(tmp_path)}, cwd=tmp_path)
+    assert rc == 1, text[-3000:]
+    assert "Received data size doesn't match expected size" in text, text[-3000:]
+    log = tmp_path / "train.log"
+    log.write_text(text)
+    report = tmp_path / "report.json"
+    run_job([sys.executable, "-m", "ddpdoctor", "diagnose", str(log), "--json", str(report)],
+            60, env={**os.environ, "TMPDIR": str(tmp_path)}, cwd=tmp_path)
+    findings = json.loads(report.read_text())["findings"]
+    assert findings[0]["id"] == "HANG_COLLECTIVE_MISMATCH", findings
+    assert findings[0]["ranks"] == [1]

@@ -8,7 +8,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from ddpdoctor.train import injections
+from ddpdoctor.train import host_checks, injections
 from ddpdoctor.train.config import ModelConfig, RunConfig, check_world
 from ddpdoctor.train.injections import ALL_RANKS, INJECTIONS, parse
 from ddpdoctor.train.options import configs, to_argv, worker_parser
@@ -156,22 +156,167 @@ def test_single_process_reference_learns() -> None:
 
 
 def test_host_faults_refuse_where_they_would_touch_the_host(monkeypatch) -> None:
-    monkeypatch.setattr(injections.os, "geteuid", lambda: 0)  # the same as root or not
+    monkeypatch.setattr(host_checks.os, "geteuid", lambda: 0)  # the same as root or not
     slow = [parse("slow-link@1:3")]
     injections.check_host(slow, 0, env={})  # not this rank's fault: nothing to check
     with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME"):
         injections.check_host(slow, 1, env={})
     with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME"):
         injections.check_host(slow, 1, env={"GLOO_SOCKET_IFNAME": "lo"})
-    monkeypatch.setattr(injections, "named_netns", lambda: None)
+    monkeypatch.setattr(host_checks, "named_netns", lambda: None)
     with pytest.raises(ValueError, match="refusing to throttle the host's network"):
         injections.check_host(slow, 1, env={"GLOO_SOCKET_IFNAME": "eth0"})
-    monkeypatch.setattr(injections, "named_netns", lambda: "ddpd-b-1")
+    monkeypatch.setattr(host_checks, "named_netns", lambda: "ddpd-b-1")
     injections.check_host(slow, 1, env={"GLOO_SOCKET_IFNAME": "veth1"})  # allowed there
     oom = [parse("oom@1:2")]
-    monkeypatch.setattr(injections, "_overcommit_mode", lambda: 1)
+    monkeypatch.setattr(host_checks, "_overcommit_mode", lambda: 1)
     with pytest.raises(ValueError, match="overcommit"):
         injections.check_host(oom, 1, "cpu")
     injections.check_host(oom, 1, "cuda")  # the GPU allocator does not overcommit
-    monkeypatch.setattr(injections, "_overcommit_mode", lambda: 0)
+    monkeypatch.setattr(host_checks, "_overcommit_mode", lambda: 0)
     injections.check_host(oom, 1, "cpu")
+
+
+# ---- accumulation, compression, precision, sharding, offload, profiling (no processes)
+
+def _values(*argv: str) -> dict:
+    from ddpdoctor.train.options import worker_parser
+
+    return vars(worker_parser().parse_args(list(argv)))
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["--grad-accum", "3"], "not a multiple of --grad-accum 3"),
+    (["--grad-accum", "2", "--strategy", "pp"], "pp already splits"),
+    (["--comm-hook", "fp16", "--strategy", "fsdp"], "--comm-hook works with ddp, zero1"),
+    (["--cpu-offload", "--strategy", "ddp"], "--cpu-offload works with fsdp"),
+    (["--precision", "fp16", "--strategy", "pp"], "loss scaling"),
+    (["--precision", "fp16", "--strategy", "tp"], "mix of DTensor and plain"),
+])
+def test_feature_options_refuse_what_cannot_work(argv: list[str], reason: str) -> None:
+    from ddpdoctor.train.options import configs
+
+    with pytest.raises(ValueError, match=reason):
+        configs(_values(*argv))
+
+
+def test_hsdp_needs_two_groups_of_shard_group_ranks() -> None:
+    from ddpdoctor.train.config import check_world
+    from ddpdoctor.train.options import configs
+
+    mcfg, rcfg = configs(_values("--strategy", "hsdp"))
+    check_world(mcfg, rcfg, 4)
+    for world in (2, 3, 6 + 1):
+        with pytest.raises(ValueError, match="hsdp needs"):
+            check_world(mcfg, rcfg, world)
+
+
+def test_feature_options_reach_the_ranks() -> None:
+    from ddpdoctor.train.options import configs, to_argv
+
+    argv = ["--grad-accum", "4", "--comm-hook", "topk", "--topk-ratio", "0.25",
+            "--activation-checkpointing", "--profile", "2"]
+    assert to_argv(_values(*argv)) == argv
+    _, rcfg = configs(_values(*argv))
+    assert (rcfg.grad_accum, rcfg.comm_hook, rcfg.topk_ratio, rcfg.profile) == (4, "topk",
+                                                                                0.25, 2)
+    assert rcfg.activation_checkpointing and not rcfg.cpu_offload
+
+
+def test_new_injections_need_what_they_act_on() -> None:
+    needs_fp16 = [parse("scaler-overflow@1")]
+    with pytest.raises(ValueError, match="needs --precision fp16"):
+        injections.check_compatible(needs_fp16, "ddp", 2)
+    injections.check_compatible(needs_fp16, "fsdp", 2, injections.options_on("fp16"))
+    for name in ("accum-skew", "hook-one-rank"):
+        with pytest.raises(ValueError, match="needs a DDP strategy"):
+            injections.check_compatible([parse(name)], "fsdp", 2)
+
+
+def test_traced_steps_skip_the_warm_up_step_when_they_can() -> None:
+    from ddpdoctor.train.profiling import traced_steps
+
+    assert list(traced_steps(1, 5, 2)) == [2, 3]
+    assert list(traced_steps(1, 2, 2)) == [1, 2]
+    assert list(traced_steps(1, 3, 10)) == [1, 2, 3]
+    assert list(traced_steps(3, 8, 1)) == [4]   # resumed at step 3
+    assert list(traced_steps(1, 5, 0)) == []
+
+
+def test_micro_batches_split_the_batch_in_order() -> None:
+    import torch
+
+    from ddpdoctor.train.step import micro_batches
+
+    x, y = torch.arange(8).view(8, 1), torch.arange(8).view(8, 1) + 100
+    chunks = micro_batches(x, y, 4)
+    assert [c[0].flatten().tolist() for c in chunks] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert torch.equal(torch.cat([c[1] for c in chunks]), y)
+    assert micro_batches(x, y, 1)[0][0] is x
+    assert [len(c[0]) for c in micro_batches(x, y, 3)] == [3, 3, 2]  # accum-skew: uneven
+
+
+class _Bucket:
+    def __init__(self, buf, grads=None, index=0):
+        self._buf, self._grads, self._index = buf, grads or [buf], index
+
+    def buffer(self):
+        return self._buf
+
+    def gradients(self):
+        return self._grads
+
+    def index(self):
+        return self._index
+
+
+def test_topk_hook_sends_the_largest_and_keeps_the_rest(monkeypatch) -> None:
+    """One rank (world 1): the bucket becomes its top-k, the rest waits in the residual and
+    is added to the next step's bucket (error feedback)."""
+    import torch
+
+    from ddpdoctor.train import comm_hooks
+
+    monkeypatch.setattr(comm_hooks.dist, "get_world_size", lambda group=None: 1)
+    monkeypatch.setattr(comm_hooks.dist, "all_gather_into_tensor",
+                        lambda out, t, group=None: out.copy_(t))
+    state = comm_hooks.TopKState(0.25)
+    buf = torch.tensor([0.1, -4.0, 0.2, 3.0, 0.0, 0.5, -0.3, 0.05])
+    out = comm_hooks.topk_hook(state, _Bucket(buf)).wait()
+    assert out.tolist() == [0, -4.0, 0, 3.0, 0, 0, 0, 0]
+    assert state.residuals[0].tolist() == pytest.approx([0.1, 0, 0.2, 0, 0, 0.5, -0.3, 0.05])
+    out = comm_hooks.topk_hook(state, _Bucket(torch.full((8,), 0.1))).wait()
+    assert out.tolist() == pytest.approx([0, 0, 0.3, 0, 0, 0.6, 0, 0])  # residual + new
+    assert comm_hooks.topk_payload(state, _Bucket(buf)) == 2 * (4 + 8)
+
+
+def test_payload_of_each_hook() -> None:
+    import torch
+
+    from ddpdoctor.train import comm_hooks
+
+    w, b = torch.zeros(64, 32), torch.zeros(32)
+    bucket = _Bucket(torch.zeros(64 * 32 + 32), [w, b])
+    assert comm_hooks._half_payload(None, bucket) == (64 * 32 + 32) * 2
+
+    class _PowerSGD:
+        iter, start_powerSGD_iter, matrix_approximation_rank = 0, 2, 1
+
+    state = _PowerSGD()
+    assert comm_hooks._powersgd_payload(state, bucket) == (64 * 32 + 32) * 4  # plain first
+    state.iter = 2
+    assert comm_hooks._powersgd_payload(state, bucket) == ((64 + 32) * 1 + 32) * 4
+    meter = comm_hooks.CommMeter(plain=100)
+    assert meter.take() == 100  # no hook: DDP's own all-reduce of every gradient
+    meter.hooked, meter.bytes = True, 7
+    assert (meter.take(), meter.take()) == (7, 0)
+
+
+def test_scaler_skipping_finding_names_the_rank_that_overflows() -> None:
+    from ddpdoctor.catalog import CATALOG
+    from ddpdoctor.watch.skipped_steps import skipping_finding
+
+    f = skipping_finding(2, 4)
+    assert f.id == "GRAD_NONFINITE" and f.ranks == [2] and f.id in CATALOG
+    assert f.evidence["backwards_without_step"] == 4
+    assert "rank 2's own gradients are non-finite" in f.title

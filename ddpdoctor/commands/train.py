@@ -49,7 +49,7 @@ def _help() -> str:
 
 
 def _default_nproc(strategies: list[str]) -> int:
-    return 4 if "tp-dp" in strategies else 2
+    return 4 if {"tp-dp", "hsdp"} & set(strategies) else 2
 
 
 def torchrun_argv(nproc: int, worker_argv: list[str]) -> list[str]:
@@ -83,7 +83,8 @@ def _click_type(o: Any) -> Any:
 
 @click.command(name="train", help=_help(), context_settings={"max_content_width": 100})
 @click.option("--nproc", type=click.IntRange(1, 1024), default=None,
-              help="Ranks on this machine (default 2; 4 when tp-dp is among the strategies).")
+              help="Ranks on this machine (default 2; 4 when tp-dp or hsdp is among the "
+              "strategies).")
 @click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
 @html_option
 @_add_options
@@ -101,7 +102,8 @@ def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: A
         check_resume(rcfg)
         injections.check_steps(injs, rcfg.steps)
         for name in rcfg.strategies:
-            injections.check_compatible(injs, name, world)
+            injections.check_compatible(injs, name, world,
+                                        injections.options_on(rcfg.precision))
         # Every rank runs here, in this environment: say a refusal once, before torchrun.
         # With --device auto the device is not known yet (no torch here): the rank checks.
         device = rcfg.device if rcfg.device == "cpu" else "cuda"

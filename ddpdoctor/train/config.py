@@ -21,7 +21,13 @@ STRATEGIES: dict[str, str] = {
           "micro-batches.",
     "tp": "Tensor parallel (parallelize_module): Megatron column/row split of attention and MLP.",
     "tp-dp": "2-D device mesh: tensor parallel inside a group of --tp ranks, FSDP2 across groups.",
+    "hsdp": "FSDP2 on a 2-D mesh (HYBRID_SHARD): sharded inside groups of --shard-group ranks, "
+            "replicated across the groups (gradients reduce-scattered, then all-reduced).",
 }
+
+FSDP_STRATEGIES = ("fsdp", "zero2", "zero3", "hsdp", "tp-dp")
+DDP_STRATEGIES = ("ddp", "zero1")
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd", "topk")
 
 # Model presets for --size. "tiny" trains in seconds on 2 CPU ranks.
 SIZES: dict[str, dict[str, int]] = {
@@ -81,6 +87,14 @@ class RunConfig:
     injections: list[str] = field(default_factory=list)  # raw "NAME[@RANK][:STEP]" specs
     device: str = "auto"         # auto | cpu | cuda
     watch: bool = False          # train under ddpdoctor.watch()
+    grad_accum: int = 1          # micro-batches per optimizer step (the batch is split)
+    comm_hook: str = "none"      # DDP gradient compression: none | fp16 | bf16 | powersgd | topk
+    topk_ratio: float = 0.01     # topk: fraction of each bucket's gradients sent
+    shard_group: int = 2         # hsdp: ranks that shard one replica
+    cpu_offload: bool = False    # FSDP2 CPUOffloadPolicy
+    activation_checkpointing: bool = False  # recompute each block's activations in backward
+    profile: int = 0             # torch.profiler trace of this many steps per rank
+    profile_dir: str = "ddpdoctor-profile"
 
     def validate(self) -> None:
         for s in self.strategies:
@@ -99,6 +113,36 @@ class RunConfig:
             raise ValueError("--resume and --save-every need --checkpoint-dir")
         if self.pg_timeout <= 0:
             raise ValueError("--pg-timeout must be positive")
+        self._validate_features()
+
+    def _validate_features(self) -> None:
+        """The options of accumulation, compression, precision, sharding and offload."""
+        if self.grad_accum < 1 or self.batch_size % self.grad_accum:
+            raise ValueError(f"--batch-size {self.batch_size} is not a multiple of "
+                             f"--grad-accum {self.grad_accum} (the batch is split into "
+                             "micro-batches)")
+        if self.grad_accum > 1 and "pp" in self.strategies:
+            raise ValueError("--grad-accum: pp already splits each step into --microbatches")
+        if self.comm_hook not in COMM_HOOKS:
+            raise ValueError(f"unknown --comm-hook {self.comm_hook!r} ({' | '.join(COMM_HOOKS)})")
+        _only(self.comm_hook != "none", "--comm-hook", DDP_STRATEGIES, self.strategies)
+        _only(self.cpu_offload, "--cpu-offload", FSDP_STRATEGIES, self.strategies)
+        if self.precision == "fp16" and "pp" in self.strategies:
+            raise ValueError("--precision fp16 needs loss scaling, which the pipeline "
+                             "schedule's own backward does not do: not with pp")
+        if self.precision == "fp16" and "tp" in self.strategies:
+            # torch 2.13: "_amp_foreach_non_finite_check_and_unscale_: got mixed
+            # torch.Tensor and DTensor" (tp keeps embeddings and norms as plain tensors)
+            raise ValueError("--precision fp16: torch's GradScaler cannot unscale tp's mix "
+                             "of DTensor and plain gradients: not with tp")
+        if not 0 < self.topk_ratio <= 1:
+            raise ValueError("--topk-ratio must be in (0, 1]")
+
+
+def _only(on: bool, flag: str, allowed: tuple[str, ...], strategies: list[str]) -> None:
+    bad = [s for s in strategies if s not in allowed]
+    if on and bad:
+        raise ValueError(f"{flag} works with {', '.join(allowed)}, not {', '.join(bad)}")
 
 
 def lr_at(rcfg: RunConfig, step: int) -> float:
@@ -112,6 +156,8 @@ def check_world(mcfg: ModelConfig, rcfg: RunConfig, world: int) -> None:
         if s == "pp" and mcfg.layers < world:
             raise ValueError(f"pp puts one stage per rank: {world} ranks need at least {world} "
                              f"layers (--layers), the model has {mcfg.layers}")
+        if s == "hsdp":
+            _check_hsdp(rcfg.shard_group, world)
         tp = world if s == "tp" else rcfg.tp if s == "tp-dp" else 0
         if s == "tp-dp" and (tp < 2 or world % tp or world // tp < 2):
             raise ValueError(f"tp-dp needs the world size ({world}) to be a multiple of --tp "
@@ -119,6 +165,13 @@ def check_world(mcfg: ModelConfig, rcfg: RunConfig, world: int) -> None:
         if tp and (mcfg.heads % tp or (mcfg.mlp_ratio * mcfg.dim) % tp):
             raise ValueError(f"{s} splits heads ({mcfg.heads}) and the MLP width "
                              f"({mcfg.mlp_ratio * mcfg.dim}) over {tp} ranks: not divisible")
+
+
+def _check_hsdp(group: int, world: int) -> None:
+    if group < 2 or world % group or world // group < 2:
+        raise ValueError(f"hsdp needs the world size ({world}) to be a multiple of "
+                         f"--shard-group ({group}) with at least two groups, e.g. 4 ranks "
+                         "with --shard-group 2")
 
 
 # Checkpoint layout (train/checkpoint.py writes it): DIR/<strategy>/step-<N>/.metadata.

@@ -51,8 +51,19 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.ln2 = nn.LayerNorm(cfg.dim)
         self.mlp = MLP(cfg)
+        # --activation-checkpointing: keep only the block's input, recompute the rest in
+        # backward. Inside forward, so FSDP2's hooks (outside) have gathered the params
+        # by the time the recompute runs, as with checkpoint_wrapper before fully_shard.
+        self.checkpointed = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.checkpointed and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            return checkpoint(self._forward, x, use_reentrant=False)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
@@ -81,11 +92,14 @@ class GPT(nn.Module):
         return x
 
 
-def build_model(cfg: ModelConfig, seed: int, device: torch.device | str = "cpu") -> GPT:
+def build_model(cfg: ModelConfig, seed: int, device: torch.device | str = "cpu",
+                checkpointed: bool = False) -> GPT:
     """The same weights on every rank: the seed alone decides them."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = GPT(cfg)
+    for block in model.blocks.values():
+        block.checkpointed = checkpointed
     return model.to(device)
 
 

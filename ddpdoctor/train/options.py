@@ -78,7 +78,8 @@ OPTIONS: list[Option] = [
     Option("--tp", int, 2, "tp-dp: tensor-parallel group size (dp = world / tp).", min=1,
            max=1024),
     Option("--find-unused", bool, False, "DDP find_unused_parameters=True."),
-    Option("--precision", str, "auto", "auto = bf16 autocast on GPU, fp32 on CPU.",
+    Option("--precision", str, "auto", "auto = bf16 autocast on GPU, fp32 on CPU; fp16 = "
+           "fp16 autocast with loss scaling (GradScaler; ShardedGradScaler for FSDP).",
            ("auto", "fp32", "bf16", "fp16")),
     Option("--device", str, "auto", "auto = cuda:LOCAL_RANK with nccl if a GPU is there, "
            "else cpu with gloo.", ("auto", "cpu", "cuda")),
@@ -92,6 +93,24 @@ OPTIONS: list[Option] = [
            "--checkpoint-dir).", min=0, max=10_000_000),
     Option("--resume", bool, False, "Resume from the newest checkpoint in --checkpoint-dir."),
     Option("--watch", bool, False, "Train under ddpdoctor.watch(model, optimizer, loader)."),
+    Option("--grad-accum", int, 1, "Micro-batches per optimizer step: the batch is split, "
+           "all but the last backward without gradient sync (DDP no_sync, FSDP2 "
+           "set_requires_gradient_sync(False)).", min=1, max=4096),
+    Option("--comm-hook", str, "none", "ddp/zero1 gradient compression: torch's fp16 / bf16 / "
+           "PowerSGD hooks or top-k sparsification with error feedback.",
+           ("none", "fp16", "bf16", "powersgd", "topk")),
+    Option("--topk-ratio", float, 0.01, "topk: fraction of each gradient bucket sent.",
+           min=0, max=1, min_open=True),
+    Option("--shard-group", int, 2, "hsdp: ranks sharding one replica (on GPUs: the GPUs of "
+           "a node).", min=1, max=1024),
+    Option("--cpu-offload", bool, False, "FSDP2 CPUOffloadPolicy: parameters, gradients and "
+           "optimizer state live on the CPU."),
+    Option("--activation-checkpointing", bool, False, "Recompute each block's activations "
+           "in backward instead of keeping them."),
+    Option("--profile", int, 0, "Trace this many steps (from step 2 when there are more) "
+           "with torch.profiler: one Chrome trace JSON per rank (Perfetto).", min=0,
+           max=10_000),
+    Option("--profile-dir", str, "ddpdoctor-profile", "Where --profile writes its traces."),
     Option("--inject", list, [], "Plant a fault: NAME[@RANK|@all][:STEP] (repeatable); "
            "`--inject list` shows them."),
 ]
@@ -140,6 +159,10 @@ def to_argv(values: dict[str, Any]) -> list[str]:
     return argv
 
 
+_FEATURES = ("grad_accum", "comm_hook", "topk_ratio", "shard_group", "cpu_offload",
+             "activation_checkpointing", "profile", "profile_dir")
+
+
 def configs(values: dict[str, Any]) -> tuple[ModelConfig, RunConfig]:
     """Build and validate both configs; ValueError with a one-line reason."""
     mcfg = ModelConfig.preset(values.get("size") or "tiny",
@@ -156,6 +179,7 @@ def configs(values: dict[str, Any]) -> tuple[ModelConfig, RunConfig]:
         pg_timeout=values["pg_timeout"], json_log=values["json_log"],
         checkpoint_dir=values["checkpoint_dir"], save_every=values["save_every"],
         resume=bool(values["resume"]), injections=list(values.get("inject") or []),
-        device=values["device"], watch=bool(values.get("watch")))
+        device=values["device"], watch=bool(values.get("watch")),
+        **{o.dest: values.get(o.dest, o.default) for o in OPTIONS if o.dest in _FEATURES})
     rcfg.validate()
     return mcfg, rcfg

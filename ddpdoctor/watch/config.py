@@ -14,7 +14,7 @@ from typing import Any
 
 CHECKS: tuple[str, ...] = (
     "unused", "nonfinite", "desync", "sampler", "straggler", "links", "memory", "device",
-    "hang",
+    "hang", "skipped",
 )
 # Checks whose data travels in the every-K-steps all_gather.
 COLLECTIVE_CHECKS = frozenset({"nonfinite", "desync", "sampler", "straggler", "device",

@@ -14,12 +14,13 @@ def check_classes() -> dict[str, type[WatchCheck]]:
     from ddpdoctor.watch.memory import MemoryCheck
     from ddpdoctor.watch.nonfinite import NonfiniteCheck
     from ddpdoctor.watch.sampler import SamplerCheck
+    from ddpdoctor.watch.skipped_steps import SkippedStepsCheck
     from ddpdoctor.watch.straggler import StragglerCheck
     from ddpdoctor.watch.unused import UnusedCheck
 
     return {"unused": UnusedCheck, "nonfinite": NonfiniteCheck, "desync": DesyncCheck,
             "sampler": SamplerCheck, "straggler": StragglerCheck, "memory": MemoryCheck,
-            "device": DeviceCheck, "links": LinksCheck}
+            "device": DeviceCheck, "links": LinksCheck, "skipped": SkippedStepsCheck}
 
 
 def build(cfg: WatchConfig) -> list[WatchCheck]:

@@ -7,6 +7,7 @@ shard count. The loop, the logging and the faults stay strategy-free.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ class Strategy:
     norm_group: Any = None           # pp: grad norms are summed across the stages
     pp_loss_hook: dict[str, Any] | None = None  # pp: the loss_fn's injectable hook
     precision_by_policy: bool = False  # FSDP2 MixedPrecisionPolicy casts; no autocast then
+    comm_meter: Any = None           # ddp/zero1: payload bytes of the gradient collectives
+    comm_plain_bytes: int = 0        # ddp/zero1: what the default all-reduce would hand over
 
     def loss(self, x: torch.Tensor, y: torch.Tensor, loss_hook: Any) -> torch.Tensor:
         """This rank's loss (before backward); pp runs the whole schedule here."""
@@ -64,6 +67,22 @@ class Strategy:
             return torch.stack([t.detach().float() for t in losses]).mean()
         return torch.tensor(float("nan"), device=self.device)
 
+    def grad_sync(self, on: bool) -> Any:
+        """Context of one micro-batch's backward: gradients synchronised or accumulated
+        locally (DDP ``no_sync``; FSDP2 ``set_requires_gradient_sync(False)``)."""
+        if on:
+            return contextlib.nullcontext()
+        if hasattr(self.model, "no_sync"):
+            return self.model.no_sync()
+        if hasattr(self.model, "set_requires_gradient_sync"):
+            return _fsdp_no_sync(self.model)
+        return contextlib.nullcontext()  # tp / pp: no data-parallel gradient reduction
+
+    @property
+    def sharded(self) -> bool:
+        """FSDP2 or tensor parallel: DTensor gradients, sharded (ShardedGradScaler's job)."""
+        return any(hasattr(p, "_local_tensor") for p in self.model.parameters())
+
     def params(self) -> list[nn.Parameter]:
         return [p for p in self.model.parameters()]
 
@@ -71,10 +90,17 @@ class Strategy:
         return clip_grad_norm(self.params(), max_norm, self.norm_group)
 
 
+@contextlib.contextmanager
+def _fsdp_no_sync(model: Any) -> Any:
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
 def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
     if dtype is None:
-        import contextlib
-
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
 
@@ -115,6 +141,7 @@ BUILDERS: dict[str, tuple[str, str]] = {
     "pp": ("pipeline", "build_pp"),
     "tp": ("tensor_parallel", "build_tp"),
     "tp-dp": ("tensor_parallel", "build_tp_dp"),
+    "hsdp": ("sharded", "build_hsdp"),
 }
 
 

@@ -23,7 +23,8 @@ from ddpdoctor.train.strategies import Strategy, make_optimizer
 def build_pp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
              injector: Any) -> Strategy:
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = pipeline_stage(build_model(mcfg, rcfg.seed, device), rank, world)
+    model = pipeline_stage(build_model(mcfg, rcfg.seed, device,
+                                       rcfg.activation_checkpointing), rank, world)
     injector.model_built(model)
     stage = PipelineStage(model, rank, world, device)
     strategy = Strategy("pp", model, model, make_optimizer(model.parameters(), rcfg),

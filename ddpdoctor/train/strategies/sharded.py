@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from ddpdoctor.train.config import ModelConfig, RunConfig
 from ddpdoctor.train.model import GPT, build_model
@@ -25,10 +25,13 @@ warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a vi
 
 
 def shard_blocks(model: GPT, mesh: DeviceMesh, reshard: bool,
-                 mp: MixedPrecisionPolicy | None = None) -> GPT:
+                 mp: MixedPrecisionPolicy | None = None, offload: bool = False) -> GPT:
     kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard}
     if mp is not None:
         kw["mp_policy"] = mp
+    if offload:
+        # pinned host memory only where there is a GPU to copy to
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=mesh.device_type == "cuda")
     for block in model.blocks.values():
         fully_shard(block, **kw)
     fully_shard(model, **kw)
@@ -36,15 +39,17 @@ def shard_blocks(model: GPT, mesh: DeviceMesh, reshard: bool,
 
 
 def _build(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device, injector: Any,
-           reshard: bool, mixed: bool) -> Strategy:
+           reshard: bool, mixed: bool, mesh: DeviceMesh | None = None) -> Strategy:
     world = dist.get_world_size()
-    mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
-    model = build_model(mcfg, rcfg.seed, device)
+    if mesh is None:
+        mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
+    model = build_model(mcfg, rcfg.seed, device, rcfg.activation_checkpointing)
     injector.model_built(model)
     mp = None
     if mixed and device.type == "cuda" and rcfg.precision in ("auto", "bf16"):
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    shard_blocks(model, mesh, reshard, mp)
+    shard_blocks(model, mesh, reshard, mp, rcfg.cpu_offload)
+    # every rank reads its own data shard: HSDP's replicas and shards alike
     s = Strategy("fsdp", model, model, make_optimizer(model.parameters(), rcfg),
                  dp_rank=dist.get_rank(), dp_world=world, loss_ranks=list(range(world)))
     s.precision_by_policy = mp is not None
@@ -64,3 +69,16 @@ def build_zero2(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
 def build_zero3(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
                 injector: Any) -> Strategy:
     return _build(mcfg, rcfg, device, injector, reshard=True, mixed=False)
+
+
+def build_hsdp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
+               injector: Any) -> Strategy:
+    """HYBRID_SHARD: a 2-D mesh (replicate, shard); fully_shard on it shards parameters
+    within a group of --shard-group ranks and all-reduces gradients across the groups."""
+    world, group = dist.get_world_size(), rcfg.shard_group
+    if group < 2 or world % group or world // group < 2:
+        raise ValueError(f"hsdp needs a world size that is a multiple of --shard-group "
+                         f"{group} with at least two groups (world {world})")
+    mesh = init_device_mesh(device.type, (world // group, group),
+                            mesh_dim_names=("replicate", "shard"))
+    return _build(mcfg, rcfg, device, injector, reshard=True, mixed=True, mesh=mesh)

@@ -51,7 +51,7 @@ def build_tp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
     world = dist.get_world_size()
     _check_divisible(mcfg, world)
     mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("tp",))
-    model = build_model(mcfg, rcfg.seed, device)
+    model = build_model(mcfg, rcfg.seed, device, rcfg.activation_checkpointing)
     injector.model_built(model)
     apply_tp(model, mesh)
     return Strategy("tp", model, model, make_optimizer(model.parameters(), rcfg),
@@ -66,7 +66,7 @@ def build_tp_dp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
                          f"least two TP groups (world {world}); run 4 ranks with --tp 2")
     _check_divisible(mcfg, tp)
     mesh = init_device_mesh(device.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
-    model = build_model(mcfg, rcfg.seed, device)
+    model = build_model(mcfg, rcfg.seed, device, rcfg.activation_checkpointing)
     injector.model_built(model)
     apply_tp(model, mesh["tp"])
     shard_blocks(model, mesh["dp"], reshard=True)

@@ -1,0 +1,68 @@
+"""Checks that a rank may plant a fault touching its host (network queueing, overcommit).
+
+No torch: the CLI runs them for every rank before torchrun starts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddpdoctor.train.injections import Injection
+
+
+def check_host(injections: list[Injection], rank: int, device_type: str = "cpu",
+               env: dict[str, str] | None = None) -> None:
+    """Raise ValueError when this rank cannot plant a fault that touches the host.
+
+    ``slow-link`` rewrites a network interface's queueing: only allowed inside a named
+    network namespace (``ip netns add``, as tests make), never in the host's. ``oom`` on
+    CPU needs the kernel to refuse a huge allocation, which it does unless overcommit is
+    "always" (vm.overcommit_memory=1): then the memory would really be used.
+    """
+    oom = next((i for i in injections if i.name == "oom" and i.on(rank)), None)
+    if oom is not None and device_type == "cpu" and _overcommit_mode() == 1:
+        raise ValueError(f"--inject {oom}: vm.overcommit_memory is 1 (always), so the "
+                         "kernel would grant the allocation instead of failing it")
+    inj = next((i for i in injections if i.name == "slow-link" and i.on(rank)), None)
+    if inj is None:
+        return
+    env = os.environ if env is None else env
+    dev = env.get("GLOO_SOCKET_IFNAME", "")
+    if not dev or "," in dev or dev == "lo":
+        raise ValueError(f"--inject {inj}: set GLOO_SOCKET_IFNAME to the one interface "
+                         "(not lo) whose egress to throttle")
+    if os.geteuid() != 0:
+        raise ValueError(f"--inject {inj}: needs root (tc qdisc)")
+    if named_netns() is None:
+        raise ValueError(f"--inject {inj}: refusing to throttle the host's network; run "
+                         "this rank in a network namespace of its own (ip netns exec)")
+
+
+def _overcommit_mode() -> int | None:
+    try:
+        with open("/proc/sys/vm/overcommit_memory") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def named_netns() -> str | None:
+    """The ``ip netns`` name of this process's network namespace; None for the host's
+    (even when ``ip netns attach`` named it) or when it cannot be told."""
+    try:
+        mine = os.stat("/proc/self/ns/net")
+        try:
+            host = os.stat("/proc/1/ns/net")  # unreadable in some sandboxes
+            if (host.st_dev, host.st_ino) == (mine.st_dev, mine.st_ino):
+                return None  # `ip netns attach NAME 1` names the host's own namespace
+        except OSError:
+            pass
+        for name in os.listdir("/run/netns"):
+            st = os.stat(os.path.join("/run/netns", name))
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                return name
+    except OSError:
+        pass
+    return None
