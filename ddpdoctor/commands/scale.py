@@ -76,6 +76,13 @@ triaged), 2 usage error, 3 a run printed no throughput or could not start.
               default="ddp", show_default=True, help="Trainer: data-parallel strategy.")
 @click.option("--size", type=click.Choice(list(SIZES)), default="tiny", show_default=True,
               help="Trainer: model preset.")
+@click.option("--layers", type=click.IntRange(1, 1024), default=None,
+              help="Trainer: override the preset's number of blocks.")
+@click.option("--dim", type=click.IntRange(1, 65536), default=None,
+              help="Trainer: override the preset's width (a wide model with a short --seq "
+                   "has much gradient to send per unit of compute).")
+@click.option("--seq", type=click.IntRange(1, 1 << 20), default=None,
+              help="Trainer: override the preset's sequence length.")
 @click.option("--steps", type=click.IntRange(2, 100_000), default=30, show_default=True,
               help="Trainer: steps per run (each takes milliseconds with the tiny model; "
                    "start-up dominates).")
@@ -88,6 +95,9 @@ triaged), 2 usage error, 3 a run printed no throughput or could not start.
 @click.option("--inject", multiple=True, metavar="FAULT",
               help="Trainer: plant a fault (see `ddpdoctor train --inject list`), in the runs "
                    "whose world has its rank, e.g. straggler@1 or slow-data@1.")
+@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Runs per world size, interleaved (1,2,4,1,2,4); the fastest counts. On "
+                   "a shared machine 3 takes out much of the noise.")
 @click.option("--min-efficiency", type=FiniteFloat(min=0, max=1), default=0.8,
               show_default=True, help="Efficiency below this is a finding.")
 @click.option("--run-timeout", type=FiniteFloat(min=1), default=600.0, show_default=True,
@@ -98,8 +108,9 @@ triaged), 2 usage error, 3 a run printed no throughput or could not start.
 @json_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD...]")
 def command(nproc_list: str, mode: str, batch_size: int, global_batch: int | None,
-            strategy: str, size: str, steps: int, warmup_steps: int, num_workers: int,
-            device: str, inject: tuple[str, ...], min_efficiency: float, run_timeout: float,
+            strategy: str, size: str, layers: int | None, dim: int | None, seq: int | None,
+            steps: int, warmup_steps: int, num_workers: int, device: str,
+            inject: tuple[str, ...], repeat: int, min_efficiency: float, run_timeout: float,
             work_dir: str | None, json_path: str | None, cmd: tuple[str, ...]) -> None:
     from ddpdoctor.scale.sweep import Sweep, parse_nproc_list, rank_batches, specs
 
@@ -117,8 +128,9 @@ def command(nproc_list: str, mode: str, batch_size: int, global_batch: int | Non
                              "to measure")
         sw = Sweep(worlds, mode, batches, warmup_steps, run_timeout,
                    Path(work_dir or "."), user,
-                   dict(strategy=strategy, size=size, steps=steps, num_workers=num_workers,
-                        device=device, inject=list(inject)))
+                   dict(strategy=strategy, size=size, layers=layers, dim=dim, seq=seq,
+                        steps=steps, num_workers=num_workers, device=device,
+                        inject=list(inject)), repeat)
         specs(sw)  # every run's options checked before the first starts
     except ValueError as e:
         click.echo(f"ddpdoctor scale: {e}", err=True)

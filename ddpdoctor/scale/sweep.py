@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from ddpdoctor.findings import Finding
@@ -28,6 +29,7 @@ class Sweep:
     workdir: Path
     user_cmd: list[str] | None = None
     train: dict[str, Any] = field(default_factory=dict)  # trainer option values
+    repeat: int = 1               # runs per world size; the fastest one counts
 
 
 class ScaleError(Exception):
@@ -77,6 +79,7 @@ def trainer_options(train: dict[str, Any], world: int, rank_batch: int,
     values.update(train)
     values["batch_size"] = rank_batch
     values["warmup"] = 1
+    values["microbatches"] = 1  # pp only; would refuse an odd per-rank batch
     # no epoch boundary inside the measured steps (a new iterator restarts workers)
     values["dataset_size"] = max(512, max_global * (values["steps"] + 1))
     values["inject"] = [s for s in train.get("inject", ())
@@ -104,18 +107,21 @@ def _check_injection_ranks(sw: Sweep) -> None:
 
 
 def specs(sw: Sweep) -> list[runner.RunSpec]:
-    """Every run's command line, validated before the first one starts."""
+    """Every run's command line, validated before the first one starts. With ``repeat``
+    the sweep goes round the world sizes that many times (1,2,4,1,2,4: a load that comes
+    and goes on the machine hits every world size alike)."""
     out = []
     max_global = max((sw.rank_batch[w] or 1) * w for w in sw.worlds)
     _check_injection_ranks(sw)
-    for w in sw.worlds:
+    for k, w in ((k, w) for k in range(sw.repeat) for w in sw.worlds):
         env = runner.run_env(w, sw.mode, sw.rank_batch[w])
-        log = sw.workdir / f"world{w}.log"
+        tag = f"world{w}" + (f"-{k + 1}" if sw.repeat > 1 else "")
+        log = sw.workdir / f"{tag}.log"
         if sw.user_cmd is not None:
             out.append(runner.RunSpec(w, runner.with_nproc(sw.user_cmd, w), env, log,
                                       rank_batch=sw.rank_batch[w]))
             continue
-        jlog = sw.workdir / f"world{w}.jsonl"
+        jlog = sw.workdir / f"{tag}.jsonl"
         opts = trainer_options(sw.train, w, sw.rank_batch[w] or 1, max_global)
         out.append(runner.RunSpec(w, runner.trainer_argv(w, opts, jlog), env, log, jlog,
                                   sw.rank_batch[w]))
@@ -172,7 +178,10 @@ def run_all(sw: Sweep, progress: Callable[[str], None]) -> Outcome:
     """Launch every run in turn. Raises ScaleError when a run printed no throughput."""
     out = Outcome()
     todo = specs(sw)
+    best: dict[int, RunMeasurement] = {}
     for i, spec in enumerate(todo, 1):
+        if spec.world in out.failed:
+            continue
         progress(f"[{i}/{len(todo)}] {ranks(spec.world)}"
                  + (f", batch {spec.rank_batch}/rank" if spec.rank_batch else "") + " ...")
         res = runner.execute(spec, sw.timeout)
@@ -194,7 +203,8 @@ def run_all(sw: Sweep, progress: Callable[[str], None]) -> Outcome:
             what = "the trainer" if sw.user_cmd is None else "the command"
             raise ScaleError(f"{what} at {ranks(spec.world)} exited 0 but {e}; its output is "
                              f"in {spec.log} (docs/scale.md shows the line format)") from None
-        out.measurements.append(m)
-        mid = sorted(m.throughput)[len(m.throughput) // 2]
-        progress(f"      {mid:,.0f} {m.unit} in {res.seconds:.1f} s")
+        if spec.world not in best or median(m.throughput) > median(best[spec.world].throughput):
+            best[spec.world] = m
+        progress(f"      {median(m.throughput):,.0f} {m.unit} in {res.seconds:.1f} s")
+    out.measurements = [best[w] for w in sw.worlds if w in best and w not in out.failed]
     return out
