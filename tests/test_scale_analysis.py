@@ -142,3 +142,15 @@ def test_user_output_without_a_line_is_refused():
                          1, 0)
     with pytest.raises(NoThroughput):
         from_trainer_records(['{"event": "summary"}', "not json"], 1, 0)
+
+
+def test_html_report_draws_efficiency_and_breakdown():
+    import json
+
+    from ddpdoctor.html.page import render_page
+    from ddpdoctor.report import Report
+
+    report = Report.from_dict(json.loads((FIX / "straggler" / "report.json").read_text()))
+    page = render_page(report)
+    assert "scaling efficiency against the smallest world" in page
+    assert "communication (est.)" in page and "STRAGGLER" in page

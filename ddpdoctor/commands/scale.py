@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ddpdoctor.commands.common import FiniteFloat, finish, json_option
+from ddpdoctor.commands.common import FiniteFloat, finish, html_option, json_option
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE, Check, Report
 from ddpdoctor.train.config import SIZES
 
@@ -106,12 +106,14 @@ triaged), 2 usage error, 3 a run printed no throughput or could not start.
               help="Keep every run's output and JSON log here (default: a temporary "
                    "directory, removed unless a run failed).")
 @json_option
+@html_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD...]")
 def command(nproc_list: str, mode: str, batch_size: int, global_batch: int | None,
             strategy: str, size: str, layers: int | None, dim: int | None, seq: int | None,
             steps: int, warmup_steps: int, num_workers: int, device: str,
             inject: tuple[str, ...], repeat: int, min_efficiency: float, run_timeout: float,
-            work_dir: str | None, json_path: str | None, cmd: tuple[str, ...]) -> None:
+            work_dir: str | None, json_path: str | None, html_path: str | None,
+            cmd: tuple[str, ...]) -> None:
     from ddpdoctor.scale.sweep import Sweep, parse_nproc_list, rank_batches, specs
 
     user = list(cmd) or None
@@ -143,10 +145,11 @@ def command(nproc_list: str, mode: str, batch_size: int, global_batch: int | Non
         click.echo(f"ddpdoctor scale: cannot create {work_dir or 'a temporary directory'}: "
                    f"{e.strerror or e}", err=True)
         sys.exit(EXIT_DOCTOR_FAILED)
-    _run(sw, min_efficiency, json_path, keep=work_dir is not None)
+    _run(sw, min_efficiency, json_path, html_path, keep=work_dir is not None)
 
 
-def _run(sw: Any, min_eff: float, json_path: str | None, keep: bool) -> None:
+def _run(sw: Any, min_eff: float, json_path: str | None, html_path: str | None,
+         keep: bool) -> None:
     from ddpdoctor.scale.sweep import ScaleError, ranks, run_all
 
     report = Report("scale", world={"world_size": max(sw.worlds)})
@@ -157,10 +160,10 @@ def _run(sw: Any, min_eff: float, json_path: str | None, keep: bool) -> None:
         outcome = run_all(sw, lambda line: click.echo(line, err=True))
     except ScaleError as e:
         report.doctor_error = str(e)
-        finish(report, json_path)
+        finish(report, json_path, html_path=html_path)
     except OSError as e:
         report.doctor_error = f"cannot start the run: {e.strerror or e}"
-        finish(report, json_path)
+        finish(report, json_path, html_path=html_path)
     for w, found in outcome.failed.items():
         report.checks.append(Check(ranks(w), "the run failed", status="error",
                                    data={"seconds": outcome.seconds.get(w)}))
@@ -172,7 +175,7 @@ def _run(sw: Any, min_eff: float, json_path: str | None, keep: bool) -> None:
     after = _analyze(report, sw, outcome, min_eff)
     if not outcome.failed and not keep:
         shutil.rmtree(sw.workdir, ignore_errors=True)
-    finish(report, json_path, after=after)
+    finish(report, json_path, after=after, html_path=html_path)
 
 
 def _analyze(report: Report, sw: Any, outcome: Any, min_eff: float) -> Any:
