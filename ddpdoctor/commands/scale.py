@@ -183,11 +183,11 @@ def _analyze(report: Report, sw: Any, outcome: Any, min_eff: float) -> Any:
     from ddpdoctor.scale.sweep import ranks
 
     th = Thresholds(min_efficiency=min_eff)
-    results = analyze(outcome.measurements, th)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    results = analyze(outcome.measurements, th, cpus, outcome.device)
     if not results:
         return None
     unit = outcome.measurements[0].unit
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     for r in results:
         base = r is results[0]
         summary = (f"{r.throughput:,.0f} {unit}, efficiency {r.efficiency:.0%}"
@@ -200,7 +200,7 @@ def _analyze(report: Report, sw: Any, outcome: Any, min_eff: float) -> Any:
                          "baseline_world": results[0].world, "cpus": cpus,
                          "device": outcome.device,
                          "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "1")})
-    for f in findings(results, sw.mode, th, cpus, outcome.device):
+    for f in findings(results, sw.mode, th, cpus):
         report.add(f, check=ranks(min(int(w) for w in f.evidence["per_world"])))
 
     def after(_: Report) -> None:

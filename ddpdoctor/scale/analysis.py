@@ -83,6 +83,7 @@ class WorldResult:
     comm_s: float | None = None       # estimated: communication not hidden by backward
     components: dict[str, float] = field(default_factory=dict)  # lost time by cause
     cause: str | None = None
+    oversubscribed: bool = False      # more ranks than CPU cores (CPU runs)
 
     @property
     def lost_s(self) -> float:
@@ -185,8 +186,15 @@ def _cause(res: WorldResult, th: Thresholds) -> str | None:
     return top if parts[top] >= th.cause_share * res.lost_s else None
 
 
-def analyze(runs: list[RunMeasurement], th: Thresholds | None = None) -> list[WorldResult]:
-    """Per-world results, smallest world first; the smallest is the baseline."""
+def analyze(runs: list[RunMeasurement], th: Thresholds | None = None,
+            cpus: int | None = None, device: str | None = None) -> list[WorldResult]:
+    """Per-world results, smallest world first; the smallest is the baseline.
+
+    ``cpus``/``device``: on CPU, a world with more ranks than cores is oversubscribed;
+    its cause is compute whatever the split says (ranks wait for a core in every phase,
+    and most visibly in a ring all-reduce, which needs every rank on a core at once).
+    A planted straggler or slow data on one rank still names that rank.
+    """
     th = th or Thresholds()
     runs = sorted(runs, key=lambda m: m.world)
     if not runs:
@@ -203,6 +211,9 @@ def analyze(runs: list[RunMeasurement], th: Thresholds | None = None) -> list[Wo
             ratio = res.ideal_step_s / base.breakdown.step_s if base.breakdown.step_s else 1.0
             _split(res, base, ratio)
             res.cause = _cause(res, th)
+            res.oversubscribed = bool(cpus and device == "cpu" and m.world > cpus)
+            if res.oversubscribed and res.cause not in ("straggler", "data"):
+                res.cause = "compute"
         else:
             _split(res, res, 1.0)
             res.components = {}
@@ -246,7 +257,7 @@ def _finding_key(res: WorldResult) -> tuple[str, tuple[int, ...]]:
 
 
 def findings(results: list[WorldResult], mode: str, th: Thresholds | None = None,
-             cpus: int | None = None, device: str | None = None) -> list[Finding]:
+             cpus: int | None = None) -> list[Finding]:
     """One finding per (cause, culprit) over the world sizes whose efficiency is poor."""
     th = th or Thresholds()
     groups: dict[tuple[str, tuple[int, ...]], list[WorldResult]] = {}
@@ -264,10 +275,11 @@ def findings(results: list[WorldResult], mode: str, th: Thresholds | None = None
                                          "ideal_step_s": round(r.ideal_step_s, 4),
                                          "lost_s_by_cause": _rounded(r.components)}
                           for r in group}}
-        over = [r.world for r in group if cpus and device == "cpu" and r.world > cpus]
+        over = [r.world for r in group if r.oversubscribed]
         if over:
             ev["oversubscribed"] = (f"{', '.join(map(str, over))} ranks on {cpus} CPU cores: "
-                                    "ranks share cores, so each computes slower")
+                                    "every rank waits for a core, in compute and in "
+                                    "communication alike")
         out.append(Finding(fid, _title(fid, group, list(ranks)), ranks=list(ranks),
                            evidence=ev))
     return out

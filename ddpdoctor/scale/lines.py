@@ -14,7 +14,8 @@ communication if you can time it so). Every rank may print its own line with ``r
 with ``data_s``/``compute_s`` from every rank, scale can tell a straggler or a data-bound
 rank from communication; the throughput of rank 0's lines (or of lines with no ``rank``)
 is the one used. Anything before the marker (torchrun's ``[rank0]:`` prefix, a logger's
-time stamp) is ignored.
+time stamp) is ignored, and so is a line run together with another rank's
+(each marker starts a line).
 """
 
 from __future__ import annotations
@@ -82,5 +83,14 @@ def parse_line(text: str) -> ThroughputLine | None:
     return ThroughputLine(value, unit, ints.get("step"), ints.get("rank"), times)
 
 
-def has_marker(text: str) -> bool:
-    return MARKER in text
+def parse_lines(text: str) -> list[ThroughputLine]:
+    """Every well-formed line of an output. Two ranks writing to one pipe at once can run
+    their lines together (``...compute_s=0.002ddpdoctor-throughput: 418 samples/s ...``,
+    seen in a real run): each marker starts a line of its own."""
+    out = []
+    for line in text.splitlines():
+        for part in line.split(MARKER)[1:]:
+            parsed = parse_line(MARKER + part)
+            if parsed is not None:
+                out.append(parsed)
+    return out

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ddpdoctor.scale.lines import ThroughputLine, parse_line
+from ddpdoctor.scale.lines import ThroughputLine, parse_lines
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def from_trainer_records(lines: Iterable[str], world: int, warmup: int,
 def from_user_output(text: str, world: int, warmup: int,
                      rank_batch: int | None = None) -> RunMeasurement:
     """A user command's output: its ``ddpdoctor-throughput:`` lines (see ``lines``)."""
-    parsed = [p for p in map(parse_line, text.splitlines()) if p is not None]
+    parsed = parse_lines(text)
     if not parsed:
         raise NoThroughput("printed no 'ddpdoctor-throughput: N samples/s' line")
     lead = min((p.rank for p in parsed if p.rank is not None), default=None)
