@@ -73,6 +73,14 @@ def test_a_command_that_prints_no_throughput_is_exit_3(tmp_path):
     assert rep["exit_code"] == 3 and rep["findings"] == []
 
 
+def test_a_command_that_changes_its_unit_is_exit_3(tmp_path):
+    code = ("import os; u = 'samples/s' if os.environ['DDPDOCTOR_SCALE_NPROC'] == '1' "
+            "else 'tokens/s'; print('ddpdoctor-throughput: 10', u)")
+    r = scale("--nproc-list", "1,2", "--warmup-steps", "0", "--", sys.executable, "-c", code)
+    assert r.returncode == 3
+    assert "printed samples/s at 1 rank but tokens/s at 2 ranks" in r.stdout + r.stderr
+
+
 def test_a_failing_command_is_never_healthy(tmp_path):
     out = tmp_path / "r.json"
     code = "import os,sys; sys.exit(int(os.environ['DDPDOCTOR_SCALE_NPROC']) + 3)"

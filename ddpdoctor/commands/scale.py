@@ -173,6 +173,7 @@ def _run(sw: Any, min_eff: float, json_path: str | None, html_path: str | None,
         report.checks.append(Check(ranks(w), "not run: the baseline failed",
                                    status="skipped"))
     after = _analyze(report, sw, outcome, min_eff)
+    report.checks.sort(key=lambda c: int(c.name.split()[0]))  # by world size
     if not outcome.failed and not keep:
         shutil.rmtree(sw.workdir, ignore_errors=True)
     finish(report, json_path, after=after, html_path=html_path)

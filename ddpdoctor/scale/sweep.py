@@ -203,6 +203,10 @@ def run_all(sw: Sweep, progress: Callable[[str], None]) -> Outcome:
             what = "the trainer" if sw.user_cmd is None else "the command"
             raise ScaleError(f"{what} at {ranks(spec.world)} exited 0 but {e}; its output is "
                              f"in {spec.log} (docs/scale.md shows the line format)") from None
+        first = next(iter(best.values()), m)
+        if m.unit != first.unit:
+            raise ScaleError(f"the command printed {first.unit} at {ranks(first.world)} but "
+                             f"{m.unit} at {ranks(m.world)}: print one unit")
         if spec.world not in best or median(m.throughput) > median(best[spec.world].throughput):
             best[spec.world] = m
             out.seconds[spec.world] = round(res.seconds, 2)  # of the run that counts
