@@ -179,6 +179,10 @@ def _run(sw: Any, min_eff: float, json_path: str | None, html_path: str | None,
     finish(report, json_path, after=after, html_path=html_path)
 
 
+_ABOVE = (" (above linear: the baseline was slower than its share; on a busy machine "
+          "more ranks get more of the CPU, docs/scale.md)")
+
+
 def _analyze(report: Report, sw: Any, outcome: Any, min_eff: float) -> Any:
     from ddpdoctor.scale.analysis import Thresholds, analyze, findings
     from ddpdoctor.scale.sweep import ranks
@@ -193,14 +197,16 @@ def _analyze(report: Report, sw: Any, outcome: Any, min_eff: float) -> Any:
         base = r is results[0]
         summary = (f"{r.throughput:,.0f} {unit}, efficiency {r.efficiency:.0%}"
                    + (" (baseline)" if base else f", cause: {r.cause or 'unclear'}"
-                      if r.efficiency < min_eff else ""))
+                      if r.efficiency < min_eff else _ABOVE if r.efficiency > 1.1 else ""))
         report.checks.append(Check(ranks(r.world), summary, data={
             **r.to_dict(), "unit": unit, "rank_batch": sw.rank_batch.get(r.world),
             "seconds": outcome.seconds.get(r.world)}))
     report.world.update({"mode": sw.mode, "worlds": sw.worlds, "unit": unit,
                          "baseline_world": results[0].world, "cpus": cpus,
                          "device": outcome.device,
-                         "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "1")})
+                         "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "1"),
+                         # a busy machine skews every number: say how busy it was
+                         "load_avg_1m_at_end": round(os.getloadavg()[0], 2)})
     for f in findings(results, sw.mode, th, cpus):
         report.add(f, check=ranks(min(int(w) for w in f.evidence["per_world"])))
 
