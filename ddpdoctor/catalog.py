@@ -56,7 +56,7 @@ _SPECS = [
     _spec("DATALOADER_WORKER_FAILURE", "error",
           "DataLoader workers cannot start, are killed or time out", "check, run, diagnose"),
     _spec("DATALOADER_BOTTLENECK", "warning",
-          "ranks spend a large share of each step waiting for data", "watch"),
+          "ranks spend a large share of each step waiting for data", "watch, scale"),
     _spec("DDP_UNUSED_PARAMETERS", "error",
           "parameters that get no gradient", "watch, run, diagnose"),
     _spec("DDP_FIND_UNUSED_OVERHEAD", "info",
@@ -72,7 +72,7 @@ _SPECS = [
     _spec("SAMPLER_EPOCH_NOT_SET", "warning",
           "DistributedSampler.set_epoch is not called", "watch"),
     _spec("STRAGGLER", "warning",
-          "one rank's steps are consistently slower than the others'", "watch, run"),
+          "one rank's steps are consistently slower than the others'", "watch, run, scale"),
     _spec("MEMORY_GROWTH", "warning",
           "memory that grows step after step", "watch"),
     _spec("OOM", "error",
@@ -98,13 +98,22 @@ _SPECS = [
           "a collective hit its timeout (NCCL watchdog / gloo timeout)", "run, diagnose"),
     _spec("UNRECOGNIZED_FAILURE", "error",
           "the logs show a failure (traceback, non-zero exit, fatal error line) that no "
-          "known signature explains", "run, diagnose"),
+          "known signature explains", "run, diagnose, scale"),
     _spec("KNOWN_UPSTREAM_BUG", "warning",
           "the versions in use (or a log line) match a known bug in torch, NCCL or a plugin",
           "check, diagnose"),
     _spec("GRAD_ACCUM_OUT_OF_STEP", "warning",
           "ranks run different numbers of micro-batches per optimizer step (gradient "
           "accumulation out of step)", "watch, run"),
+    _spec("SCALING_COMM_BOUND", "warning",
+          "scaling efficiency is poor and the lost time is spent waiting for gradient "
+          "communication", "scale"),
+    _spec("SCALING_COMPUTE_BOUND", "warning",
+          "scaling efficiency is poor because each rank computes slower than one rank alone "
+          "did (shared cores or GPUs, memory bandwidth, a per-rank batch too small)", "scale"),
+    _spec("SCALING_INEFFICIENT", "warning",
+          "scaling efficiency is poor and no single cause (communication, data, straggler, "
+          "compute) explains it, or the run reported no per-rank times", "scale"),
 ]
 
 CATALOG: dict[str, FindingSpec] = {s.id: s for s in _SPECS}

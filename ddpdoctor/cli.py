@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "Reference trainer (DDP/FSDP/ZeRO/PP/TP) that can plant any fault on purpose."),
     "plan": ("ddpdoctor.commands.plan",
              "Will it fit, and with which strategy: memory per rank, predicted and checked."),
+    "scale": ("ddpdoctor.commands.scale",
+              "Scaling evaluation at 1, 2, 4 ... ranks: efficiency, and why not linear."),
     "report": ("ddpdoctor.commands.report",
                "Render a --json report or a run directory as a self-contained HTML page."),
     "playbook": ("ddpdoctor.commands.playbook",

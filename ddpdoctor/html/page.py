@@ -13,7 +13,7 @@ from typing import Any
 from markupsafe import Markup
 
 from ddpdoctor import __version__
-from ddpdoctor.html import charts_check, charts_hang, charts_training, diagnose_view
+from ddpdoctor.html import charts_check, charts_hang, charts_scale, charts_training, diagnose_view
 from ddpdoctor.html.blocks import Chart, Section
 from ddpdoctor.html.markdown import playbook_html
 from ddpdoctor.html.series import RunSeries
@@ -33,6 +33,8 @@ def sections_for(report: Report, series: RunSeries) -> list[Section]:
     out += charts_training.sections(series, culprits)
     if report.command == "check":
         out += charts_check.section(report)
+    if report.command == "scale":
+        out += charts_scale.section(report)
     return [s for s in out if s]
 
 
