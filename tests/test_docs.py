@@ -28,8 +28,9 @@ _FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
 # A repository path as prose cites it: a top-level folder of this repository, then a path.
 _REPO_PATH = re.compile(
     r"(?<![\w./-])((?:ddpdoctor|tests|benchmarks|probes|playbooks|docs)/[\w./*-]*[\w*/])"
-    # a template such as a store key `ddpdoctor/progress/{rank}` is no path
-    r"(?![\w/*{-])")
+    # a template such as a store key `ddpdoctor/progress/{rank}` or a metric name
+    # `ddpdoctor/rank<R>/loss` is no path
+    r"(?![\w/*{<-])")
 # A bare Markdown file name, the platform notes that live outside the repository, or "the
 # README" by section: README.md is a short front page now, its sections moved to docs/.
 _BARE_DOC = re.compile(r"(?<![\w./-])([A-Za-z][\w-]*\.md|PLATFORM-NOTES|README)\b")

@@ -75,12 +75,13 @@ def culprit_label(ranks: Iterable[int]) -> str:
 
 
 def finding_key(finding: Finding) -> str:
-    """``ddpdoctor/finding/GRAD_NONFINITE/rank1``: the id and the culprit ranks."""
+    """``ddpdoctor/finding/<ID>/rank<R>`` (e.g. GRAD_NONFINITE, rank1): the id and the culprit
+    ranks."""
     return f"{PREFIX}/finding/{finding.id}/{culprit_label(finding.ranks)}"
 
 
 def metric_key(rank: int, name: str) -> str:
-    """``ddpdoctor/rank1/step_time_s``: one series per rank and metric."""
+    """``ddpdoctor/rank<R>/<metric>`` (e.g. rank1, step_time_s): one series per rank and metric."""
     return f"{PREFIX}/rank{rank}/{name}"
 
 

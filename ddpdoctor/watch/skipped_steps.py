@@ -32,10 +32,19 @@ class SkippedStepsCheck(WatchCheck):
     name = "skipped"
 
     def attach(self, w: Any) -> None:
+        self.backwards = 0
+        self.handle: Any = None  # the global optimizer hook, on while the watch's hooks are
+
+    def hooks_on(self, w: Any) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self.backwards = 0
-        self.handle = register_optimizer_step_post_hook(self._stepped)
+        if self.handle is None:
+            self.handle = register_optimizer_step_post_hook(self._stepped)
+
+    def hooks_off(self, w: Any) -> None:
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
 
     def _stepped(self, *args: Any) -> None:
         self.backwards = 0
@@ -55,7 +64,7 @@ class SkippedStepsCheck(WatchCheck):
         w.unsubscribe(self, "first_grad")
 
     def close(self, w: Any) -> None:
-        self.handle.remove()
+        self.hooks_off(w)
 
 
 def skipping_finding(rank: int, backwards: int) -> Finding:
