@@ -55,7 +55,7 @@ def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
     marked as the root failure."""
     failures = [e for e in evs if e.kind is EventKind.TORCHRUN_FAILURE]
     if failures:
-        return evs, next((e for e in failures if e.data.get("first")), None)
+        return _not_teardown(evs, failures)
     agents = [i for i, e in enumerate(evs) if e.kind is EventKind.AGENT_FAILED
               and e.data.get("exit_code")]
     if not agents:
@@ -65,6 +65,25 @@ def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
     evs[i] = replace(first, rank=first.data["local_rank"] if first.rank is None
                      else first.rank, data={**first.data, "first": True})
     return evs, evs[i]
+
+
+def _not_teardown(evs: list[Event], failures: list[Event]) -> tuple[list[Event], Event | None]:
+    """torchrun's "first observed failure" is the earliest by timestamp, and ranks that left
+    no error file all carry the moment torchrun noticed them: a rank torchrun itself stopped
+    with SIGTERM can then be named first while the rank that really died (SIGKILL, SIGABRT,
+    an exit code) is listed under "Failures" (seen on torch 2.13: rank 1 SIGKILLed, rank 0's
+    -15 called the root cause). A SIGTERM is the root only when every failure is one."""
+    first = next((e for e in failures if e.data.get("first")), None)
+    if first is None or first.data.get("exit_code") != -15:
+        return evs, first
+    real = next((e for e in failures if e.data.get("exit_code") not in (-15, None)), None)
+    if real is None:
+        return evs, first
+    swapped = {id(first): replace(first, data={**first.data, "first": False}),
+               id(real): replace(real, data={**real.data, "first": True,
+                                             "torchrun_named_first": first.rank})}
+    evs = [swapped.get(id(e), e) for e in evs]
+    return evs, swapped[id(real)]
 
 
 def _versions(version_events: list[Event]) -> dict[str, str]:
