@@ -42,6 +42,12 @@ HEARTBEAT_DIR = "DDPDOCTOR_HEARTBEAT_DIR"
 FR_DIR = "DDPDOCTOR_FR_DIR"
 RUN_ID = "DDPDOCTOR_RUN_ID"
 TRAIN_MEMORY = "DDPDOCTOR_TRAIN_MEMORY"
+METRICS_PORT = "DDPDOCTOR_METRICS_PORT"
+METRICS_HOST = "DDPDOCTOR_METRICS_HOST"
+METRICS_JOB = "DDPDOCTOR_METRICS_JOB"
+SCALE_NPROC = "DDPDOCTOR_SCALE_NPROC"
+SCALE_MODE = "DDPDOCTOR_SCALE_MODE"
+SCALE_RANK_BATCH = "DDPDOCTOR_SCALE_RANK_BATCH"
 
 # --- Run directory layout (``ddpdoctor run --log-dir``) ---------------------------------------
 REPORT_FILE = "report.json"
@@ -77,6 +83,8 @@ PRE_DONE_KEY = "ddpdoctor/pre_done/{rank}"
 CHECK_KEY = "ddpdoctor/check/{run}/{attempt}/{kind}/{rank}"  # kind: "pre" or "res"
 RANK_RESULT_FILE = "rank{rank}.pkl"  # the launcher's private result directory
 RANK_PRE_FILE = "rank{rank}.pre"
+# --- Store keys (the job's own TCPStore: ``run``'s job view, ``attach --job``) ---------------
+JOBVIEW_PREFIX = "ddpdoctor.jobview/v1/"  # torchrun's keys never start with it
 
 
 def fr_dump_file(rank: int) -> str:
@@ -109,7 +117,17 @@ CONTRACTS: tuple[Contract, ...] = (
              "directory of per-rank heartbeats"),
     Contract(FR_DIR, "env", "run", "watch, attach", "directory of Flight Recorder dumps"),
     Contract(RUN_ID, "env", "run", "run (reaper)", "marks every process of one job"),
-    Contract(TRAIN_MEMORY, "env", "plan", "train", "file the trainer writes peak memory to"),
+    Contract(TRAIN_MEMORY, "env", "plan's verification, user", "train",
+             "1: measure the bytes of the last step on every rank"),
+    Contract(METRICS_PORT, "env", "run --metrics-port, user", "watch",
+             "serve Prometheus metrics on this port + LOCAL_RANK"),
+    Contract(METRICS_HOST, "env", "run --metrics-host, user", "watch",
+             "address the metrics bind (default 127.0.0.1)"),
+    Contract(METRICS_JOB, "env", "user", "watch's Prometheus sink", "the job label"),
+    Contract(SCALE_NPROC, "env", "scale", "the user's command", "the world size of this run"),
+    Contract(SCALE_MODE, "env", "scale", "the user's command", "weak or strong"),
+    Contract(SCALE_RANK_BATCH, "env", "scale", "the user's command",
+             "the per-rank batch, when --batch-size / --global-batch was given"),
     Contract(REPORT_FILE, "file", "run", "report", "the JSON report of a run directory"),
     Contract(EVENTS_FILE, "file", "watch", "run, report", "one JSON event per line"),
     Contract(SERIES_FILE, "file", "watch", "report", "per-rank step series"),
@@ -137,6 +155,8 @@ CONTRACTS: tuple[Contract, ...] = (
              "pre-init evidence saved"),
     Contract(CHECK_KEY, "store key", "check worker", "check worker (rank 0)",
              "a rank's pre-init data / result"),
+    Contract(JOBVIEW_PREFIX + "*", "store key", "run (each node), attach --job",
+             "run (the leader, each node)", "the job view: nodes, stacks, verdict"),
 )
 
 

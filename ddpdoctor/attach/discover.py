@@ -11,6 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from ddpdoctor import contract as C
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
 
@@ -187,9 +188,9 @@ def _ranks_from_env(disc: Discovery, seen: dict, with_rank: dict[int, dict[str, 
             pass
         by_rank[rank] = RankProcess(
             rank, pid, _int(env, "LOCAL_RANK"), _int(env, "WORLD_SIZE"),
-            _int(env, "LOCAL_WORLD_SIZE"), env.get("DDPDOCTOR_FR_DIR", ""), workers,
+            _int(env, "LOCAL_WORLD_SIZE"), env.get(C.FR_DIR, ""), workers,
             cmdline=_describe(seen[pid]),
-            heartbeat_dir=env.get("DDPDOCTOR_HEARTBEAT_DIR", ""))
+            heartbeat_dir=env.get(C.HEARTBEAT_DIR, ""))
     disc.ranks = [by_rank[r] for r in sorted(by_rank)]
     sizes = {r.world_size for r in disc.ranks if r.world_size}
     disc.world_size = max(sizes) if sizes else None

@@ -25,17 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor import safefile
+from ddpdoctor.contract import FR_DIR, FR_READY_FILE, FR_REQUEST_FILE, fr_dump_file
 
-ENV_DIR = "DDPDOCTOR_FR_DIR"
-REQUEST_FILE = "ddpdoctor-fr.request"
-
-
-def dump_name(rank: int) -> str:
-    return f"ddpdoctor-fr-rank{rank}.json"
+ENV_DIR = FR_DIR
+REQUEST_FILE = FR_REQUEST_FILE
+dump_name = fr_dump_file
 
 
 def ready_name(rank: int) -> str:
-    return f"ddpdoctor-fr-rank{rank}.ready"
+    return FR_READY_FILE.format(rank=rank)
 
 
 class FrParseError(ValueError):

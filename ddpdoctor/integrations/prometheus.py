@@ -19,11 +19,12 @@ import socket
 import threading
 from typing import Any
 
+from ddpdoctor.contract import METRICS_JOB
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.watch.stream import Sink, StepMetrics
 
 log = logging.getLogger("ddpdoctor.watch")
-JOB_ENV = "DDPDOCTOR_METRICS_JOB"
+JOB_ENV = METRICS_JOB
 LABELS = ("rank", "host", "job")
 # StepMetrics field -> (metric name, help, scale to the base unit)
 GAUGES: dict[str, tuple[str, str, float]] = {

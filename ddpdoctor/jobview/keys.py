@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PREFIX = "ddpdoctor.jobview/v1/"
+from ddpdoctor.contract import JOBVIEW_PREFIX
+
+PREFIX = JOBVIEW_PREFIX
 NODE_COUNT = PREFIX + "nodes"  # store.add counter: a node's index is its ticket
 REQUEST = PREFIX + "request"  # the leader's (or attach's) latest stack request, JSON
 VERDICT = PREFIX + "verdict"  # the leader's latest verdict, JSON

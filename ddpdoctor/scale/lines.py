@@ -24,6 +24,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from ddpdoctor.contract import SCALE_MODE, SCALE_NPROC, SCALE_RANK_BATCH
+
 MARKER = "ddpdoctor-throughput:"
 UNITS = ("samples/s", "tokens/s")
 TIME_KEYS = ("step_s", "data_s", "compute_s")
@@ -31,9 +33,9 @@ INT_KEYS = ("step", "rank")
 
 # Set for every run of a user command (and of the trainer): the world size of this run,
 # weak|strong, and the per-rank batch when --batch-size / --global-batch was given.
-NPROC_ENV = "DDPDOCTOR_SCALE_NPROC"
-MODE_ENV = "DDPDOCTOR_SCALE_MODE"
-RANK_BATCH_ENV = "DDPDOCTOR_SCALE_RANK_BATCH"
+NPROC_ENV = SCALE_NPROC
+MODE_ENV = SCALE_MODE
+RANK_BATCH_ENV = SCALE_RANK_BATCH
 
 _LINE = re.compile(re.escape(MARKER) + r"\s*(\S+)\s+(\S+)(.*)$")
 

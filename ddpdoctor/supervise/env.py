@@ -9,11 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-EVENTS = "DDPDOCTOR_EVENTS"
-FR_DIR = "DDPDOCTOR_FR_DIR"
-HEARTBEAT_DIR = "DDPDOCTOR_HEARTBEAT_DIR"
-WATCH = "DDPDOCTOR_WATCH"
-RUN_ID = "DDPDOCTOR_RUN_ID"  # inherited by every process of the job: how run finds them all
+# RUN_ID is inherited by every process of the job: how run finds them all
+from ddpdoctor.contract import EVENTS, FR_DIR, HEARTBEAT_DIR, RUN_ID, WATCH
+
+__all__ = ["EVENTS", "FR_DIR", "HEARTBEAT_DIR", "RUN_ID", "WATCH", "JobEnv"]
 
 
 @dataclass

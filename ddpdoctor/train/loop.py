@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ddpdoctor.contract import TRAIN_MEMORY
 from ddpdoctor.train.config import ModelConfig, RunConfig, lr_at
 from ddpdoctor.train.data import Batches, SyntheticTokens, build_loader, sample_indices
 from ddpdoctor.train.injector import Injector
@@ -82,7 +83,7 @@ def _watch(strategy: Strategy, loader: Any) -> Any:
 
 
 def memory_enabled() -> bool:
-    return os.environ.get("DDPDOCTOR_TRAIN_MEMORY", "") == "1"
+    return os.environ.get(TRAIN_MEMORY, "") == "1"
 
 
 @dataclass

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ddpdoctor import contract as C
+
 CHECKS: tuple[str, ...] = (
     "unused", "nonfinite", "desync", "sampler", "straggler", "links", "memory", "device",
     "hang", "skipped",
@@ -159,18 +161,18 @@ def _seconds(value: str) -> float:
 
 
 # set by `ddpdoctor run --metrics-port` for the job's ranks; read here
-METRICS_PORT_ENV = "DDPDOCTOR_METRICS_PORT"
-METRICS_HOST_ENV = "DDPDOCTOR_METRICS_HOST"
+METRICS_PORT_ENV = C.METRICS_PORT
+METRICS_HOST_ENV = C.METRICS_HOST
 _ENV: dict[str, tuple[str, Any]] = {
-    "DDPDOCTOR_WATCH_EVERY": ("every", _count),
-    "DDPDOCTOR_WATCH_CHECKS": ("checks", _checks),
-    "DDPDOCTOR_EVENTS": ("events_path", str),
-    "DDPDOCTOR_WATCH_LINK_EVERY": ("link_every", _count),
-    "DDPDOCTOR_HANG_TIMEOUT": ("hang_timeout_s", _seconds),
-    "DDPDOCTOR_HEARTBEAT_DIR": ("heartbeat_dir", str),
-    "DDPDOCTOR_FR_DIR": ("fr_dir", str),
-    "DDPDOCTOR_WATCH_WARN": ("warn", _flag),
-    "DDPDOCTOR_WATCH_NONFINITE_OUTPUT": ("nonfinite_output", _flag),
+    C.WATCH_EVERY: ("every", _count),
+    C.WATCH_CHECKS: ("checks", _checks),
+    C.EVENTS: ("events_path", str),
+    C.WATCH_LINK_EVERY: ("link_every", _count),
+    C.HANG_TIMEOUT: ("hang_timeout_s", _seconds),
+    C.HEARTBEAT_DIR: ("heartbeat_dir", str),
+    C.FR_DIR: ("fr_dir", str),
+    C.WATCH_WARN: ("warn", _flag),
+    C.WATCH_NONFINITE_OUTPUT: ("nonfinite_output", _flag),
     METRICS_PORT_ENV: ("metrics_port", _port),
     METRICS_HOST_ENV: ("metrics_host", str),
 }
