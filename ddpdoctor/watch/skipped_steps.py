@@ -11,8 +11,8 @@ This check names the rank that makes the overflow, early. It counts synchronised
 backwards (DDP outside ``no_sync``; every backward for a plain module) since the watched
 optimizer last stepped (the watcher's step boundary, its optimizer post-hook); once
 ``SKIPPED_LIMIT`` of them passed without a step, it looks at this rank's own first
-gradient of the backward (before
-DDP's all-reduce): non-finite there means this rank's backward overflows, and this rank
+gradient of the backward (before DDP's all-reduce): non-finite there means this
+rank's backward overflows, and this rank
 reports GRAD_NONFINITE naming itself. A rank whose own gradients are finite stays quiet
 (the nonfinite check's streak report covers the job). Works where the first gradient is
 seen (DDP, plain modules); not under FSDP or tensor parallel.
