@@ -68,12 +68,6 @@ class WatchCheck:
     def on_exception(self, w: CheckContext, exc: BaseException) -> None:
         """An exception ended the program or left the ``with watch(...)`` block."""
 
-    def hooks_on(self, w: CheckContext) -> None:
-        """The watch's hooks went on (attach, resume): put back any hook of the check's own."""
-
-    def hooks_off(self, w: CheckContext) -> None:
-        """The watch paused: take off any hook of the check's own, so a pause costs nothing."""
-
     def close(self, w: CheckContext) -> None:
         pass
 

@@ -50,8 +50,6 @@ class HookSet:
         if self.w.first_grad is not None:
             self.w.first_grad.restore()
         self.set_module_hooks(self.module_hooks_needed(self.w.step + 1))
-        for c in self.w.checks:
-            c.hooks_on(self.w)
 
     def remove(self) -> None:
         self.on = False
@@ -61,8 +59,6 @@ class HookSet:
         self.set_module_hooks(False)
         if self.w.first_grad is not None:
             self.w.first_grad.remove()
-        for c in self.w.checks:
-            c.hooks_off(self.w)
 
     def hook_optimizer(self) -> None:
         """The step hooks: the optimizer's own, or, while none was given, the global ones

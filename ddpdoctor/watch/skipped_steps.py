@@ -8,10 +8,11 @@ check forgets skipped iterations and reports a long streak of them (``nonfinite_
 for all ranks, since under DDP the all-reduce has made every rank's gradients non-finite.
 
 This check names the rank that makes the overflow, early. It counts synchronised
-backwards (DDP outside ``no_sync``; every backward for a plain module) since any torch
-optimizer last stepped (a global optimizer post-hook); once ``SKIPPED_LIMIT`` of them
-passed without a step, it looks at this rank's own first gradient of the backward (before
-DDP's all-reduce): non-finite there means this rank's backward overflows, and this rank
+backwards (DDP outside ``no_sync``; every backward for a plain module) since the watched
+optimizer last stepped (the watcher's step boundary, its optimizer post-hook); once
+``SKIPPED_LIMIT`` of them passed without a step, it looks at this rank's own first
+gradient of the backward (before DDP's all-reduce): non-finite there means this
+rank's backward overflows, and this rank
 reports GRAD_NONFINITE naming itself. A rank whose own gradients are finite stays quiet
 (the nonfinite check's streak report covers the job). Works where the first gradient is
 seen (DDP, plain modules); not under FSDP or tensor parallel.
@@ -33,20 +34,9 @@ class SkippedStepsCheck(WatchCheck):
 
     def attach(self, w: Any) -> None:
         self.backwards = 0
-        self.handle: Any = None  # the global optimizer hook, on while the watch's hooks are
 
-    def hooks_on(self, w: Any) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-
-        if self.handle is None:
-            self.handle = register_optimizer_step_post_hook(self._stepped)
-
-    def hooks_off(self, w: Any) -> None:
-        if self.handle is not None:
-            self.handle.remove()
-            self.handle = None
-
-    def _stepped(self, *args: Any) -> None:
+    def step_end(self, w: Any, step: int) -> None:
+        # the watched optimizer stepped (its post-hook, which pause() removes with the rest)
         self.backwards = 0
 
     def first_grad(self, w: Any, grad: Any) -> None:
@@ -62,9 +52,6 @@ class SkippedStepsCheck(WatchCheck):
         elif self.backwards < GIVE_UP_AFTER:
             return
         w.unsubscribe(self, "first_grad")
-
-    def close(self, w: Any) -> None:
-        self.hooks_off(w)
 
 
 def skipping_finding(rank: int, backwards: int) -> Finding:
