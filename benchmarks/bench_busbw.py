@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ddpdoctor.check.busbw import busbw_gbps, sizes  # noqa: E402
-from ddpdoctor.check.launcher import launch  # noqa: E402
+from ddpdoctor.check.busbw import busbw_gbps, sizes
+from ddpdoctor.check.launcher import launch
 
 
 def measure(ctx, max_bytes: int, rounds: int, iters: int):

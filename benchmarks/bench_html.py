@@ -146,7 +146,7 @@ def pages(world: int, steps: int, tmp: Path) -> dict[str, str]:
             "attach": render_page(hang, hang_series)}
 
 
-def _browser():  # noqa: ANN202
+def _browser():
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     import html_browser
 

@@ -7,7 +7,7 @@ commands rely on it).
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):  # noqa: ANN202 - lazy exports keep `import ddpdoctor` torch-free
+def __getattr__(name: str):  # lazy exports keep `import ddpdoctor` torch-free
     # ``ddpdoctor.watch`` is the package ddpdoctor/watch/, whose module object is callable:
     # ``ddpdoctor.watch(model, optimizer, loader)``. Neither import pulls in torch.
     if name == "watch":

@@ -63,11 +63,11 @@ def _reopen_closed_stdio() -> None:
             os.dup2(null, fd)
             os.close(null)
     if sys.stdin is None:
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - lives as long as the process
+        sys.stdin = open(0, closefd=False)  # lives as long as the process
     if sys.stdout is None:
-        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", closefd=False)
     if sys.stderr is None:
-        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)
 
 
 def _fail(message: str, code: int = EXIT_DOCTOR_FAILED) -> None:
@@ -77,7 +77,7 @@ def _fail(message: str, code: int = EXIT_DOCTOR_FAILED) -> None:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.close(null)
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        sys.stdout = open(os.devnull, "w")
     except OSError:
         pass
     try:
@@ -105,7 +105,7 @@ class LazyGroup(click.Group):
                 raise
             where = f": {e.filename}" if e.filename else ""
             _fail(f"ddpdoctor: {e.strerror or e}{where}")
-        except Exception as e:  # noqa: BLE001 - the net under every command
+        except Exception as e:  # the net under every command
             if os.environ.get(DEBUG_ENV):
                 raise
             text = f"{type(e).__name__}: {e}".splitlines()[0]

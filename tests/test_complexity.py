@@ -1,5 +1,5 @@
-"""Decision trees stay small: ruff's McCabe check (C901) at 15 over the parts of the package
-already split into one function per finding (issue #17). Add a folder here once it passes."""
+"""Decision trees stay small (issue #17): ruff's McCabe check (C901) at 15 and radon's
+cyclomatic complexity at 20 over the whole package (one function per finding, rule tables)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_COMPLEXITY = 15
-CHECKED = ("ddpdoctor/logscan", "ddpdoctor/html", "ddpdoctor/plan",
-           "ddpdoctor/commands/diagnose.py")
+RADON_MAX = 20
+CHECKED = ("ddpdoctor",)
 
 
 def _ruff() -> list[str]:
@@ -44,3 +44,25 @@ def test_the_check_fails_on_a_decision_tree(tmp_path: Path):
     tree.write_text(f"def tree(x):\n{branches}\n    return -1\n")
     result = _c901([str(tree)])
     assert result.returncode == 1 and "C901" in result.stdout, result.stdout
+
+
+def _radon_over(paths: list[Path], limit: int) -> list[str]:
+    radon = pytest.importorskip("radon.complexity", reason="radon is a test extra")
+    over = []
+    for path in paths:
+        for block in radon.cc_visit(path.read_text()):
+            if block.complexity > limit:
+                over.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:"
+                            f"{block.lineno} {block.name} ({block.complexity})")
+    return over
+
+
+def test_no_function_above_20_by_radon():
+    assert _radon_over(sorted((ROOT / "ddpdoctor").rglob("*.py")), RADON_MAX) == []
+
+
+def test_radon_check_fails_on_a_decision_tree(tmp_path: Path):
+    branches = "\n".join(f"    if x == {i} and y:\n        return {i}" for i in range(RADON_MAX))
+    tree = tmp_path / "tree.py"
+    tree.write_text(f"def tree(x, y):\n{branches}\n    return -1\n")
+    assert len(_radon_over([tree], RADON_MAX)) == 1

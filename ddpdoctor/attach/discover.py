@@ -57,7 +57,7 @@ def _int(env: dict[str, str], key: str) -> int | None:
         return None
 
 
-def _is_python(proc) -> bool:  # noqa: ANN001 (psutil.Process, imported lazily)
+def _is_python(proc) -> bool:  # psutil.Process, imported lazily
     import psutil
 
     names = []
@@ -74,7 +74,7 @@ def _is_python(proc) -> bool:  # noqa: ANN001 (psutil.Process, imported lazily)
     return any(_PYTHON.match(n) for n in names)
 
 
-def _describe(proc) -> str:  # noqa: ANN001
+def _describe(proc) -> str:
     import psutil
 
     try:

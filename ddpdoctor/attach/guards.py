@@ -123,7 +123,7 @@ class _GuardFinder(ast.NodeVisitor):
             self.blocks.append(_Block(body[0].lineno, max(getattr(s, "end_lineno", s.lineno)
                                                           for s in body), line, text))
 
-    def visit_If(self, node: ast.If) -> None:  # noqa: N802 - ast's spelling
+    def visit_If(self, node: ast.If) -> None:  # ast's spelling
         if _mentions_rank(node.test, self.derived) and not _is_sentinel(node.test):
             text = ast.get_source_segment(self.source, node.test) or "rank guard"
             self._add(node.body, node.lineno, text)
@@ -135,8 +135,8 @@ class _GuardFinder(ast.NodeVisitor):
             self._add(node.body, node.lineno, "@rank_zero_only")
         self.generic_visit(node)
 
-    visit_FunctionDef = _visit_function  # noqa: N815
-    visit_AsyncFunctionDef = _visit_function  # noqa: N815
+    visit_FunctionDef = _visit_function
+    visit_AsyncFunctionDef = _visit_function
 
 
 @lru_cache(maxsize=256)

@@ -72,7 +72,7 @@ def _get_json(store: Any, key: str) -> Any:
     try:
         if store.check([key]):
             return json.loads(store.get(key).decode())
-    except Exception:  # noqa: BLE001 - a missing or broken result is reported, not raised
+    except Exception:  # a missing or broken result is reported, not raised
         return None
     return None
 
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx.progress("init_process_group")
         dist.init_process_group(backend, timeout=timeout)
         res: dict[str, Any] = {"value": run_probes(ctx, names, opts)}
-    except Exception as e:  # noqa: BLE001 - reported through the store
+    except Exception as e:  # reported through the store
         res = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     store.set(_key("res", rank), json.dumps(res, default=str))
 

@@ -80,7 +80,7 @@ def _attach_job(text: str, timeout: float, json_path: str | None,
     finish(report, json_path, html_path=html_path)
 
 
-def _stack_view(diagnosis):  # noqa: ANN001, ANN202
+def _stack_view(diagnosis):
     """The merged stack view, printed after the report when there are stacks."""
     if diagnosis is None or not diagnosis.groups:
         return None

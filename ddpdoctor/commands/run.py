@@ -108,7 +108,7 @@ def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | Non
     _finish(result, json_path, html_path)
 
 
-def _endpoint(text: str | None):  # noqa: ANN202 - jobview.keys.Endpoint | None
+def _endpoint(text: str | None):  # jobview.keys.Endpoint | None
     if text is None:
         return None
     from ddpdoctor.jobview.keys import parse_endpoint
@@ -141,13 +141,13 @@ def _check_watch_environment() -> None:
         sys.exit(EXIT_USAGE)
 
 
-def _finish(result, json_path: str | None, html_path: str | None = None) -> None:  # noqa: ANN001
+def _finish(result, json_path: str | None, html_path: str | None = None) -> None:
     report = result.report
     hang = result.hang
     after = None
     if hang is not None and hang.stopped and hang.diagnosis is not None \
             and hang.diagnosis.groups:
-        def after(_report) -> None:  # noqa: ANN001
+        def after(_report) -> None:
             from ddpdoctor.attach.view import render_stack_groups
 
             render_stack_groups(hang.diagnosis.groups, hang.diagnosis.culprits)

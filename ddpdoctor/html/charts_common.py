@@ -51,7 +51,7 @@ def bytes_tick_formatter() -> Any:
     """)
 
 
-def integer_rank_axis(axis, n: int) -> None:  # noqa: ANN001
+def integer_rank_axis(axis, n: int) -> None:
     """Ranks are integers: tick each one on small jobs, let bokeh thin them on big ones."""
     from bokeh.models import SingleIntervalTicker
 

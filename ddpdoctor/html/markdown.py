@@ -10,7 +10,7 @@ from functools import lru_cache
 
 
 @lru_cache(maxsize=1)
-def _parser():  # noqa: ANN202
+def _parser():
     from markdown_it import MarkdownIt
 
     return MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")

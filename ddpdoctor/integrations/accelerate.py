@@ -59,7 +59,7 @@ class _Flusher:
             values = scalars(*self.buffer.drain(final or step % self.log_every == 0))
             if values:
                 self.accelerator.log(values, step=step)
-        except Exception:  # noqa: BLE001 - a tracker's failure must not stop training
+        except Exception:  # a tracker's failure must not stop training
             pass
 
 

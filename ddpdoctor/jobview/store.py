@@ -33,7 +33,7 @@ class JobStore:
 
             store = TCPStore(endpoint.host, endpoint.port, is_master=False,
                              timeout=timedelta(seconds=timeout), wait_for_workers=False)
-        except Exception as e:  # noqa: BLE001 - RuntimeError, DistNetworkError, OSError
+        except Exception as e:  # RuntimeError, DistNetworkError, OSError
             raise StoreLost(f"cannot reach the job's store at {endpoint}: "
                             f"{_first_line(e)}") from e
         return cls(store, endpoint)
@@ -46,7 +46,7 @@ class JobStore:
     def _call(self, what: str, fn: Any, *args: Any) -> Any:
         try:
             return fn(*args)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise StoreLost(f"the job's store at {self.endpoint} failed ({what}): "
                             f"{_first_line(e)}") from e
 

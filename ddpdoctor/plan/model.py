@@ -162,7 +162,7 @@ def _build_on_meta(spec: str):  # -> nn.Module (torch is imported only here)
     try:
         with torch.device("meta"):
             model = factory()
-    except Exception as e:  # noqa: BLE001 - the user's code: any failure is a usage error
+    except Exception as e:  # the user's code: any failure is a usage error
         raise ValueError(f"--model {spec!r}: {attr}() raised {type(e).__name__}: {e}") from None
     if not isinstance(model, nn.Module):
         raise ValueError(f"--model {spec!r} returned {type(model).__name__}, not an nn.Module")

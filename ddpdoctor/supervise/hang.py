@@ -52,7 +52,7 @@ def diagnose(job_pid: int, no_progress_s: float, last_progress: str, native: boo
         out.diagnosis = diagnose_hang([job_pid], native=native, timeout=timeout)
     except (AttachError, StackError) as e:
         out.error = str(e)
-    except Exception as e:  # noqa: BLE001 - the job must still be stopped and reported
+    except Exception as e:  # the job must still be stopped and reported
         out.error = f"{type(e).__name__}: {e}"
     out.timings["diagnose_s"] = round(time.monotonic() - t0, 3)
     return out

@@ -31,7 +31,7 @@ _CTIME_SLACK = 0.01
 _libc_prctl = None
 
 
-def load_prctl():  # noqa: ANN201 - a ctypes function or None
+def load_prctl():  # a ctypes function or None
     """Resolve prctl once, in the parent: the launcher's preexec hook then calls it
     without dlopen in a freshly forked child (a lock another thread held at fork time
     could deadlock there)."""
@@ -81,7 +81,7 @@ class Killed:
         return {"pid": self.pid, "name": self.name, "how": self.how, "cmdline": self.cmdline}
 
 
-def _describe(p) -> tuple[str, str]:  # noqa: ANN001 - psutil.Process
+def _describe(p) -> tuple[str, str]:  # psutil.Process
     import psutil
 
     try:
@@ -123,7 +123,7 @@ class JobTree:
         # daemon whose parent died before run saw it, run itself gone) is still found
         self.marker: tuple[str, str] | None = None
 
-    def add(self, pid: int, created: float, proc=None) -> None:  # noqa: ANN001
+    def add(self, pid: int, created: float, proc=None) -> None:
         old = self.seen.get(pid)
         if old is not None and abs(old.created - created) < _CTIME_SLACK:
             return
@@ -219,7 +219,7 @@ class JobTree:
                 os.waitpid(pid, os.WNOHANG)
 
     def end_all(self, grace: float, first: int = signal.SIGTERM,
-                should_hurry=None) -> list[Killed]:  # noqa: ANN001
+                should_hurry=None) -> list[Killed]:
         """Signal everything still alive with ``first``; SIGKILL what is left after
         ``grace`` s (or at once when ``should_hurry()`` turns true)."""
         self.scan()

@@ -96,7 +96,7 @@ def _powersgd_payload(state: Any, bucket: Any) -> int:
 def _metered(hook: Callable, payload: Callable, meter: CommMeter) -> Callable:
     # No annotations: DDP's register_comm_hook refuses a bucket annotated as anything but
     # dist.GradBucket (and under postponed annotations every annotation is a string).
-    def metered_hook(state, bucket):  # noqa: ANN001, ANN202
+    def metered_hook(state, bucket):
         meter.bytes += payload(state, bucket)
         return hook(state, bucket)
 

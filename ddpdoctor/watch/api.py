@@ -242,7 +242,7 @@ class Watcher(StepHooks):
         try:
             if not self.disabled:
                 self.exchange.poll(deadline=time.monotonic() + 2.0)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             log.debug("ddpdoctor: final poll failed: %s", e)
         self.hooks.remove()
         if self._pause_depth:
@@ -264,7 +264,7 @@ class Watcher(StepHooks):
                 c.on_exception(self, exc)
             except Warning:
                 raise
-            except Exception as e:  # noqa: BLE001 - the user's exception matters more
+            except Exception as e:  # the user's exception matters more
                 log.debug("ddpdoctor: %s.on_exception failed: %r", c.name, e)
 
     def __enter__(self) -> Watcher:
@@ -295,7 +295,7 @@ def _install_excepthook() -> None:
         for w in list(_WATCHERS.values()):
             try:
                 w.exception(exc)
-            except Exception:  # noqa: BLE001, S110 - the user's traceback comes next
+            except Exception:  # the user's traceback comes next
                 pass
         previous(exc_type, exc, tb)
 

@@ -45,7 +45,7 @@ def _patch(name: str) -> None:
             _patch_dataloader()
         elif name == "torch.distributed.fsdp":
             _patch_fully_shard()
-    except Exception as e:  # noqa: BLE001 - never break the user's import
+    except Exception as e:  # never break the user's import
         log.debug("ddpdoctor autowatch: cannot patch %s: %s", name, e)
 
 
@@ -77,7 +77,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
             loader.exec_module = exec_and_patch  # this loader instance serves only `name`
             return spec
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             log.debug("ddpdoctor autowatch: finder failed for %s: %s", name, e)
             return None
 
@@ -88,7 +88,7 @@ def _watch(model: Any) -> None:
 
         w = watch(model, dataloader=[ld for ld in list(_loaders) if ld is not None] or None)
         w.auto = True
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         log.warning("ddpdoctor autowatch: not watching %s: %s", type(model).__name__, e)
 
 
@@ -128,7 +128,7 @@ def _new_loader(loader: Any) -> None:
         for w in list(_WATCHERS.values()):  # models watched before their loader existed
             if getattr(w, "auto", False) and not w.closed:
                 w.add(dataloader=loader)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         log.debug("ddpdoctor autowatch: loader not watched: %s", e)
 
 
@@ -145,7 +145,7 @@ def _patch_fully_shard() -> None:
             for m in (out if isinstance(out, list) else [out]):
                 _sharded.append(weakref.ref(m))
                 m.register_forward_pre_hook(_first_forward, prepend=True)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             log.debug("ddpdoctor autowatch: fully_shard hook failed: %s", e)
         return out
 
@@ -175,5 +175,5 @@ def _first_forward(module: Any, args: Any) -> None:
                     # this forward's hooks were fixed before the watch attached
                     w._on_forward_pre(m, args, {})
         _sharded.clear()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         log.debug("ddpdoctor autowatch: %s", e)

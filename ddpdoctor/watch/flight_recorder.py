@@ -40,7 +40,7 @@ def dump(fr_dir: str, rank: int) -> str | None:
         from torch._C._distributed_c10d import _dump_fr_trace_json
 
         data = _dump_fr_trace_json(includeCollectives=True, onlyActive=False)
-    except Exception as e:  # noqa: BLE001 - no FR in this build / no process group
+    except Exception as e:  # no FR in this build / no process group
         log.debug("ddpdoctor: no Flight Recorder dump: %s", e)
         return None
     os.makedirs(fr_dir, exist_ok=True)
@@ -90,7 +90,7 @@ def install(fr_dir: str, rank: int, fr_signal: str = "SIGUSR2",
                 if on_dump is not None and path:
                     try:
                         on_dump(path)
-                    except Exception:  # noqa: BLE001
+                    except Exception:
                         pass
 
     threading.Thread(target=reader, name="ddpdoctor-fr-dump", daemon=True).start()

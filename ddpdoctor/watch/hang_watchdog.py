@@ -112,7 +112,7 @@ class Monitor:
         self._heartbeat()
         try:
             self._sample_series(final=True)
-        except Exception:  # noqa: BLE001, S110 - exiting: nothing more to do
+        except Exception:  # exiting: nothing more to do
             pass
 
     def _observe(self) -> None:
@@ -134,7 +134,7 @@ class Monitor:
                 self._check_stall()
                 self._heartbeat()
                 self._sample_series()
-            except Exception:  # noqa: BLE001 - the watchdog must never take a rank down
+            except Exception:  # the watchdog must never take a rank down
                 pass
 
     def _sample_series(self, final: bool = False) -> None:

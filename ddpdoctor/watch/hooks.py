@@ -33,7 +33,7 @@ class HookSet:
                 fn(*args, **kwargs)
             except Warning:
                 raise  # -W error::DDPDoctorWarning: the user asked for it
-            except Exception as e:  # noqa: BLE001 - never break training
+            except Exception as e:  # never break training
                 w.disabled = True
                 log.warning("ddpdoctor.watch disabled after an internal error: %r", e,
                             exc_info=log.isEnabledFor(logging.DEBUG))

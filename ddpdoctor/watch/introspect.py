@@ -99,6 +99,6 @@ def dp_ranks(model: Any, ddp: Any, dist: Any, world: int) -> list[int]:
         ranks = _fsdp2_ranks(model, dist)
         if ranks is not None:
             return ranks
-    except Exception:  # noqa: BLE001 - private attributes move between releases
+    except Exception:  # private attributes move between releases
         pass
     return list(range(world))

@@ -157,7 +157,7 @@ class LinksCheck(WatchCheck):
 
         try:
             self.group = make_group("links")
-        except Exception as e:  # noqa: BLE001 - the other checks still work
+        except Exception as e:  # the other checks still work
             log.warning("ddpdoctor: no link-probe group (%s); link probes off", e)
             return
         n = max(1, int(w.cfg.link_bytes) // 4)
@@ -178,7 +178,7 @@ class LinksCheck(WatchCheck):
             return
         try:
             self.last = self.probe(w)
-        except Exception as e:  # noqa: BLE001 - a peer gone or late: stop probing here
+        except Exception as e:  # a peer gone or late: stop probing here
             log.warning("ddpdoctor: link probe failed at step %d (%s); link probes off",
                         step, e)
             self.group = None

@@ -82,7 +82,7 @@ def largest_tensors(limit: int = 5, exclude: frozenset[int] = frozenset()) -> li
                     seen[key] = {"shape": list(obj.shape), "dtype": str(obj.dtype),
                                  "device": str(obj.device), "mb": round(size / 2**20, 2),
                                  "requires_grad": bool(obj.requires_grad)}
-        except Exception:  # noqa: BLE001 - some objects refuse introspection
+        except Exception:  # some objects refuse introspection
             continue
     return sorted(seen.values(), key=lambda d: -d["mb"])[:limit]
 
@@ -207,7 +207,7 @@ class MemoryCheck(WatchCheck):
         if w.cfg.oom_history:
             try:
                 torch.cuda.memory._record_memory_history(max_entries=100000)
-            except Exception:  # noqa: BLE001 - older torch: snapshot without history
+            except Exception:  # older torch: snapshot without history
                 pass
 
         def on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> None:
@@ -217,7 +217,7 @@ class MemoryCheck(WatchCheck):
                     "device": device, "allocated_mb": round(device_alloc / 2**20, 1),
                     "gpu_free_mb": round(device_free / 2**20, 1), "snapshot": path},
                     gpu_free=device_free)
-            except Exception:  # noqa: BLE001 - never turn an OOM into a different error
+            except Exception:  # never turn an OOM into a different error
                 pass
 
         observer(on_oom)

@@ -49,6 +49,6 @@ def advice_for_watch(w: Any, kind: str) -> dict[str, Any]:
             capacity_of, precision = f"host memory / {local} local rank(s)", "fp32"
         return plan_advice(params, world, strategy_of(w.model), capacity, capacity_of,
                            precision)
-    except Exception as e:  # noqa: BLE001 - never turn an OOM into a different error
+    except Exception as e:  # never turn an OOM into a different error
         return {"skipped": f"{type(e).__name__}: {e}"}
 

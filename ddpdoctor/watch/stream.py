@@ -198,5 +198,5 @@ class EventStream:
             getattr(sink, method)(*args)
         except Warning:
             raise  # -W error::DDPDoctorWarning: the user asked for it
-        except Exception as e:  # noqa: BLE001 - one broken sink must not stop the others
+        except Exception as e:  # one broken sink must not stop the others
             log.debug("ddpdoctor: sink %s.%s failed: %r", type(sink).__name__, method, e)

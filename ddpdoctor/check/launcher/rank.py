@@ -56,7 +56,7 @@ def rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: st
                                 timeout=timeout)
         value = fn(ctx, *args)
         payload = {"status": STATUS_OK, "value": value}
-    except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher
+    except BaseException as e:  # every failure must reach the launcher
         payload = {
             "status": STATUS_ERROR,
             "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],

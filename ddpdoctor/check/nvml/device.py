@@ -62,7 +62,7 @@ class _Reader:
             return None
         try:
             return fn(*args)
-        except Exception as e:  # noqa: BLE001 - NVMLError_*, ctypes errors: never fatal
+        except Exception as e:  # NVMLError_*, ctypes errors: never fatal
             errors[name] = str(e) if isinstance(e, self.nvml.NVMLError) else \
                 f"{type(e).__name__}: {e}"
             return None

@@ -24,7 +24,7 @@ def read_snapshot(nvml: Any = None, topology: bool = True, xids: bool = True) ->
     nvml = nvml or _import_pynvml()
     try:
         nvml.nvmlInit()
-    except Exception as e:  # noqa: BLE001 - every init failure means "NVML unusable here"
+    except Exception as e:  # every init failure means "NVML unusable here"
         raise NvmlUnavailable(_unavailable_reason(nvml, e)) from e
     try:
         snap = NvmlSnapshot()
@@ -48,7 +48,7 @@ def read_snapshot(nvml: Any = None, topology: bool = True, xids: bool = True) ->
     finally:
         try:
             nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - shutting down is best effort
+        except Exception:  # shutting down is best effort
             pass
     if xids:
         snap.xids, snap.xid_source = read_kernel_xids()

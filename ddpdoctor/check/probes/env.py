@@ -80,7 +80,7 @@ def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     if torch.cuda.is_available():
         try:
             nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
-        except Exception:  # noqa: BLE001 - a build without NCCL is a fact, not an error
+        except Exception:  # a build without NCCL is a fact, not an error
             nccl = None
     try:
         affinity = sorted(os.sched_getaffinity(0))

@@ -41,7 +41,7 @@ def rank_identity(ctx: Any) -> dict[str, Any]:
             data["cuda_index"] = idx
             uuid = str(torch.cuda.get_device_properties(idx).uuid)
             data["gpu_uuid"] = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-        except Exception as e:  # noqa: BLE001 - older torch has no uuid; the index still maps
+        except Exception as e:  # older torch has no uuid; the index still maps
             data["gpu_uuid_error"] = f"{type(e).__name__}: {e}"
     return data
 

@@ -26,7 +26,7 @@ def _ddpdoctor_bootstrap() -> None:
                 sys.modules["sitecustomize"] = mine
         finally:
             sys.path[:] = saved
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         sys.stderr.write(f"ddpdoctor: the shadowed sitecustomize failed: {e!r}\n")
     # 2. the watch
     if os.environ.get("DDPDOCTOR_WATCH", "").lower() not in ("1", "true", "yes", "on"):
@@ -39,7 +39,7 @@ def _ddpdoctor_bootstrap() -> None:
         from ddpdoctor.watch import autowatch
 
         autowatch.install()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         sys.stderr.write(f"ddpdoctor: zero-code-change watch not installed: {e!r}\n")
 
 
