@@ -12,15 +12,12 @@ import re
 from dataclasses import dataclass, field
 
 from ddpdoctor import contract as C
-from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
+from ddpdoctor.errors import DoctorError
+from ddpdoctor.report import EXIT_USAGE
 
 
-class AttachError(Exception):
-    """Attach cannot go on; ``str()`` is the one-line reason, ``exit_code`` the contract."""
-
-    def __init__(self, reason: str, exit_code: int = EXIT_DOCTOR_FAILED) -> None:
-        super().__init__(reason)
-        self.exit_code = exit_code
+class AttachError(DoctorError):
+    """Attach cannot go on (the one error type, named for where it is raised)."""
 
 
 @dataclass

@@ -18,6 +18,7 @@ from ddpdoctor.attach.classify import WAITING, RankState
 from ddpdoctor.attach.flight_recorder import FrTrace, PgVerdict
 from ddpdoctor.attach.fr_sequence import SequenceVerdict, compare_sequences
 from ddpdoctor.attach.guards import RankGuard, find_guard
+from ddpdoctor.contract import heartbeat_file
 
 _EMPTY: Mapping = MappingProxyType({})
 
@@ -48,7 +49,7 @@ def read_heartbeat_steps(directories: Mapping[int, str]) -> dict[int, int]:
 
     steps: dict[int, int] = {}
     for rank, directory in directories.items():
-        path = os.path.join(directory, f"rank{rank}.json")
+        path = os.path.join(directory, heartbeat_file(rank))
         try:
             fd = safefile.open_regular(path, os.O_RDONLY)
             with os.fdopen(fd, "rb") as f:

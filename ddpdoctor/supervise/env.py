@@ -10,7 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # RUN_ID is inherited by every process of the job: how run finds them all
-from ddpdoctor.contract import EVENTS, FR_DIR, HEARTBEAT_DIR, RUN_ID, WATCH
+from ddpdoctor.contract import (
+    EVENTS,
+    EVENTS_FILE,
+    FR_DIR,
+    FR_SUBDIR,
+    HEARTBEAT_DIR,
+    HEARTBEAT_SUBDIR,
+    RUN_ID,
+    WATCH,
+)
 
 __all__ = ["EVENTS", "FR_DIR", "HEARTBEAT_DIR", "RUN_ID", "WATCH", "JobEnv"]
 
@@ -48,8 +57,8 @@ def job_environment(base: Mapping[str, str], run_dir: str | Path, watch: bool,
     env = dict(base)
     notes: list[str] = []
     run_dir = str(run_dir)
-    env.setdefault(FR_DIR, os.path.join(run_dir, "fr"))
-    env.setdefault(HEARTBEAT_DIR, os.path.join(run_dir, "heartbeat"))
+    env.setdefault(FR_DIR, os.path.join(run_dir, FR_SUBDIR))
+    env.setdefault(HEARTBEAT_DIR, os.path.join(run_dir, HEARTBEAT_SUBDIR))
     env.setdefault("PYTHONUNBUFFERED", "1")
     # always this run's own (a nested run's job is its own job)
     env[RUN_ID] = f"{os.getpid()}-{os.urandom(8).hex()}"
@@ -64,7 +73,7 @@ def job_environment(base: Mapping[str, str], run_dir: str | Path, watch: bool,
                 parts.insert(0, bootstrap_dir)
             env["PYTHONPATH"] = os.pathsep.join(parts)
             env[WATCH] = "1"
-            env.setdefault(EVENTS, os.path.join(run_dir, "watch-events.jsonl"))
+            env.setdefault(EVENTS, os.path.join(run_dir, EVENTS_FILE))
             on = True
     events = env.get(EVENTS) or None
     if events and "{rank}" in events:

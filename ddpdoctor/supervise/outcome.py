@@ -11,6 +11,7 @@ import os
 import signal
 from typing import Any
 
+from ddpdoctor.contract import REPORT_FILE
 from ddpdoctor.report import EXIT_FINDINGS, Check
 from ddpdoctor.supervise import triage as triage_mod
 from ddpdoctor.supervise.hang import GROUP
@@ -19,7 +20,7 @@ from ddpdoctor.supervise.secrets import scrub_report
 from ddpdoctor.supervise.tree import killed_summary
 from ddpdoctor.supervise.watch_events import merge, watch_findings
 
-REPORT_NAME = "report.json"
+REPORT_NAME = REPORT_FILE
 _MEMORY_IDS = ("RANK_CRASHED", "OOM")
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ddpdoctor.contract import OUTPUT_LOG, RANK_LOG
+from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 from ddpdoctor.safefile import open_regular
 from ddpdoctor.supervise.tree import die_with_parent, load_prctl
@@ -29,12 +31,8 @@ _PREFIX = re.compile(rb"^\s*\[(?:rank|default)(\d+)\]:")
 _MAX_PARTIAL = 1 << 20  # a "line" longer than this is copied in pieces
 
 
-class JobStartError(Exception):
-    """The command could not be started; ``str()`` is the one-line reason."""
-
-    def __init__(self, reason: str, exit_code: int) -> None:
-        super().__init__(reason)
-        self.exit_code = exit_code
+class JobStartError(DoctorError):
+    """The command could not be started (the one error type, named for where)."""
 
 
 def rank_of_line(line: bytes) -> int | None:
@@ -111,7 +109,7 @@ class OutputCopy:
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
-        self.combined_path = log_dir / "output.log"
+        self.combined_path = log_dir / OUTPUT_LOG
         self._combined = _open_kept(self.combined_path)
         self._ranks: dict[int, KeptFile] = {}
         self._lock = threading.Lock()
@@ -127,7 +125,7 @@ class OutputCopy:
             if rank is not None:
                 f = self._ranks.get(rank)
                 if f is None:
-                    f = self._ranks[rank] = _open_kept(self.log_dir / f"rank{rank}.log")
+                    f = self._ranks[rank] = _open_kept(self.log_dir / RANK_LOG.format(rank=rank))
                 f.write(line)
 
     def flush(self) -> None:
@@ -141,7 +139,7 @@ class OutputCopy:
         return [f for f in self.files() if not f.complete]
 
     def rank_paths(self) -> dict[int, Path]:
-        return {r: self.log_dir / f"rank{r}.log" for r in sorted(self._ranks)}
+        return {r: self.log_dir / RANK_LOG.format(rank=r) for r in sorted(self._ranks)}
 
     def close(self) -> None:
         with self._lock:

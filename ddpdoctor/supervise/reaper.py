@@ -23,7 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-RECORD = "reaper.json"
+from ddpdoctor.contract import REAPER_FILE, REAPER_SCHEMA
+
+RECORD = REAPER_FILE
 
 
 class Reaper:
@@ -97,7 +99,7 @@ def main() -> None:
         tree.add(pid, created)
     t0 = time.time()
     killed = tree.end_all(grace)
-    record = {"schema": "ddpdoctor.reaper/1", "time": round(t0, 3),
+    record = {"schema": REAPER_SCHEMA, "time": round(t0, 3),
               "reason": "ddpdoctor run ended without cleaning up (killed by SIGKILL?); "
                         "the reaper ended what was left of the job",
               "killed": [k.to_dict() for k in killed]}

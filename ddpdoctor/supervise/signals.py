@@ -15,6 +15,8 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+from ddpdoctor.signames import signal_name
+
 _ENDING = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -53,7 +55,7 @@ class RunSignals:
         return bool(self.interrupts or self.teardown)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
+        name = signal_name(signum) or f"signal {signum}"
         if self.teardown:
             self.hurry = True  # asked again while the grace runs
             return

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from ddpdoctor import redact
+from ddpdoctor.signames import signal_name
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -230,7 +231,7 @@ class JobTree:
         killed: dict[int, Killed] = {}
         for p in targets:
             s = self.seen[p.pid]
-            killed[p.pid] = Killed(p.pid, s.name, signal.Signals(first).name, s.cmdline)
+            killed[p.pid] = Killed(p.pid, s.name, signal_name(first) or str(first), s.cmdline)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(p.pid, first)
         if first != signal.SIGKILL:
@@ -266,7 +267,7 @@ class JobTree:
         for p in self.alive():
             if p.pid not in killed:
                 s = self.seen[p.pid]
-                killed[p.pid] = Killed(p.pid, s.name, signal.Signals(sig).name, s.cmdline)
+                killed[p.pid] = Killed(p.pid, s.name, signal_name(sig) or str(sig), s.cmdline)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(p.pid, sig)
 

@@ -13,21 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.findings import Finding
+from ddpdoctor.signames import killed_by
 from ddpdoctor.supervise.progress import RankExit
 
 CHECK = "crash triage"
 
 
 def exit_description(returncode: int) -> str:
-    if returncode < 0:
-        import signal
-
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"killed by {name}"
-    return f"exit code {returncode}"
+    name = killed_by(returncode)
+    return f"killed by {name}" if name else f"exit code {returncode}"
 
 
 def first_exit(exits: list[RankExit]) -> RankExit | None:

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddpdoctor.contract import RANK_LOG
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -113,7 +115,7 @@ def launch(args: list[str], nproc: int, workdir: Path, json_log: bool = True,
                   "PYTHONUNBUFFERED": "1"})
         e.update(env or {})
         e.update((rank_env or {}).get(rank, {}))
-        log = workdir / f"rank{rank}.log"
+        log = workdir / RANK_LOG.format(rank=rank)
         cmd = [*(wrap or {}).get(rank, []), sys.executable, "-m", "ddpdoctor.train", *args]
         with open(log, "wb") as f:
             procs.append(subprocess.Popen(cmd,

@@ -12,6 +12,8 @@ import json
 import os
 from typing import Any
 
+from ddpdoctor.contract import SERIES_FILE
+
 # the stream and its sinks (watch/stream.py); the old names stay importable
 from ddpdoctor.watch.stream import SCHEMA, DDPDoctorWarning, EventStream
 
@@ -20,9 +22,7 @@ __all__ = ["SCHEMA", "DDPDoctorWarning", "EventSink", "EventStream", "event_path
            "series_path", "read_events"]
 # Per-rank step series the watch writes beside the events file (watch/series_file.py);
 # the HTML report reads them back (html/series.py). One name for both sides.
-SERIES_SCHEMA = "ddpdoctor.watch-series/1"
-SERIES_NAME = "watch-series-rank{rank}.jsonl"
-SERIES_GLOB = "watch-series-rank*.jsonl"
+SERIES_NAME = SERIES_FILE
 
 
 def event_path(template: str | None, rank: int) -> str | None:

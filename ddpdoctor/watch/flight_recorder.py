@@ -25,13 +25,14 @@ import threading
 from typing import Any
 
 from ddpdoctor import safefile
+from ddpdoctor.contract import fr_dump_file, stacks_file
 
 log = logging.getLogger("ddpdoctor.watch")
 _state: dict[str, Any] = {}
 
 
 def fr_path(fr_dir: str, rank: int) -> str:
-    return os.path.join(fr_dir, f"ddpdoctor-fr-rank{rank}.json")
+    return os.path.join(fr_dir, fr_dump_file(rank))
 
 
 def dump(fr_dir: str, rank: int) -> str | None:
@@ -98,7 +99,7 @@ def install(fr_dir: str, rank: int, fr_signal: str = "SIGUSR2",
     stack_sig = getattr(signal, stacks_signal, None)
     if stack_sig is not None and signal.getsignal(stack_sig) in (signal.SIG_DFL, None):
         try:
-            fd = safefile.open_regular(os.path.join(fr_dir, f"ddpdoctor-stacks-rank{rank}.txt"),
+            fd = safefile.open_regular(os.path.join(fr_dir, stacks_file(rank)),
                                        os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         except OSError as e:  # a link or a FIFO planted there: no stack dumps, no harm
             log.info("ddpdoctor: no stack dumps on %s: %s", stacks_signal, e)

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from ddpdoctor import safefile
+from ddpdoctor.contract import HEARTBEAT_SCHEMA, heartbeat_file, stacks_file
 from ddpdoctor.watch.events import series_path
 from ddpdoctor.watch.series_file import SeriesRecord, SeriesWriter, Sums, interval
 from ddpdoctor.watch.stream import StepMetrics
@@ -58,7 +59,7 @@ class Monitor:
         self._series_lock = threading.Lock()  # the thread and the atexit stop() both sample
         path = series_path(getattr(sink, "path", None), rank)
         self.series = SeriesWriter(path) if path else None
-        self.heartbeat_path = (os.path.join(cfg.heartbeat_dir, f"rank{rank}.json")
+        self.heartbeat_path = (os.path.join(cfg.heartbeat_dir, heartbeat_file(rank))
                                if cfg.heartbeat_dir else None)
 
     # -- called from the training thread: attribute writes only (they run every step)
@@ -200,7 +201,7 @@ class Monitor:
         if not base:
             return None
         os.makedirs(base, exist_ok=True)
-        path = os.path.join(base, f"ddpdoctor-stacks-rank{self.rank}.txt")
+        path = os.path.join(base, stacks_file(self.rank))
         fd = safefile.open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         with os.fdopen(fd, "w") as f:
             f.write(f"# ddpdoctor: rank {self.rank} pid {os.getpid()} stuck in step "
@@ -216,7 +217,7 @@ class Monitor:
             self.status = "running"
         status = "paused" if self.paused and self.status != "closed" else self.status
         write_json_atomic(self.heartbeat_path, {
-            "schema": "ddpdoctor.heartbeat/1", "rank": self.rank, "pid": os.getpid(),
+            "schema": HEARTBEAT_SCHEMA, "rank": self.rank, "pid": os.getpid(),
             "local_rank": os.environ.get("LOCAL_RANK"), "step": self.step,
             "phase": self.phase, "status": status, "time": time.time(),
             "last_progress": self.last_progress, "last_step_time": self.last_step_time,

@@ -20,6 +20,7 @@ import time
 import warnings
 from typing import Any
 
+from ddpdoctor.contract import OOM_SNAPSHOT_FILE
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
 from ddpdoctor.watch.oom_plan import advice_for_watch
@@ -226,7 +227,7 @@ class MemoryCheck(WatchCheck):
         import pickle
 
         base = os.path.dirname(w.sink.path or "") or w.cfg.heartbeat_dir or os.getcwd()
-        path = os.path.join(base, f"ddpdoctor-oom-rank{w.rank}-{int(time.time())}.pickle")
+        path = os.path.join(base, OOM_SNAPSHOT_FILE.format(rank=w.rank, time=int(time.time())))
         with open(path, "wb") as f:
             pickle.dump(torch.cuda.memory._snapshot(), f)
         return path

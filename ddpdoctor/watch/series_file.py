@@ -20,7 +20,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from ddpdoctor import safefile
-from ddpdoctor.watch.events import SERIES_SCHEMA
+from ddpdoctor.contract import SERIES_SCHEMA
 
 log = logging.getLogger("ddpdoctor.watch")
 DEFAULT_CAP = 2000

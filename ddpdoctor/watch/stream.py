@@ -24,9 +24,10 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ddpdoctor.contract import EVENTS_SCHEMA
 from ddpdoctor.findings import Finding, format_ranks
 
-SCHEMA = "ddpdoctor.event/1"
+SCHEMA = EVENTS_SCHEMA
 log = logging.getLogger("ddpdoctor.watch")
 # Library convention: records reach the user's handlers, but without any configured the
 # warning itself is the one line on stderr (no duplicate from logging's last resort).
