@@ -343,3 +343,52 @@ def test_a_rank_that_finished_cleanly_is_no_failure_but_a_raised_error_is(tmp_pa
     f = local_failure(Job(), Tracker(), None)
     assert f is not None and f.rank == 1 and f.pid == 4242 and not f.fallout
     assert f.finding_id == "RANK_CRASHED" and "planted crash" in f.title
+
+
+# ---- Flight Recorder across nodes
+
+
+def _recorded_fr(name: str, ranks: range) -> dict:
+    from attach_helpers import recorded_fr_path
+
+    from ddpdoctor.attach.flight_recorder import parse_fr_trace
+
+    out = {}
+    for r in ranks:
+        with open(recorded_fr_path(name, r), "rb") as fh:
+            out[r] = parse_fr_trace(fh.read(), r)
+    return out
+
+
+def _node_reply(node: int, host: str, ranks: list[int], traces: dict) -> StackReply:
+    from ddpdoctor.attach.flight_recorder import trace_to_dict
+
+    # every stack alike (all parked in the same all_reduce): only the dumps tell who is behind
+    states = tuple(state_to_dict(RankState(r, 100 + r, "collective", "all_reduce"))
+                   for r in ranks)
+    reply = StackReply(node, host, states, traces=tuple(trace_to_dict(traces[r])
+                                                        for r in ranks if r in traces))
+    return StackReply.from_json(reply.to_json())  # as it crosses the store
+
+
+def test_the_rank_behind_in_flight_recorder_is_named_across_nodes():
+    from ddpdoctor.jobview.merge import merge_replies
+
+    # real gloo dumps of a 3-rank hang where rank 1 skipped an all_reduce (tests/fixtures/hangs)
+    traces = _recorded_fr("missing-3ranks", range(3))
+    replies = [_node_reply(0, "node-a", [0, 2], traces), _node_reply(1, "node-b", [1], traces)]
+    diag = merge_replies(replies)
+    assert [(f.id, f.ranks) for f in diag.findings] == [("HANG_RANK_MISSING_COLLECTIVE", [1])]
+    assert diag.hosts[1] == "node-b"
+    (v,) = diag.fr_verdicts
+    assert v.behind == {1: 2}
+    # the same stacks without the dumps cannot name rank 1
+    bare = [StackReply(r.node, r.host, r.states) for r in replies]
+    assert [f.ranks for f in merge_replies(bare).findings] != [[1]]
+
+
+def test_a_malformed_trace_from_a_node_is_dropped():
+    from ddpdoctor.jobview.merge import merge_traces
+
+    reply = StackReply(0, "node-a", (), traces=({"rank": "x"}, {"entries": "nope"}))
+    assert merge_traces([reply]) == {}

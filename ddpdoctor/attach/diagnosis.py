@@ -40,6 +40,7 @@ class HangDiagnosis:
     fr_summary: str = ""
     fr_skipped: bool = True
     timings: dict[str, float] = field(default_factory=dict)
+    fr_traces: dict[int, fr.FrTrace] = field(default_factory=dict)  # rank -> parsed dump
 
     @property
     def culprits(self) -> list[int]:
@@ -161,7 +162,7 @@ def diagnose_hang(pids: list[int], native: bool = False, timeout: float = 5.0,
     states.sort(key=lambda s: s.rank)
     return HangDiagnosis(disc, stacks, states, group_stacks(states), findings,
                          headline(states, findings), verdicts, fr_summary,
-                         fr_skipped=not requests, timings=timings)
+                         fr_skipped=not requests, timings=timings, fr_traces=traces)
 
 
 def _fail_if_nothing_readable(stacks: list[RankStack]) -> None:

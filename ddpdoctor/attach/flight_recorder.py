@@ -63,6 +63,31 @@ class FrTrace:
     pg_desc: dict[str, str] = field(default_factory=dict)
 
 
+TRACE_TAIL = 64  # entries per rank that cross the job's store: the hang is at the end
+
+
+def trace_to_dict(trace: FrTrace, tail: int = TRACE_TAIL) -> dict[str, Any]:
+    """A parsed trace, cut to its last ``tail`` entries, as JSON-ready data (``run``'s job
+    view sends it to the leader; ``last_enqueued`` keeps the counts the cut drops)."""
+    return {"rank": trace.rank, "last_enqueued": dict(trace.last_enqueued),
+            "pg_desc": dict(trace.pg_desc),
+            "entries": [[e.pg, e.seq, e.op, e.is_p2p, e.p2p_seq, e.input_sizes, e.retired]
+                        for e in trace.entries[-tail:]]}
+
+
+def trace_of(d: dict[str, Any]) -> FrTrace:
+    """The inverse of :func:`trace_to_dict`; FrParseError on a malformed record."""
+    try:
+        entries = [FrEntry(str(pg), int(seq), str(op), bool(p2p), int(p2p_seq),
+                           _sizes(sizes), bool(retired))
+                   for pg, seq, op, p2p, p2p_seq, sizes, retired in d.get("entries", ())]
+        return FrTrace(int(d["rank"]), entries,
+                       {str(k): int(v) for k, v in d.get("last_enqueued", {}).items()},
+                       {str(k): str(v) for k, v in d.get("pg_desc", {}).items()})
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise FrParseError(f"malformed Flight Recorder record ({e!r})") from None
+
+
 def _sizes(value: Any) -> tuple:
     if isinstance(value, list):
         return tuple(_sizes(v) for v in value)

@@ -59,9 +59,25 @@ class JobDiagnosis:
         return sorted({r for f in self.findings for r in f.ranks})
 
 
+def merge_traces(replies: list[StackReply]) -> dict[int, Any]:
+    """Every node's Flight Recorder traces, by rank (a malformed record is dropped)."""
+    from ddpdoctor.attach.flight_recorder import FrParseError, trace_of
+
+    traces = {}
+    for reply in replies:
+        for d in reply.traces:
+            try:
+                t = trace_of(d)
+            except FrParseError:
+                continue
+            traces[t.rank] = t
+    return traces
+
+
 def merge_replies(replies: list[StackReply]) -> JobDiagnosis:
     from ddpdoctor.attach.analyze import analyze_evidence, group_stacks, headline
     from ddpdoctor.attach.evidence import collect_evidence
+    from ddpdoctor.attach.flight_recorder import compare_traces
 
     states: list[RankState] = []
     hosts: dict[int, str] = {}
@@ -74,10 +90,13 @@ def merge_replies(replies: list[StackReply]) -> JobDiagnosis:
             states.append(s)
             hosts[s.rank] = reply.host
     states.sort(key=lambda s: s.rank)
+    # one comparison of every node's dumps: a rank behind on another node is seen too
+    traces = merge_traces(replies)
+    verdicts = compare_traces(traces) if traces else []
     # rank guards are read from the source where the leader has it (same code everywhere)
-    findings = analyze_evidence(collect_evidence(states))
+    findings = analyze_evidence(collect_evidence(states, verdicts, traces or None))
     return JobDiagnosis(states, findings, headline(states, findings), group_stacks(states),
-                        hosts)
+                        hosts, verdicts)
 
 
 def culprits_of(diag: JobDiagnosis, ranks: tuple[int, ...]) -> tuple[Culprit, ...]:

@@ -108,6 +108,7 @@ class StackReply:
     busy: tuple[int, ...] = ()  # ranks that used CPU / did I/O during the recheck
     moved: bool = False  # the node's job made progress while it was looked at
     error: str = ""  # why there are no stacks
+    traces: tuple[dict, ...] = ()  # attach.flight_recorder.trace_to_dict of its ranks' dumps
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -118,7 +119,7 @@ class StackReply:
         try:
             return cls(int(d["node"]), str(d["host"]), tuple(dict(s) for s in d["states"]),
                        tuple(int(r) for r in d.get("busy", ())), bool(d.get("moved")),
-                       str(d.get("error", "")))
+                       str(d.get("error", "")), tuple(dict(t) for t in d.get("traces", ())))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"bad stack reply: {e}") from e
 

@@ -111,7 +111,11 @@ def answer(job: Any, tracker: Any, request: Any, opts: Any, rank_cache: dict,
     now = time.monotonic()
     tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
     moved = tracker.stalled_for(now) < before
-    return StackReply(-1, host, tuple(state_to_dict(s) for s in d.states), tuple(busy), moved)
+    from ddpdoctor.attach.flight_recorder import trace_to_dict
+
+    traces = tuple(trace_to_dict(t) for _, t in sorted(d.fr_traces.items()))
+    return StackReply(-1, host, tuple(state_to_dict(s) for s in d.states), tuple(busy), moved,
+                      traces=traces)
 
 
 def _busy_ranks(job: Any, states: list, seconds: float) -> list[int]:
