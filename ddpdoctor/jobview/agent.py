@@ -32,6 +32,7 @@ from ddpdoctor.jobview.snapshot import (
 from ddpdoctor.jobview.store import JobStore, StoreLost
 
 INTERVAL_S = 0.5
+FAILURE_POLL_S = 0.1  # one counter read: cheap, and a failure crosses in time
 LEADER_GRACE_S = 5.0  # a node not on the store's host claims the lead after this long
 CONNECT_WAIT_S = 120.0  # the node hosting the store may start its launcher this much later
 STORE_TIMEOUT_S = 5.0
@@ -82,6 +83,10 @@ class JobView:
         self._lock = threading.Lock()
         self._sh = _Shared(NodeSnap(-1, host, 0, 0))
         self._stop = threading.Event()
+        # set by report_failure: a failure is published at once, not at the next interval.
+        # The store usually lives in torchrun on the first node, which exits soon after its
+        # ranks see the connection to the failed rank close: every 100 ms counts.
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-jobview",
                                         daemon=True)
         self._seen: dict[str, str] = {}  # key -> last request id handled
@@ -127,6 +132,7 @@ class JobView:
     def report_failure(self, f: Failure) -> None:
         with self._lock:
             self._sh.failures_out.append(f)
+        self._wake.set()
 
     def failures(self) -> list[Failure]:
         with self._lock:
@@ -142,6 +148,7 @@ class JobView:
 
     def stop(self, wait_s: float = 2.0) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(wait_s)
 
     # ---- the thread
@@ -156,6 +163,7 @@ class JobView:
                     self.index = self._store.add(keys.NODE_COUNT, 1) - 1
                     self.connected_at = time.monotonic()
                 self._step(time.monotonic())
+                self._poll_failures(time.monotonic() + self.interval)
             except StoreLost as e:
                 if self.connected_at is None and time.monotonic() - t0 < self.connect_wait_s:
                     self._store = None
@@ -165,7 +173,20 @@ class JobView:
                 self.lost = str(e) if self.connected_at is not None else (
                     f"{e} (for {self.connect_wait_s:g} s)")
                 return
-            self._stop.wait(self.interval)
+
+    def _poll_failures(self, until: float) -> None:
+        """Between steps, read the failure counter every FAILURE_POLL_S: another node's
+        failure must be read before the store's host (torchrun on the first node) exits,
+        which it does within a second of its ranks feeling that failure."""
+        assert self._store is not None
+        while not self._stop.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            if self._wake.wait(min(FAILURE_POLL_S, left)):
+                self._wake.clear()
+                return
+            self._read_failures(self._store)
 
     def _step(self, now: float) -> None:
         st = self._store
