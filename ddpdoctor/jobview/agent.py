@@ -221,12 +221,8 @@ class JobView:
         n = st.add(keys.FAIL_COUNT, 0)
         if n <= self._fail_read:
             return
-        got = []
-        for raw in st.multi_get([keys.failure_key(i) for i in range(self._fail_read, n)]):
-            try:
-                got.append(Failure.from_json(raw))
-            except ValueError:
-                continue
+        got = st.records([keys.failure_key(i) for i in range(self._fail_read, n)],
+                         Failure.from_json)
         self._fail_read = n
         with self._lock:
             self._sh.failures.extend(got)
@@ -310,12 +306,7 @@ class JobView:
         present = st.existing([keys.reply_key(look.request.id, n) for n in wanted])
         if len(present) < len(wanted) and now < look.deadline:
             return
-        replies = []
-        for raw in st.multi_get(present):
-            try:
-                replies.append(StackReply.from_json(raw))
-            except ValueError:
-                continue
+        replies = st.records(present, StackReply.from_json)
         answered = {r.node for r in replies}
         missing = [f"{h} (node {n})" for n, h in wanted.items() if n not in answered]
         from ddpdoctor.jobview.merge import decide
@@ -338,10 +329,4 @@ def read_nodes(st: JobStore, known: set[int] | None = None) -> list[NodeSnap]:
     new = [i for i in range(n) if i not in known]
     known.update(int(k.rsplit("/", 1)[1]) for k in st.existing([keys.node_key(i) for i in new]))
     names = [keys.node_key(i) for i in sorted(known) if i < n]
-    out = []
-    for raw in st.multi_get(names):
-        try:
-            out.append(NodeSnap.from_json(raw))
-        except ValueError:
-            continue
-    return out
+    return st.records(names, NodeSnap.from_json)

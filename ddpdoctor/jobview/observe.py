@@ -50,13 +50,7 @@ def _collect(st: JobStore, rid: str, nodes: list[NodeSnap], deadline: float
         if len(present) == len(names):
             break
         time.sleep(0.2)
-    out = []
-    for raw in st.multi_get(present):
-        try:
-            out.append(StackReply.from_json(raw))
-        except ValueError:
-            continue
-    return out
+    return st.records(present, StackReply.from_json)
 
 
 def add_to(report: Report, v: Verdict, nodes: list[NodeSnap], endpoint: keys.Endpoint

@@ -7,10 +7,13 @@ deadline (the store's timeout); any failure is a StoreLost with a one-line reaso
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ddpdoctor.jobview.keys import Endpoint
+
+T = TypeVar("T")
 
 
 class StoreLost(Exception):
@@ -72,6 +75,17 @@ class JobStore:
         if not keys:
             return []
         return [bytes(v) for v in self._call("multi_get", self._store.multi_get, keys)]
+
+    def records(self, keys: list[str], parse: Callable[[bytes], T]) -> list[T]:
+        """``multi_get`` of keys known to exist, each parsed; a malformed record (``parse``
+        raises ValueError) is dropped: another node's bad write must not stop this one."""
+        out = []
+        for raw in self.multi_get(keys):
+            try:
+                out.append(parse(raw))
+            except ValueError:
+                continue
+        return out
 
     def existing(self, keys: list[str]) -> list[str]:
         return [k for k in keys if self._call("check", self._store.check, [k])]
