@@ -121,12 +121,12 @@ def _endpoint(text: str | None):  # jobview.keys.Endpoint | None
 
 def _metrics_environment(port: int | None, host: str | None) -> None:
     """The ranks inherit run's environment: the watch in each reads these (watch/config.py)."""
-    from ddpdoctor.watch.config import METRICS_HOST_ENV, METRICS_PORT_ENV
+    from ddpdoctor.contract import METRICS_HOST, METRICS_PORT
 
     if port is not None:
-        os.environ[METRICS_PORT_ENV] = str(port)
+        os.environ[METRICS_PORT] = str(port)
     if host is not None:
-        os.environ[METRICS_HOST_ENV] = host
+        os.environ[METRICS_HOST] = host
 
 
 def _check_watch_environment() -> None:

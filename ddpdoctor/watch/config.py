@@ -160,9 +160,6 @@ def _seconds(value: str) -> float:
     return x
 
 
-# set by `ddpdoctor run --metrics-port` for the job's ranks; read here
-METRICS_PORT_ENV = C.METRICS_PORT
-METRICS_HOST_ENV = C.METRICS_HOST
 _ENV: dict[str, tuple[str, Any]] = {
     C.WATCH_EVERY: ("every", _count),
     C.WATCH_CHECKS: ("checks", _checks),
@@ -173,8 +170,8 @@ _ENV: dict[str, tuple[str, Any]] = {
     C.FR_DIR: ("fr_dir", str),
     C.WATCH_WARN: ("warn", _flag),
     C.WATCH_NONFINITE_OUTPUT: ("nonfinite_output", _flag),
-    METRICS_PORT_ENV: ("metrics_port", _port),
-    METRICS_HOST_ENV: ("metrics_host", str),
+    C.METRICS_PORT: ("metrics_port", _port),  # set by `ddpdoctor run --metrics-port`
+    C.METRICS_HOST: ("metrics_host", str),
 }
 
 
