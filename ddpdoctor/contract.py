@@ -20,7 +20,7 @@ class Contract:
     """One name two processes agree on: who writes it, who reads it, what it means."""
 
     name: str
-    kind: str  # "env", "file", "store key", "schema"
+    kind: str  # "env", "file", "store key", "schema", "thread name"
     writer: str
     reader: str
     meaning: str
@@ -85,6 +85,11 @@ RANK_RESULT_FILE = "rank{rank}.pkl"  # the launcher's private result directory
 RANK_PRE_FILE = "rank{rank}.pre"
 # --- Store keys (the job's own TCPStore: ``run``'s job view, ``attach --job``) ---------------
 JOBVIEW_PREFIX = "ddpdoctor.jobview/v1/"  # torchrun's keys never start with it
+
+# --- Thread names (the OS-level name, /proc/PID/task/TID/comm: 15 bytes at most) ------------
+# The watch's own threads inside a rank carry it, so that run can tell their CPU (a
+# heartbeat, a Flight Recorder dump it asked for) from the training's work.
+OWN_THREAD_PREFIX = "ddpdoctor"
 
 
 def fr_dump_file(rank: int) -> str:
@@ -157,6 +162,8 @@ CONTRACTS: tuple[Contract, ...] = (
              "a rank's pre-init data / result"),
     Contract(JOBVIEW_PREFIX + "*", "store key", "run (each node), attach --job",
              "run (the leader, each node)", "the job view: nodes, stacks, verdict"),
+    Contract(OWN_THREAD_PREFIX + "*", "thread name", "watch (in each rank)",
+             "run, attach --job (CPU of a rank)", "the watch's own threads: not the training"),
 )
 
 

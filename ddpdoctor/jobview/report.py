@@ -70,14 +70,22 @@ def summary_line(end: Any) -> tuple[str, str]:
     if nodes:
         parts.append(f"nodes seen: {nodes}")
     summary = end.summary
+    named: list[str] = []  # lines that already name a node
     if summary is not None:
         parts.append(f"hang threshold: {summary.threshold_how}")
         if summary.lost:
+            named = summary.lost
             parts.append("lost: " + "; ".join(summary.lost))
         elif summary.silent and end.own is not None:
+            named = summary.silent
             parts.append("silent before this node's job ended (supervisor dead or store "
                          "lost there; the cause is likely on that node): "
                          + "; ".join(summary.silent))
+    told = [n for n in end.unaccounted if not any(line.startswith(n) for line in named)]
+    if told:
+        parts.append("no failure came from " + ", ".join(told)
+                     + " before the job view closed (its supervisor died, or its report did "
+                     "not cross in time): the cause is likely there")
     others = [f for f in end.failures if f.node != end.index]
     if others:
         parts.append("failures elsewhere: " + "; ".join(_failure_line(f) for f in others[:4]))
@@ -86,7 +94,8 @@ def summary_line(end: Any) -> tuple[str, str]:
         parts.append(f"the job view was lost: {end.lost}; this report has this node's "
                      "view only")
         status = "warning"
-    elif summary is not None and (summary.lost or (summary.silent and end.own)):
+    elif end.unaccounted or (summary is not None and (
+            summary.lost or (summary.silent and end.own))):
         status = "warning"
     return "; ".join(parts), status
 
@@ -96,6 +105,7 @@ def add_to(report: Report, end: Any) -> None:
     report.checks.append(Check(CHECK, summary, status=status, group=GROUP, data={
         "endpoint": end.endpoint, "leader": end.leader, "node": end.index,
         "nodes": {str(n): h for n, h in end.nodes.items()}, "lost": end.lost,
+        "unaccounted": list(end.unaccounted),
         "failures": [f.__dict__ for f in end.failures],
         "looks": [{"id": v.id, "confirmed": v.confirmed, "reason": v.reason}
                   for v in end.verdicts]}))

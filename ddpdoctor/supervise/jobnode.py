@@ -156,6 +156,21 @@ def local_failure(job: Any, tracker: Any, returncode: int | None) -> Failure | N
                    time.time())
 
 
+def raised_failure(job: Any, tracker: Any) -> Failure | None:
+    """The failure a rank's uncaught exception names, while that rank still lives (the
+    output so far; torchrun's summary is not written yet). None: no rank is named."""
+    from ddpdoctor.supervise.triage import triage_output
+
+    findings, _ = triage_output(job.copy.combined_path, [], 1)
+    lead = next((f for f in findings if f.ranks), None)
+    if lead is None:
+        return None
+    rank = lead.ranks[0]
+    pids = getattr(tracker, "_rank_pids", {}).get(rank)
+    return Failure(-1, socket.gethostname(), rank, min(pids) if pids else 0, lead.id,
+                   lead.title[:300], _is_fallout(lead), time.time())
+
+
 def _is_fallout(finding: Any) -> bool:
     """Another rank's failure felt here: a reset connection, a SIGTERM from the launcher."""
     title = finding.title
@@ -176,6 +191,9 @@ class NodeEnd:
     own: Failure | None
     summary: Any
     verdicts: list[Verdict]
+    # nodes seen that sent no failure although the job failed and no root cause came:
+    # their supervisor died, or their report did not cross before the store closed
+    unaccounted: list[str] = field(default_factory=list)
 
 
 def finish(view: Any, own: Failure | None, steps: StepTimes, verdicts: list[Verdict],
@@ -197,5 +215,18 @@ def finish(view: Any, own: Failure | None, steps: StepTimes, verdicts: list[Verd
     # (less a margin: the sampler sees a rank gone up to a loop turn after it exited)
     lost = view.lost if view.lost_at is None or view.lost_at < stopping_at - LOST_MARGIN_S \
         else ""
+    failures = view.failures()
     return NodeEnd(str(view.endpoint), view.leader, view.index, lost, view.nodes_seen(),
-                   view.failures(), own, view.summary(), verdicts)
+                   failures, own, view.summary(), verdicts,
+                   unaccounted(view.nodes_seen(), view.index, failures, own) if failed else [])
+
+
+def unaccounted(nodes: dict[int, str], me: int, failures: list[Failure],
+                own: Failure | None) -> list[str]:
+    """The other nodes that sent no failure, when no root cause (a failure that is not
+    fallout) is known: where the cause most likely is."""
+    cause = root_cause(failures + ([own] if own else []))
+    if cause is not None and not cause.fallout:
+        return []
+    told = {f.node for f in failures}
+    return [f"{h} (node {n})" for n, h in sorted(nodes.items()) if n != me and n not in told]

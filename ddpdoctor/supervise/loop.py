@@ -40,6 +40,16 @@ class Node:
             if self.sent is not None:
                 self.view.report_failure(self.sent)
 
+    def publish_raised(self, job: Any, tracker: ProgressTracker) -> None:
+        """A rank printed an uncaught exception: publish it now, while the rank still
+        lives. Its peers (and the store's host with them) feel its death only when it
+        exits; a failure published at exit often loses that race."""
+        if self.view is None or self.sent is not None:
+            return
+        self.sent = jobnode.raised_failure(job, tracker)
+        if self.sent is not None:
+            self.view.report_failure(self.sent)
+
     def end(self, job: Any, result: Any) -> Any:
         rc = result.returncode
         own = self.sent

@@ -28,6 +28,11 @@ from ddpdoctor.safefile import open_regular
 from ddpdoctor.supervise.tree import die_with_parent, load_prctl
 
 _PREFIX = re.compile(rb"^\s*\[(?:rank|default)(\d+)\]:")
+# The last line of an uncaught exception as torch's c10d excepthook prints it on a rank
+# ("[rank3]: RuntimeError: ..."): that rank is dying. Seen here, before the process exits
+# and its peers (on other nodes too) feel it, so a job view can publish it first.
+_UNCAUGHT = re.compile(rb"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
+                       rb"(?:Error|Exception|Interrupt|Failure)\b(?::|\s*$)")
 _MAX_PARTIAL = 1 << 20  # a "line" longer than this is copied in pieces
 
 
@@ -115,9 +120,11 @@ class OutputCopy:
         self._lock = threading.Lock()
         self.lines = 0
         self.last_line = time.monotonic()
+        self.rank_raised = threading.Event()  # set on a rank's uncaught exception line
 
     def add_line(self, line: bytes) -> None:
-        rank = rank_of_line(line)
+        m = _PREFIX.match(line[:64])
+        rank = int(m.group(1)) if m else None
         with self._lock:
             self.lines += 1
             self.last_line = time.monotonic()
@@ -127,6 +134,8 @@ class OutputCopy:
                 if f is None:
                     f = self._ranks[rank] = _open_kept(self.log_dir / RANK_LOG.format(rank=rank))
                 f.write(line)
+        if m is not None and _UNCAUGHT.match(line, m.end()):
+            self.rank_raised.set()  # after the write: whoever wakes reads the line
 
     def flush(self) -> None:
         """Nothing is buffered; kept for callers that flush before reading."""

@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor import safefile
+from ddpdoctor.supervise.own_threads import OwnThreads
 
 JOB = -1  # the unit when no process carries RANK (a plain script, mp.spawn, startup)
 DEFAULT_CPU_RATE = 0.05  # share of one core
+_OWN = OwnThreads()  # the watch's threads in a rank: their CPU is not the rank's work
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,8 @@ def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], i
         if key not in rank_cache:
             rank_cache[key] = None if zombie else _rank_of(p)
         ranks[p.pid] = rank_cache[key]
+        if ranks[p.pid] is not None and not zombie:
+            cpu = max(0.0, cpu - _OWN.cpu_s(p.pid))
         rows.append((p.pid, cpu, created, zombie, ppid, rss))
     for pid, cpu, created, zombie, ppid, rss in rows:
         rank = ranks[pid]

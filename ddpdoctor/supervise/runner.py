@@ -211,7 +211,10 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
             node.publish(job, tracker)
             if loop.job_view_turn() or loop.local_turn(now):
                 break
-            time.sleep(min(opts.poll_s, jobnode.INTERVAL_S) if node.view else opts.poll_s)
+            pause = min(opts.poll_s, jobnode.INTERVAL_S) if node.view else opts.poll_s
+            if job.copy.rank_raised.wait(pause):
+                job.copy.rank_raised.clear()
+                node.publish_raised(job, tracker)
     finally:
         # the one cleanup path, whatever ended the loop (an error in run included)
         node.stopping_at = time.monotonic()

@@ -26,6 +26,7 @@ from typing import Any
 
 from ddpdoctor import safefile
 from ddpdoctor.contract import fr_dump_file, stacks_file
+from ddpdoctor.threadname import name_this_thread
 
 log = logging.getLogger("ddpdoctor.watch")
 _state: dict[str, Any] = {}
@@ -79,6 +80,7 @@ def install(fr_dir: str, rank: int, fr_signal: str = "SIGUSR2",
     signal.signal(signum, lambda *_: None)
 
     def reader() -> None:
+        name_this_thread("ddpdoctor-fr")  # not the rank's work (supervise/own_threads.py)
         while True:
             try:
                 data = os.read(r, 64)
@@ -131,6 +133,7 @@ def serve_requests(fr_dir: str, rank: int) -> bool:
         return False
 
     def poll() -> None:
+        name_this_thread("ddpdoctor-frreq")
         try:
             seen = os.stat(request).st_mtime
         except OSError:
