@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.supervise import hang as hang_mod
-from ddpdoctor.supervise.own_threads import OwnThreads
+from ddpdoctor.supervise.background_threads import BackgroundThreads
 from ddpdoctor.supervise.progress import ProgressTracker, sample_tree
 from ddpdoctor.supervise.verdict import GONE_KINDS, WAITING_KINDS, HangVerdict, judge
 
@@ -84,7 +84,7 @@ _WORK_CPU_MIN_S = 0.03
 _WORK_IO_BYTES = 256 << 10
 
 
-_OWN = OwnThreads()
+_OWN = BackgroundThreads()
 
 
 def rank_usage(rank_pids: dict[int, int]) -> dict[int, tuple[float, int]]:

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor import safefile
-from ddpdoctor.supervise.own_threads import OwnThreads
+from ddpdoctor.supervise.background_threads import BackgroundThreads
 
 JOB = -1  # the unit when no process carries RANK (a plain script, mp.spawn, startup)
 DEFAULT_CPU_RATE = 0.05  # share of one core
-_OWN = OwnThreads()  # the watch's threads in a rank: their CPU is not the rank's work
+_OWN = BackgroundThreads()  # the watch's threads in a rank: their CPU is not the rank's work
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""run leaves the watch's own threads out of a rank's CPU.
+"""run leaves a rank's background threads (the watch's, gloo's event loops) out of its CPU.
 
 A hung rank still runs the watch's heartbeat thread and the Flight Recorder dump that run
 asks for when it looks; counted as work, they made run call a sleeping culprit "still
@@ -19,8 +19,8 @@ import time
 import pytest
 
 from ddpdoctor.contract import OWN_THREAD_PREFIX
+from ddpdoctor.supervise.background_threads import BackgroundThreads
 from ddpdoctor.supervise.looks import is_working, rank_usage
-from ddpdoctor.supervise.own_threads import OwnThreads
 from ddpdoctor.supervise.progress import ProgressTracker, sample_tree
 from ddpdoctor.threadname import name_this_thread
 
@@ -60,7 +60,7 @@ def test_only_threads_named_ours_are_counted():
     for _ in threads:
         started.acquire()
     try:
-        own = OwnThreads()
+        own = BackgroundThreads()
         first = own.cpu_s(os.getpid())
         time.sleep(0.6)
         grew = own.cpu_s(os.getpid()) - first
@@ -69,7 +69,7 @@ def test_only_threads_named_ours_are_counted():
         stop.set()
     # two spinners share the cores with the test: ours got a share, not all of it
     assert 0.1 < grew < total, (grew, total)
-    assert OwnThreads().cpu_s(999_999_999) == 0.0  # no such process: nothing, no error
+    assert BackgroundThreads().cpu_s(999_999_999) == 0.0  # no such process: nothing, no error
 
 
 @pytest.mark.parametrize("named", [True, False])
@@ -94,3 +94,32 @@ def test_a_sleeping_rank_whose_watch_threads_work_is_not_working(named):
         proc.wait()
     assert working is (not named), cpu
     assert active is (not named)
+
+
+_GLOO_RANK = textwrap.dedent("""
+    import sys, time
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+    print("ready", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_gloo_names_its_event_loops_as_we_expect(tmp_path):
+    """The names run leaves out are the ones torch's gloo really gives its threads: a
+    torch that renames them fails here, not silently in a hang verdict."""
+    from ddpdoctor.supervise.background_threads import _BACKGROUND
+
+    proc = subprocess.Popen([sys.executable, "-c", _GLOO_RANK, str(tmp_path / "store")],
+                            stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        names = set()
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            with open(f"/proc/{proc.pid}/task/{tid}/comm", "rb") as f:
+                names.add(f.read().strip())
+    finally:
+        proc.kill()
+        proc.wait()
+    gloo = [n for n in _BACKGROUND if n.startswith((b"gloo", b"pt_gloo"))]
+    assert set(gloo) <= names, names
