@@ -194,6 +194,19 @@ def test_a_culprit_still_working_or_a_job_that_moved_is_not_a_hang():
     assert not decide("h1", _replies(), [], moved=True).confirmed
 
 
+def test_a_rank_in_a_debugger_on_another_node_is_not_a_hang():
+    """A person stepping through rank 3 under gdb/pdb on node b (tracing stop): its node
+    says so, and the leader must not stop the job (supervise/verdict.py's rule, job-wide)."""
+    a, b = _replies()
+    stopped = RankState(3, 21, "stopped", "", None, "stopped", "MainThread", ())
+    b = StackReply(1, "node-b", (state_to_dict(_waiting(2, 20)), state_to_dict(stopped)))
+    sigstop = decide("h1", [a, b], [], moved=False)
+    assert sigstop.confirmed and [c.rank for c in sigstop.culprits] == [3]
+    traced = StackReply.from_json(StackReply(1, "node-b", b.states, traced=(21,)).to_json())
+    v = decide("h1", [a, traced], [], moved=False)
+    assert not v.confirmed and "debugger" in v.reason, v.reason
+
+
 def test_no_stacks_from_any_node_is_not_a_hang():
     v = decide("h1", [StackReply(0, "node-a", (), error="py-spy not found")], [], False)
     assert not v.confirmed and "py-spy not found" in v.reason
@@ -240,6 +253,9 @@ def test_leader_and_member_over_a_real_store():
                        store=JobStore.wrap(client, ep)).start()
 
     lead, member = view("node-a", True), view("node-b", False)
+    # per rank, from the watch's heartbeats: rank 3 stopped a step before the others
+    lead.update(0, "", [], (RankSnap(0, 10, 41), RankSnap(1, 11, 41)))
+    member.update(0, "", [], (RankSnap(2, 20, 41), RankSnap(3, 21, 40, "forward")))
     try:
         got: dict[str, Request] = {}
         t_end = time.monotonic() + 20
@@ -261,6 +277,12 @@ def test_leader_and_member_over_a_real_store():
             time.sleep(0.05)
         assert verdicts["node-a"] == verdicts["node-b"] and verdicts["node-a"].confirmed
         assert verdicts["node-b"].culprits[0].host == "node-b"
+        assert verdicts["node-b"].culprits[0].step == 40
+        assert dict(verdicts["node-a"].steps) == {0: 41, 1: 41, 2: 41, 3: 40}
+        [f] = hang_findings(verdicts["node-a"])
+        assert f.evidence["job_view"]["ranks_by_last_step"] == {"41": [0, 1, 2], "40": [3]}
+        assert "rank 3 on node-b (pid 21, train.py:23 in _stuck_forever, after step 40)" \
+            in f.title
         member.report_failure(_failure(-1, 3, False, time.time()))
         while not lead.failures() and time.monotonic() < t_end:
             time.sleep(0.05)
@@ -392,3 +414,20 @@ def test_a_malformed_trace_from_a_node_is_dropped():
 
     reply = StackReply(0, "node-a", (), traces=({"rank": "x"}, {"entries": "nope"}))
     assert merge_traces([reply]) == {}
+
+
+def test_each_ranks_step_phase_and_last_progress_are_published():
+    from ddpdoctor.supervise.jobnode import rank_snaps
+    from ddpdoctor.supervise.progress import Heartbeat, RankExit
+
+    class Tracker:
+        exits = [RankExit(1, 11, 5.0)]
+        _rank_pids = {0: {10, 30}, 1: {11}}
+
+    beats = {0: Heartbeat(0, 41, 1700.5, 1701.0, "backward"), 2: Heartbeat(2, 40, 1699.0, 1701.0)}
+    snaps = {s.rank: s for s in rank_snaps(Tracker(), beats)}
+    assert snaps[0] == RankSnap(0, 10, 41, "backward", "running", 1700.5)
+    assert snaps[1] == RankSnap(1, 11, -1, "", "exited", 0.0)  # no heartbeat: unknown
+    assert snaps[2].step == 40 and snaps[2].pid == 0  # a heartbeat before the sampler saw it
+    back = NodeSnap.from_json(NodeSnap(0, "node-a", 1, 1, ranks=tuple(snaps.values())).to_json())
+    assert back.ranks == tuple(snaps.values())

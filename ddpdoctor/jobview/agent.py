@@ -313,8 +313,11 @@ class JobView:
 
         v = decide(look.request.id, replies, missing,
                    moved=self.clock.last_move > look.moved_marker)
+        steps = self.clock.rank_steps()
         v = replace(v, no_progress_s=round(look.stalled_s, 1),
-                    threshold_s=round(look.threshold_s, 1), threshold_how=look.how)
+                    threshold_s=round(look.threshold_s, 1), threshold_how=look.how,
+                    steps=tuple(sorted(steps.items())),
+                    culprits=tuple(replace(c, step=steps.get(c.rank, -1)) for c in v.culprits))
         st.set(keys.VERDICT, v.to_json())
         self._look = None
         # not confirmed: look again after another full threshold of quiet

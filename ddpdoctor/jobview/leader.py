@@ -89,6 +89,10 @@ class ProgressClock:
     def step_times(self) -> list[float]:
         return [t for s in self.snaps.values() for t in s.step_times]
 
+    def rank_steps(self) -> dict[int, int]:
+        """Each rank's last finished step, where its watch heartbeat says it."""
+        return {r.rank: r.step for s in self.snaps.values() for r in s.ranks if r.step >= 0}
+
     def lost(self, now: float, timeout: float) -> list[NodeSnap]:
         """Nodes that stopped beating without saying their job ended."""
         return [self.snaps[n] for n, seen in sorted(self.nodes.items())

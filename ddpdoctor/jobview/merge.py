@@ -126,11 +126,12 @@ def decide(request_id: str, replies: list[StackReply], missing: list[str],
 
     diag = merge_replies(replies)
     busy = {r for reply in replies for r in reply.busy}
+    traced = {p for reply in replies for p in reply.traced}
     errors = [f"{r.host}: {r.error}" for r in replies if r.error and not r.states]
     if not diag.states:
         v = judge(None, "; ".join(errors) or "no node sent stacks", busy)
     else:
-        v = judge(diag, "", busy)
+        v = judge(diag, "", busy, traced)
     reason, confirmed = v.reason, v.confirmed
     if confirmed and (moved or any(r.moved for r in replies)):
         reason, confirmed = "the job made progress while its stacks were read", False

@@ -22,7 +22,17 @@ GROUP = "run"
 
 
 def culprit_text(c: Culprit) -> str:
-    return f"rank {c.rank} on {c.host} (pid {c.pid}{', ' + c.where if c.where else ''})"
+    step = f", after step {c.step}" if c.step >= 0 else ""
+    return f"rank {c.rank} on {c.host} (pid {c.pid}{', ' + c.where if c.where else ''}{step})"
+
+
+def steps_summary(steps: tuple[tuple[int, int], ...]) -> dict[str, list[int]]:
+    """Ranks by their last finished step ({"41": [0, 1, 2], "40": [3]}), highest first:
+    a rank a step behind the others is the one that stopped first."""
+    by: dict[int, list[int]] = {}
+    for rank, step in steps:
+        by.setdefault(step, []).append(rank)
+    return {str(k): sorted(by[k]) for k in sorted(by, reverse=True)}
 
 
 def hang_findings(v: Verdict) -> list[Finding]:
@@ -34,10 +44,12 @@ def hang_findings(v: Verdict) -> list[Finding]:
         except (KeyError, TypeError, ValueError):
             continue
         f.evidence["culprits"] = [{"rank": c.rank, "host": c.host, "pid": c.pid,
-                                   "where": c.where, "state": c.what} for c in v.culprits]
+                                   "where": c.where, "state": c.what, "step": c.step}
+                                  for c in v.culprits]
         f.evidence["job_view"] = {"nodes": list(v.nodes), "groups": list(v.groups),
                                   "no_progress_s": v.no_progress_s,
-                                  "threshold": v.threshold_how}
+                                  "threshold": v.threshold_how,
+                                  "ranks_by_last_step": steps_summary(v.steps)}
         if i == 0 and named:
             f.title = f"{f.title}: {named}"
         out.append(f)

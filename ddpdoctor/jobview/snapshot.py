@@ -22,6 +22,7 @@ class RankSnap:
     step: int = -1  # from the watch heartbeat; -1 without one
     phase: str = ""
     state: str = "running"  # running | exited
+    last_progress: float = 0.0  # wall time of the rank's last step (heartbeat); 0: unknown
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class StackReply:
     moved: bool = False  # the node's job made progress while it was looked at
     error: str = ""  # why there are no stacks
     traces: tuple[dict, ...] = ()  # attach.flight_recorder.trace_to_dict of its ranks' dumps
+    traced: tuple[int, ...] = ()  # pids in a debugger's tracing stop: a person is looking
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -119,7 +121,8 @@ class StackReply:
         try:
             return cls(int(d["node"]), str(d["host"]), tuple(dict(s) for s in d["states"]),
                        tuple(int(r) for r in d.get("busy", ())), bool(d.get("moved")),
-                       str(d.get("error", "")), tuple(dict(t) for t in d.get("traces", ())))
+                       str(d.get("error", "")), tuple(dict(t) for t in d.get("traces", ())),
+                       tuple(int(p) for p in d.get("traced", ())))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"bad stack reply: {e}") from e
 
@@ -131,6 +134,7 @@ class Culprit:
     pid: int
     where: str  # "train.py:88 in forward"
     what: str  # the state, in words
+    step: int = -1  # its last finished step (watch heartbeat); -1: unknown
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ class Verdict:
     no_progress_s: float = 0.0
     threshold_s: float = 0.0
     threshold_how: str = ""
+    steps: tuple[tuple[int, int], ...] = ()  # (rank, last finished step) where known
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -161,7 +166,8 @@ class Verdict:
                        tuple(str(n) for n in d.get("nodes", ())),
                        tuple(str(n) for n in d.get("missing", ())),
                        float(d.get("no_progress_s", 0)), float(d.get("threshold_s", 0)),
-                       str(d.get("threshold_how", "")))
+                       str(d.get("threshold_how", "")),
+                       tuple((int(r), int(n)) for r, n in d.get("steps", ())))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"bad verdict: {e}") from e
 

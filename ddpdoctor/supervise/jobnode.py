@@ -84,11 +84,21 @@ def start(cmd: list[str], opts: Any) -> Any:
                    policy_of(opts), reply_timeout_s=opts.attach_timeout + 15).start()
 
 
-def rank_snaps(tracker: Any) -> tuple[RankSnap, ...]:
+def rank_snaps(tracker: Any, heartbeats: dict | None = None) -> tuple[RankSnap, ...]:
+    """Per rank: pid and state from the process sampling; step, phase and last progress
+    from its watch heartbeat (supervise.progress.Heartbeat) when it writes one."""
     gone = {e.rank for e in tracker.exits}
     pids = getattr(tracker, "_rank_pids", {})
-    return tuple(RankSnap(r, min(p) if p else 0, state="exited" if r in gone else "running")
-                 for r, p in sorted(pids.items()))
+    heartbeats = heartbeats or {}
+    out = []
+    for r in sorted(set(pids) | set(heartbeats)):
+        p, hb = pids.get(r), heartbeats.get(r)
+        out.append(RankSnap(r, min(p) if p else 0,
+                            hb.step if hb is not None else -1,
+                            hb.phase if hb is not None else "",
+                            "exited" if r in gone else "running",
+                            hb.last_progress if hb is not None else 0.0))
+    return tuple(out)
 
 
 # ---- a stack request: this node's ranks, then whether the ones not waiting still work
@@ -112,10 +122,11 @@ def answer(job: Any, tracker: Any, request: Any, opts: Any, rank_cache: dict,
     tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
     moved = tracker.stalled_for(now) < before
     from ddpdoctor.attach.flight_recorder import trace_to_dict
+    from ddpdoctor.supervise.looks import traced_pids
 
     traces = tuple(trace_to_dict(t) for _, t in sorted(d.fr_traces.items()))
     return StackReply(-1, host, tuple(state_to_dict(s) for s in d.states), tuple(busy), moved,
-                      traces=traces)
+                      traces=traces, traced=tuple(sorted(traced_pids(d))))
 
 
 def _busy_ranks(job: Any, states: list, seconds: float) -> list[int]:

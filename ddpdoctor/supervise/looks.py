@@ -61,7 +61,7 @@ def look(job: Any, tracker: ProgressTracker, stalled: float, opts: Any,
     tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
     active = tracker.active_ranks(now, opts.cpu_window_s + outcome.timings.get(
         "diagnose_s", 0.0))
-    verdict = judge(outcome.diagnosis, outcome.error, active, _traced(outcome.diagnosis))
+    verdict = judge(outcome.diagnosis, outcome.error, active, traced_pids(outcome.diagnosis))
     if verdict.confirmed and tracker.stalled_for(now) < stalled:
         verdict = HangVerdict(False, "the job made progress while its stacks were read",
                               verdict.culprits, verdict.active)
@@ -181,7 +181,7 @@ def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis
     return HangVerdict(True, verdict.reason + still, verdict.culprits, verdict.active)
 
 
-def _traced(diagnosis: Any) -> set[int]:
+def traced_pids(diagnosis: Any) -> set[int]:
     """Pids in a debugger's tracing stop (psutil 'tracing-stop'), not a SIGSTOP."""
     if diagnosis is None:
         return set()

@@ -30,11 +30,12 @@ class Node:
     stopping_at: float = 0.0  # when the loop ended (monotonic): the job ends from here
     said: str = ""  # the last "no hang" reason printed
 
-    def publish(self, job: Any, tracker: ProgressTracker) -> None:
+    def publish(self, job: Any, tracker: ProgressTracker, heartbeats: dict | None = None
+                ) -> None:
         if self.view is None:
             return
         self.view.update(self.steps.progress, tracker.last_what, self.steps.times,
-                         jobnode.rank_snaps(tracker))
+                         jobnode.rank_snaps(tracker, heartbeats))
         if tracker.exits and self.sent is None:
             self.sent = jobnode.local_failure(job, tracker, None)
             if self.sent is not None:

@@ -204,11 +204,12 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
             tree.scan()
             tree.reap(job.pid)
             memory.add(sample)
-            tracker.update(now, job.copy.lines, sample, loop.heartbeats())
+            beats = loop.heartbeats()
+            tracker.update(now, job.copy.lines, sample, beats)
             node.steps.observe(tracker)
             if not opts.hang_fixed:
                 opts.hang_timeout = jobnode.local_threshold(node.steps, opts)
-            node.publish(job, tracker)
+            node.publish(job, tracker, beats)
             if loop.job_view_turn() or loop.local_turn(now):
                 break
             pause = min(opts.poll_s, jobnode.INTERVAL_S) if node.view else opts.poll_s
