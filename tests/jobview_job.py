@@ -42,6 +42,9 @@ def main():
     rank = dist.get_rank()
     hang, crash, ev = _at(a.hang), _at(a.crash), _at(a.eval)
     t = torch.ones(4)
+    # a model and an optimizer, so that run's watch (on unless --no-watch) counts steps
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(a.steps):
         if hang and hang[:2] == (rank, step):
             print(f"planted hang: rank {rank} at {time.time():.3f}", flush=True)
@@ -53,6 +56,9 @@ def main():
             print(f"evaluation: rank {rank} for {ev[2]:g} s", flush=True)
             _evaluate(ev[2])
         time.sleep(a.step_s)
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
         dist.all_reduce(t)
         if rank == 0:
             print(f"step {step} done", flush=True)

@@ -31,7 +31,7 @@ def _node_cmd(k: str, addr: dict, port: int, out: Path, job_args: list[str],
                 "--node-rank", "0" if k == "a" else "1", "--nproc-per-node", "2",
                 "--master-addr", addr["a"], "--master-port", str(port),
                 "--local-addr", addr[k], "--max-restarts", "0", JOB, *job_args]
-    return [sys.executable, "-m", "ddpdoctor", "run", "--no-watch", "--json", str(out),
+    return [sys.executable, "-m", "ddpdoctor", "run", "--json", str(out),
             "--run-dir", str(out.parent / f"run-{k}"), *run_args, "--", *torchrun]
 
 
@@ -127,6 +127,10 @@ def test_hang_on_node_b_is_named_on_both_nodes(two_nodes, tmp_path):
         [culprit] = lead["evidence"]["culprits"]
         assert culprit["host"] == "node-b" and culprit["rank"] == 3 and culprit["pid"] > 0
         assert culprit["where"].startswith("jobview_job.py:"), culprit
+        # the watch is on: every rank finished 40 optimizer steps, rank 3 never begins
+        # the 41st's backward, where the others wait
+        assert culprit["step"] == 40, culprit
+        assert lead["evidence"]["job_view"]["ranks_by_last_step"] == {"40": [0, 1, 2, 3]}
         assert "rank 3 on node-b" in lead["title"]
         assert procs[k].returncode == 1  # a confirmed hang, stopped
 
@@ -136,7 +140,8 @@ def test_hang_on_node_b_is_named_on_both_nodes(two_nodes, tmp_path):
 # rank 3 still lives (published at its exit, it crossed about one run in two).
 @pytest.mark.timeout(150)
 def test_crash_on_node_b_is_the_root_cause_on_node_a(two_nodes, tmp_path):
-    procs = _start(two_nodes, tmp_path, 29733, ["--crash", "3:40"], ["--hang-min", "10"])
+    procs = _start(two_nodes, tmp_path, 29733, ["--crash", "3:40"],
+                   ["--no-watch", "--hang-min", "10"])
     ended = _wait(procs, 120)
     planted = _planted_at(tmp_path, "crash")
     report = _report(tmp_path, "a")
@@ -153,7 +158,7 @@ def test_crash_on_node_b_is_the_root_cause_on_node_a(two_nodes, tmp_path):
 # failure, where the cause likely is.
 @pytest.mark.timeout(150)
 def test_a_killed_node_supervisor_does_not_hang_the_other(two_nodes, tmp_path):
-    procs = _start(two_nodes, tmp_path, 29735, [], ["--hang-min", "10"])
+    procs = _start(two_nodes, tmp_path, 29735, [], ["--no-watch", "--hang-min", "10"])
     out_a = tmp_path / "out-a.txt"
     t_end = time.monotonic() + 60
     while "step 20 done" not in out_a.read_text(errors="replace"):
