@@ -75,24 +75,30 @@ def crash_finding(end: Any) -> Finding | None:
                              "source": "job view (the other node's output triage)"})
 
 
+def _summary_parts(summary: Any, end: Any) -> tuple[list[str], list[str]]:
+    """The leader's threshold and the nodes it lost or found silent; and those lines."""
+    if summary is None:
+        return [], []
+    parts = [f"hang threshold: {summary.threshold_how}"]
+    if summary.lost:
+        parts.append("lost: " + "; ".join(summary.lost))
+        return parts, summary.lost
+    if summary.silent and end.own is not None:
+        parts.append("silent before this node's job ended (supervisor dead or store "
+                     "lost there; the cause is likely on that node): "
+                     + "; ".join(summary.silent))
+        return parts, summary.silent
+    return parts, []
+
+
 def summary_line(end: Any) -> tuple[str, str]:
     nodes = ", ".join(f"{h} (node {n})" for n, h in sorted(end.nodes.items()))
     role = "leader" if end.leader else "member"
     parts = [f"job's store {end.endpoint}; this node: {role}, node {end.index}"]
     if nodes:
         parts.append(f"nodes seen: {nodes}")
-    summary = end.summary
-    named: list[str] = []  # lines that already name a node
-    if summary is not None:
-        parts.append(f"hang threshold: {summary.threshold_how}")
-        if summary.lost:
-            named = summary.lost
-            parts.append("lost: " + "; ".join(summary.lost))
-        elif summary.silent and end.own is not None:
-            named = summary.silent
-            parts.append("silent before this node's job ended (supervisor dead or store "
-                         "lost there; the cause is likely on that node): "
-                         + "; ".join(summary.silent))
+    more, named = _summary_parts(end.summary, end)
+    parts += more
     told = [n for n in end.unaccounted if not any(line.startswith(n) for line in named)]
     if told:
         parts.append("no failure came from " + ", ".join(told)
@@ -101,15 +107,11 @@ def summary_line(end: Any) -> tuple[str, str]:
     others = [f for f in end.failures if f.node != end.index]
     if others:
         parts.append("failures elsewhere: " + "; ".join(_failure_line(f) for f in others[:4]))
-    status = "ok"
     if end.lost:
         parts.append(f"the job view was lost: {end.lost}; this report has this node's "
                      "view only")
-        status = "warning"
-    elif end.unaccounted or (summary is not None and (
-            summary.lost or (summary.silent and end.own))):
-        status = "warning"
-    return "; ".join(parts), status
+    warn = bool(end.lost or end.unaccounted or named)
+    return "; ".join(parts), "warning" if warn else "ok"
 
 
 def add_to(report: Report, end: Any) -> None:
