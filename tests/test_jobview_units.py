@@ -301,7 +301,12 @@ def test_a_store_that_never_answers_is_a_lost_view_within_the_deadline():
     assert not v._thread.is_alive() and "cannot reach the job's store" in v.lost
 
 
-def test_with_no_node_on_the_stores_host_exactly_one_claims_the_lead(monkeypatch):
+@pytest.mark.parametrize("on_host", [(False, False, False), (True, True, False),
+                                     (False, True, False)])
+def test_exactly_one_node_leads(monkeypatch, on_host):
+    """No node on the store's host (a service name): the first to claim after the grace
+    leads. Two on it (two runs on one machine, an endpoint every node resolves locally),
+    or one that started after another claimed: still one leader."""
     from torch.distributed import TCPStore
 
     from ddpdoctor.jobview import agent
@@ -310,9 +315,9 @@ def test_with_no_node_on_the_stores_host_exactly_one_claims_the_lead(monkeypatch
     monkeypatch.setattr(agent, "LEADER_GRACE_S", 0.2)
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     ep = keys.Endpoint("127.0.0.1", server.port, "test")
-    views = [agent.JobView(ep, f"node-{i}", False, Policy(), interval=0.05, store=JobStore.wrap(
+    views = [agent.JobView(ep, f"node-{i}", local, Policy(), interval=0.05, store=JobStore.wrap(
         TCPStore("127.0.0.1", server.port, is_master=False, wait_for_workers=False), ep)
-    ).start() for i in range(3)]
+    ).start() for i, local in enumerate(on_host)]
     try:
         t_end = time.monotonic() + 10
         while not all(v._claimed for v in views) and time.monotonic() < t_end:

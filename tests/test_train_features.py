@@ -43,7 +43,7 @@ def _finish(run: Launch, timeout: float = 150) -> dict[str, list[dict]]:
     codes = run.wait(timeout)
     assert all(c == 0 for c in codes), run.all_output()[-3000:]
     by: dict[str, list[dict]] = {}
-    for rec in run.records() + run.records("summary"):
+    for rec in run.records() + run.records("summary") + run.records("vs_plain"):
         by.setdefault(f"{rec['strategy']}:{rec['event']}", []).append(rec)
     return by
 
@@ -62,7 +62,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "plain": (["--strategy", "fsdp,zero2", "--steps", "3"], mem),
         "lean": (["--strategy", "fsdp,zero2", "--steps", "3", "--cpu-offload",
                   "--activation-checkpointing", "--profile", "1", "--profile-dir",
-                  str(tmp / "traces")], mem),
+                  str(tmp / "traces"), "--vs-plain"], mem),
         "fp16": (["--strategy", "ddp,fsdp", "--steps", "5", "--precision", "fp16",
                   "--inject", "nan@1:3"], {}),
         **{f"hook-{h}": (["--steps", str(HOOK_STEPS), "--comm-hook", h, "--topk-ratio",
@@ -105,6 +105,27 @@ def test_offload_and_checkpointing_give_the_same_losses(runs: dict, strategy: st
                     runs["lean"][f"{strategy}:summary"][0]["rank_memory"]):
         assert q["activations_bytes"] < 0.5 * p["activations_bytes"], (p, q)
     assert runs["lean"][f"{strategy}:summary"][0]["step_time_s"] > 0
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "zero2"])
+def test_vs_plain_prints_memory_time_and_loss_against_the_plain_run(runs: dict,
+                                                                    strategy: str) -> None:
+    [rec] = runs["lean"][f"{strategy}:vs_plain"]
+    assert rec["run"] == f"{strategy} --cpu-offload --activation-checkpointing"
+    assert rec["plain"] == strategy
+    lean, plain = rec["memory"]
+    assert lean["activations_bytes"] < 0.5 * plain["activations_bytes"], rec
+    assert lean["peak_bytes"] < plain["peak_bytes"], rec
+    # the baseline is the plain run: the separate plain launch gave the same last loss
+    assert rec["final_loss"][1] == pytest.approx(
+        runs["plain"][f"{strategy}:summary"][0]["final_loss"], rel=1e-6)
+    assert rec["final_loss"][0] == pytest.approx(rec["final_loss"][1], rel=1e-6)
+    out = runs["lean:out"]
+    assert f"(plain) [{strategy}] summary:" in out
+    assert f"[{strategy}] {rec['run']} vs plain {strategy}: step " in out
+    assert "saved activations" in out
+    # the baseline's own records stay out of --json-log: one run per strategy there
+    assert len(runs["lean"][f"{strategy}:summary"]) == 1
 
 
 def test_profile_writes_a_chrome_trace_per_rank(runs: dict) -> None:

@@ -257,15 +257,15 @@ class JobView:
     # ---- the leader
 
     def _claim_lead(self, st: JobStore, now: float) -> None:
-        """The node on the store's host leads; where none is (the endpoint is a service
-        name, a load balancer), the first node to claim it after a grace period does."""
+        """One node leads: a node on the store's host claims the lead at once; where none
+        is (the endpoint is a service name, a load balancer), the first node to claim it
+        after a grace period does. A claim is a compare-and-set: never two leaders (two
+        runs on one host, or the host's run starting after another node claimed)."""
         if self._claimed:
             return
         me = f"{self.host}/{self.index}"
-        if self.leader:
-            st.set(keys.LEADER, me)
-            self._claimed = True
-        elif self.connected_at is not None and now - self.connected_at >= LEADER_GRACE_S:
+        if self.leader or (self.connected_at is not None
+                           and now - self.connected_at >= LEADER_GRACE_S):
             self.leader = st.claim(keys.LEADER, me)
             self._claimed = True
 

@@ -95,6 +95,7 @@ class RunConfig:
     activation_checkpointing: bool = False  # recompute each block's activations in backward
     profile: int = 0             # torch.profiler trace of this many steps per rank
     profile_dir: str = "ddpdoctor-profile"
+    vs_plain: bool = False       # train the plain strategy first; print memory/time against it
 
     def validate(self) -> None:
         for s in self.strategies:
@@ -137,6 +138,10 @@ class RunConfig:
                              "of DTensor and plain gradients: not with tp")
         if not 0 < self.topk_ratio <= 1:
             raise ValueError("--topk-ratio must be in (0, 1]")
+        if self.vs_plain and (self.injections or self.resume or self.save_every):
+            # a fault or a checkpoint would land in the plain run too: two different jobs
+            raise ValueError("--vs-plain trains twice: not with --inject, --resume or "
+                             "--save-every")
 
 
 def _only(on: bool, flag: str, allowed: tuple[str, ...], strategies: list[str]) -> None:

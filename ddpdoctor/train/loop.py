@@ -25,6 +25,7 @@ from ddpdoctor.train.injector import Injector
 from ddpdoctor.train.profiling import StepProfiler
 from ddpdoctor.train.step import StepRunner, micro_batches
 from ddpdoctor.train.strategies import Strategy, build
+from ddpdoctor.train.vs_plain import RunNumbers
 
 # Per-rank numbers gathered to rank 0 each step, in this order.
 STATS = ("loss", "data_s", "compute_s", "rss_mb", "param_checksum", "index_sum")
@@ -58,13 +59,14 @@ def _all_gather_flat(out: torch.Tensor, mine: torch.Tensor) -> None:
 class Log:
     """Rank 0's human log lines and optional JSON lines."""
 
-    def __init__(self, rank: int, json_path: str | None) -> None:
+    def __init__(self, rank: int, json_path: str | None, tag: str = "") -> None:
         self.on = rank == 0
         self.json = open(json_path, "a") if (self.on and json_path) else None
+        self.tag = tag  # put before every line ("plain " for --vs-plain's baseline run)
 
     def line(self, text: str) -> None:
         if self.on:
-            print(text, flush=True)
+            print(self.tag + text, flush=True)
 
     def record(self, rec: dict[str, Any]) -> None:
         if self.json:
@@ -117,7 +119,7 @@ class Run:
 def setup(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
           injector: Injector, log: Log) -> tuple[Run, Any]:
     meter = None  # DDPDOCTOR_TRAIN_MEMORY=1: what this rank holds in the last step (plan)
-    if memory_enabled():
+    if memory_enabled() or rcfg.vs_plain:
         from ddpdoctor.plan.measure import StepMemory
 
         meter = StepMemory(device)
@@ -231,7 +233,7 @@ def _step_line(run: Run, rec: dict[str, Any]) -> str:
 
 
 def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-              injector: Injector, log: Log) -> None:
+              injector: Injector, log: Log) -> RunNumbers:
     run, loader = setup(name, mcfg, rcfg, device, injector, log)
     # Before the first epoch's iterator exists, so a watcher sees every batch being loaded.
     handle = _watch(run.strategy, loader) if rcfg.watch else None
@@ -252,7 +254,7 @@ def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.devic
             log.line(f"[{name}] saved checkpoint {path}")
     if handle is not None and hasattr(handle, "close"):
         handle.close()
-    _summary(run, time.perf_counter() - t_run)
+    return _summary(run, time.perf_counter() - t_run)
 
 
 def _account(run: Run, rec: dict[str, Any]) -> None:
@@ -264,7 +266,7 @@ def _account(run: Run, rec: dict[str, Any]) -> None:
     run.skipped += int(rec.get("step_skipped", False))
 
 
-def _summary(run: Run, total: float) -> None:
+def _summary(run: Run, total: float) -> RunNumbers:
     n = len(run.tok_rates)
     mean_tok = sum(run.tok_rates) / n if n else 0.0
     # the first step pays for warm-up (allocations, lazy init): left out when there are more
@@ -284,6 +286,8 @@ def _summary(run: Run, total: float) -> None:
                     "step_time_s": step_s, "peak_mem_mb": peak, "world": run.world,
                     "skipped_steps": run.skipped,
                     **_rank_memory(run.meter, run.device, run.world)})
+    return RunNumbers(run.name, step_s, run.last_loss, peak,
+                      dict(run.meter.values) if run.meter is not None else {})
 
 
 def _rank_memory(meter: Any, device: torch.device, world: int) -> dict[str, Any]:

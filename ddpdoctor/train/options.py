@@ -111,6 +111,10 @@ OPTIONS: list[Option] = [
            "with torch.profiler: one Chrome trace JSON per rank (Perfetto).", min=0,
            max=10_000),
     Option("--profile-dir", str, "ddpdoctor-profile", "Where --profile writes its traces."),
+    Option("--vs-plain", bool, False, "Train each strategy first without --grad-accum, "
+           "--comm-hook, --precision, --cpu-offload and --activation-checkpointing (hsdp: as "
+           "fsdp), then as asked, and print step time, memory and loss against that plain "
+           "run (the last step's memory is measured exactly)."),
     Option("--inject", list, [], "Plant a fault: NAME[@RANK|@all][:STEP] (repeatable); "
            "`--inject list` shows them."),
 ]
@@ -160,7 +164,7 @@ def to_argv(values: dict[str, Any]) -> list[str]:
 
 
 _FEATURES = ("grad_accum", "comm_hook", "topk_ratio", "shard_group", "cpu_offload",
-             "activation_checkpointing", "profile", "profile_dir")
+             "activation_checkpointing", "profile", "profile_dir", "vs_plain")
 
 
 def configs(values: dict[str, Any]) -> tuple[ModelConfig, RunConfig]:

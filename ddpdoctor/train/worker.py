@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ddpdoctor.train import injections
+from ddpdoctor.train import injections, vs_plain
 from ddpdoctor.train.config import check_world
 from ddpdoctor.train.injector import Injector
 from ddpdoctor.train.loop import Log, train_one
@@ -74,7 +74,23 @@ def main(argv: list[str] | None = None) -> int:
     injector.setup()
     log = Log(rank, rcfg.json_log)
     for name in rcfg.strategies:
-        train_one(name, mcfg, rcfg, device, injector, log)
+        plain = vs_plain.plain_of(name, rcfg) if rcfg.vs_plain else None
+        if rcfg.vs_plain and plain is None:
+            log.line(f"[{name}] --vs-plain: nothing to compare (no option that changes "
+                     "memory or time is on)")
+        before = None
+        if plain is not None:
+            # its lines tagged, its records kept out of --json-log (one run per strategy
+            # there); the comparison record says what the baseline measured
+            before = train_one(plain[0], mcfg, plain[1], device, injector,
+                               Log(rank, None, tag="(plain) "))
+            dist.barrier()
+        numbers = train_one(name, mcfg, rcfg, device, injector, log)
+        if before is not None:
+            line, record = vs_plain.comparison(vs_plain.options_text(name, rcfg), numbers,
+                                               before)
+            log.line(line)
+            log.record(record)
         dist.barrier()
     dist.destroy_process_group()
     # A gloo worker thread that drops the last reference to a Python-owned tensor during
