@@ -7,6 +7,7 @@ Rank 0 prints one line per step; a planted fault prints its wall time first.
 """
 
 import argparse
+import gc
 import sys
 import time
 
@@ -63,6 +64,11 @@ def main():
         if rank == 0:
             print(f"step {step} done", flush=True)
     dist.destroy_process_group()
+    # gloo's threads must be joined while Python still runs: without it a rank aborts at
+    # exit now and then ("terminate called without an active exception", SIGABRT), as
+    # the reference trainer did (pytorch/pytorch#190489; ddpdoctor/train/worker.py)
+    del model, opt
+    gc.collect()
     return 0
 
 

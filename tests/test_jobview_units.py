@@ -21,7 +21,7 @@ from ddpdoctor.jobview.snapshot import (
     StackReply,
     Verdict,
 )
-from ddpdoctor.supervise.jobnode import NodeEnd, StepTimes
+from ddpdoctor.supervise.jobnode import STARTUP_EVENTS, NodeEnd, StepTimes
 
 TORCHRUN = ["python", "-m", "torch.distributed.run"]
 
@@ -122,6 +122,49 @@ def test_step_times_skip_startup_and_cpu_samples():
         steps.observe(t)
     assert steps.progress == 7
     assert steps.times == [1.0, 1.0, 2.0]  # after 3 startup events; 6 was CPU: 7 - 5
+
+
+def _paced(steps: StepTimes, intervals: list[float], looked: set[int]) -> None:
+    """Heartbeat events ``intervals`` apart; the leader looked (no hang) during those in
+    ``looked`` (indices)."""
+    class T:
+        last_progress = 0.0
+        last_what = "heartbeat of rank 0 (step 1)"
+
+    t = T()
+    for _ in range(STARTUP_EVENTS + 1):
+        t.last_progress += 1.0
+        steps.observe(t)
+    for i, dt in enumerate(intervals):
+        if i in looked:
+            steps.looked()
+        t.last_progress += dt
+        steps.observe(t)
+
+
+def test_a_long_evaluation_that_was_looked_at_does_not_raise_the_threshold():
+    policy = Policy(hang_min_s=10)
+    steps = StepTimes()
+    # 30 one-second steps, a 42 s evaluation the leader looked at (no hang), 30 more
+    _paced(steps, [1.0] * 30 + [42.0] + [1.0] * 30, looked={30})
+    assert threshold(steps.times, policy)[0] == 10.0
+    assert max(steps.raw) == 42.0  # still recorded
+    # few intervals known (a node whose only events are heartbeats), the steps right after
+    # flagged too (the look's py-spy read slowed them): still only the evaluation is dropped
+    steps = StepTimes()
+    _paced(steps, [1.0] * 7 + [42.0, 1.0, 1.0], looked={7, 8, 9})
+    assert threshold(steps.times, policy)[0] == 10.0
+    # not looked at (shorter than the threshold then): a step time like any other
+    steps = StepTimes()
+    _paced(steps, [1.0] * 30 + [42.0] + [1.0] * 30, looked=set())
+    assert threshold(steps.times, policy)[0] == 210.0
+
+
+def test_when_slow_looked_at_steps_are_the_jobs_pace_they_count():
+    # the job slowed to 20 s a step: each step was looked at, then they are the pace
+    steps = StepTimes()
+    _paced(steps, [1.0] * 10 + [20.0] * 10, looked=set(range(10, 20)))
+    assert threshold(steps.times, Policy(hang_min_s=10))[0] == 100.0
 
 
 # ---- records over the wire

@@ -192,4 +192,8 @@ def test_a_40_s_evaluation_is_no_hang_under_the_adaptive_default(two_nodes, tmp_
         report = _report(tmp_path, k)
         assert not [f for f in report["findings"] if f["id"].startswith("HANG")], report
         assert "hang" not in report["probes"]
+        # the evaluation was looked at and found no hang: not a step time (the threshold
+        # stays at --hang-min instead of 5 x 42 s)
+        view = report["probes"]["job view"]["summary"]
+        assert re.search(r"hang threshold: max\(--hang-min 10, .*\) = 10\.0 s", view), view
         assert procs[k].returncode == 0, text

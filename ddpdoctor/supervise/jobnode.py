@@ -24,6 +24,15 @@ _STEP_SIGNALS = ("heartbeat", "output")  # CPU samples are not steps
 STARTUP_EVENTS = 3  # the first intervals are startup (rendezvous, imports), not steps
 
 
+# A quiet spell that was looked at and found no hang (a long evaluation, a checkpoint) is
+# not a step time while such spells are rare: one 40 s evaluation among 1 s steps made the
+# adaptive threshold 5 x 42 s (measured, tests/test_multinode_run.py). When long looked-at
+# spells are at least a quarter of the recent intervals (and 4 or more), they are the job's
+# pace and count. Short ones (the steps a look's py-spy read slowed) never matter.
+PACE_SHARE = 0.25
+PACE_REPEATS = 4
+
+
 @dataclass
 class StepTimes:
     """Seconds between progress events (a step's heartbeat, a line of output)."""
@@ -31,8 +40,11 @@ class StepTimes:
     last_seen: float = 0.0  # tracker.last_progress seen last
     last_event: float | None = None
     progress: int = 0
-    times: list[float] = field(default_factory=list)
+    raw: list[float] = field(default_factory=list)
+    looked_at: list[bool] = field(default_factory=list)  # per raw interval
     events: int = 0
+    _looking: bool = False  # the current interval was looked at (and not stopped)
+    _look_open: bool = False  # a look is under way: every interval it overlaps is flagged
 
     def observe(self, tracker: Any) -> None:
         if tracker.last_progress == self.last_seen:
@@ -43,9 +55,34 @@ class StepTimes:
             return
         self.events += 1
         if self.last_event is not None and self.events > STARTUP_EVENTS:
-            self.times.append(tracker.last_progress - self.last_event)
-            del self.times[:-256]
+            self.raw.append(tracker.last_progress - self.last_event)
+            self.looked_at.append(self._looking)
+            del self.raw[:-256], self.looked_at[:-256]
+        self._looking = self._look_open
         self.last_event = tracker.last_progress
+
+    def look_began(self) -> None:
+        """The leader asked for this node's stacks: py-spy pauses the ranks while it reads
+        them, so the intervals until the verdict are not the job's own pace either."""
+        self._looking = self._look_open = True
+
+    def looked(self) -> None:
+        """A look (this node's, or the leader's) found no hang: the quiet interval under
+        way, and any the look overlapped, are flagged."""
+        self._looking, self._look_open = True, False
+
+    @property
+    def times(self) -> list[float]:
+        """The step times the adaptive threshold is computed from."""
+        plain = [t for t, looked in zip(self.raw, self.looked_at) if not looked]
+        if len(plain) == len(self.raw):
+            return list(self.raw)
+        usual = max(plain, default=0.0)
+        long_looked = sum(1 for t, looked in zip(self.raw, self.looked_at)
+                          if looked and t > usual)
+        if long_looked >= max(PACE_REPEATS, PACE_SHARE * len(self.raw)):
+            return list(self.raw)
+        return [t for t, looked in zip(self.raw, self.looked_at) if not looked or t <= usual]
 
 
 def local_threshold(steps: StepTimes, opts: Any) -> float:

@@ -92,6 +92,8 @@ class Loop:
             return False
         req = view.take_request()
         if req is not None and self.job.poll() is None:
+            # attach --job's look gets no verdict: it disturbs this interval only
+            (self.node.steps.looked if req.observe_only else self.node.steps.look_began)()
             say(f"ddpdoctor run: the job view asks for this node's stacks ({req.reason})")
             view.put_reply(req.id, jobnode.answer(self.job, self.tracker, req, self.opts,
                                                   self.rank_cache, self.heartbeats))
@@ -101,6 +103,7 @@ class Loop:
         self.result.job_verdicts.append(v)
         del self.result.job_verdicts[:-20]
         if not v.confirmed:
+            self.node.steps.looked()
             if v.reason != self.node.said:
                 self.node.said = v.reason
                 say(f"ddpdoctor run: the job view looked at every node: no hang: "
@@ -148,6 +151,7 @@ class Loop:
             return self._local_hang(seen, outcome)
         result.looks.append(seen)
         del result.looks[:-20]
+        self.node.steps.looked()
         if self.warned_for != spell:
             self.warned_for = spell
             say(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
