@@ -196,3 +196,11 @@ def test_signals_first_ctrl_c_is_passed_on_even_while_the_job_starts():
     assert not term.hurry
     term._handle(signal.SIGTERM, None)  # again during the grace: no more grace
     assert term.hurry and term.teardown == "SIGHUP to ddpdoctor run"
+
+
+def test_a_look_that_found_no_hang_is_followed_by_a_sooner_one_then_by_one_per_timeout():
+    from ddpdoctor.supervise.loop import relook_after
+
+    # a quarter of the timeout, half, then the timeout: a missed hang is caught within
+    # 1.25 x the timeout; a long evaluation is looked at once per timeout after that
+    assert [relook_after(8.0, n) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 8.0]

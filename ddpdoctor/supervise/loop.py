@@ -66,6 +66,14 @@ class Node:
                               failed=rc not in (0, None) and not result.hang)
 
 
+def relook_after(hang_timeout: float, looks: int) -> float:
+    """Seconds until the next look in a quiet spell that ``looks`` looks found no hang:
+    a quarter of the timeout after the first, half after the second, then the timeout.
+    One look can miss (a CPU sample that lagged on a loaded host made a sleeping culprit
+    "still working" in CI); a long evaluation still gets one look per timeout."""
+    return hang_timeout * min(1.0, 0.25 * 2 ** (looks - 1))
+
+
 @dataclass
 class Loop:
     """The supervision loop's state, and its two ways to decide on a quiet job."""
@@ -81,6 +89,7 @@ class Loop:
     rank_cache: dict = field(default_factory=dict)
     next_look: float = 0.0
     warned_for: float = -1.0  # the quiet spell (its start) already warned about
+    looks_in_spell: int = 0  # looks that found no hang in the current quiet spell
 
     def heartbeats(self) -> dict:
         return read_heartbeats(self.jenv.heartbeat_dir, self.wall0)
@@ -154,9 +163,11 @@ class Loop:
         self.node.steps.looked()
         if self.warned_for != spell:
             self.warned_for = spell
+            self.looks_in_spell = 0
             say(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
                 f"hang: {redact.text(seen.verdict.reason)}; still watching")
-        self.next_look = time.monotonic() + opts.hang_timeout
+        self.looks_in_spell += 1
+        self.next_look = time.monotonic() + relook_after(opts.hang_timeout, self.looks_in_spell)
         return False
 
     def _local_hang(self, seen: Look, outcome: Any) -> bool:
