@@ -54,7 +54,7 @@ class _Job:
 
 
 class _Tracker:
-    _rank_pids = {3: {4242, 4250}}
+    rank_pids = {3: 4242}
 
 
 def test_the_raised_error_is_published_as_this_nodes_failure_before_any_exit(tmp_path):

@@ -470,7 +470,7 @@ def test_each_ranks_step_phase_and_last_progress_are_published():
 
     class Tracker:
         exits = [RankExit(1, 11, 5.0)]
-        _rank_pids = {0: {10, 30}, 1: {11}}
+        rank_pids = {0: 10, 1: 11}
 
     beats = {0: Heartbeat(0, 41, 1700.5, 1701.0, "backward"), 2: Heartbeat(2, 40, 1699.0, 1701.0)}
     snaps = {s.rank: s for s in rank_snaps(Tracker(), beats)}

@@ -383,3 +383,13 @@ def test_watch_findings_from_this_job_only_once_each_and_merged(tmp_path):
     new = merge(triaged, found)
     assert [f.id for f in new] == ["GRAD_NONFINITE"]
     assert triaged[0].evidence["watch"]["rss_mb"] == 300.0
+
+
+def test_the_tracker_names_each_ranks_lowest_pid():
+    from ddpdoctor.supervise.progress import ProcSample, ProgressTracker, TreeSample
+
+    t = ProgressTracker(0.0)
+    t.update(1.0, 0, TreeSample(1.0, [ProcSample(30, 0, 0.0, 1.0), ProcSample(10, 0, 0.0, 1.0),
+                                      ProcSample(11, 1, 0.0, 1.0),
+                                      ProcSample(12, 1, 0.0, 1.0, top=False)]))
+    assert t.rank_pids == {0: 10, 1: 11}  # a worker (not top) is not the rank's process

@@ -21,8 +21,8 @@ def test_the_plain_run_drops_every_option_that_trades_memory_or_time():
     assert (plain.precision, plain.grad_accum, plain.activation_checkpointing,
             plain.cpu_offload, plain.profile) == ("fp32", 1, False, False, 0)
     assert plain.vs_plain  # the baseline measures its last step too
-    assert options_text("hsdp", rcfg) == ("hsdp --grad-accum 2 --precision fp16 "
-                                          "--activation-checkpointing")
+    assert options_text("hsdp", rcfg, plain) == ("hsdp --grad-accum 2 --precision fp16 "
+                                                 "--activation-checkpointing")
 
 
 def test_nothing_to_compare_is_none():

@@ -75,8 +75,9 @@ def crash_finding(end: Any) -> Finding | None:
                              "source": "job view (the other node's output triage)"})
 
 
-def _summary_parts(summary: Any, end: Any) -> tuple[list[str], list[str]]:
+def _summary_parts(end: Any) -> tuple[list[str], list[str]]:
     """The leader's threshold and the nodes it lost or found silent; and those lines."""
+    summary = end.summary
     if summary is None:
         return [], []
     parts = [f"hang threshold: {summary.threshold_how}"]
@@ -97,7 +98,7 @@ def summary_line(end: Any) -> tuple[str, str]:
     parts = [f"job's store {end.endpoint}; this node: {role}, node {end.index}"]
     if nodes:
         parts.append(f"nodes seen: {nodes}")
-    more, named = _summary_parts(end.summary, end)
+    more, named = _summary_parts(end)
     parts += more
     told = [n for n in end.unaccounted if not any(line.startswith(n) for line in named)]
     if told:

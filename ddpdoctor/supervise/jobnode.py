@@ -125,12 +125,12 @@ def rank_snaps(tracker: Any, heartbeats: dict | None = None) -> tuple[RankSnap, 
     """Per rank: pid and state from the process sampling; step, phase and last progress
     from its watch heartbeat (supervise.progress.Heartbeat) when it writes one."""
     gone = {e.rank for e in tracker.exits}
-    pids = getattr(tracker, "_rank_pids", {})
+    pids = tracker.rank_pids
     heartbeats = heartbeats or {}
     out = []
     for r in sorted(set(pids) | set(heartbeats)):
-        p, hb = pids.get(r), heartbeats.get(r)
-        out.append(RankSnap(r, min(p) if p else 0,
+        hb = heartbeats.get(r)
+        out.append(RankSnap(r, pids.get(r, 0),
                             hb.step if hb is not None else -1,
                             hb.phase if hb is not None else "",
                             "exited" if r in gone else "running",
@@ -214,8 +214,7 @@ def raised_failure(job: Any, tracker: Any) -> Failure | None:
     if lead is None:
         return None
     rank = lead.ranks[0]
-    pids = getattr(tracker, "_rank_pids", {}).get(rank)
-    return Failure(-1, socket.gethostname(), rank, min(pids) if pids else 0, lead.id,
+    return Failure(-1, socket.gethostname(), rank, tracker.rank_pids.get(rank, 0), lead.id,
                    lead.title[:300], _is_fallout(lead), time.time())
 
 
@@ -263,10 +262,10 @@ def finish(view: Any, own: Failure | None, steps: StepTimes, verdicts: list[Verd
     # (less a margin: the sampler sees a rank gone up to a loop turn after it exited)
     lost = view.lost if view.lost_at is None or view.lost_at < stopping_at - LOST_MARGIN_S \
         else ""
-    failures = view.failures()
-    return NodeEnd(str(view.endpoint), view.leader, view.index, lost, view.nodes_seen(),
-                   failures, own, view.summary(), verdicts,
-                   unaccounted(view.nodes_seen(), view.index, failures, own) if failed else [])
+    failures, nodes = view.failures(), view.nodes_seen()
+    return NodeEnd(str(view.endpoint), view.leader, view.index, lost, nodes, failures, own,
+                   view.summary(), verdicts,
+                   unaccounted(nodes, view.index, failures, own) if failed else [])
 
 
 def unaccounted(nodes: dict[int, str], me: int, failures: list[Failure],

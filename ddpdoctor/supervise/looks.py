@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.supervise import hang as hang_mod
-from ddpdoctor.supervise.background_threads import BackgroundThreads
-from ddpdoctor.supervise.progress import ProgressTracker, sample_tree
+from ddpdoctor.supervise.progress import BACKGROUND, ProgressTracker, sample_tree
 from ddpdoctor.supervise.verdict import GONE_KINDS, WAITING_KINDS, HangVerdict, judge
 
 
@@ -84,12 +83,10 @@ _WORK_CPU_MIN_S = 0.03
 _WORK_IO_BYTES = 256 << 10
 
 
-_OWN = BackgroundThreads()
-
-
 def rank_usage(rank_pids: dict[int, int]) -> dict[int, tuple[float, int]]:
-    """CPU seconds and storage bytes (read + written) per rank, its workers included; the
-    watch's own threads left out (a heartbeat, the Flight Recorder dump run asked for).
+    """CPU seconds and storage bytes (read + written) per rank, its workers included; its
+    background threads left out (the watch's heartbeat and the Flight Recorder dump run
+    asked for, gloo's event loops).
 
     Keyed by the pids the stack analysis matched to ranks, not by a RANK variable: ranks
     started by mp.spawn or a plain script carry none, and must still be measured.
@@ -107,7 +104,7 @@ def rank_usage(rank_pids: dict[int, int]) -> dict[int, tuple[float, int]]:
         for p in procs:
             try:
                 t = p.cpu_times()
-                cpu += t.user + t.system - _OWN.cpu_s(p.pid)
+                cpu += t.user + t.system - BACKGROUND.cpu_s(p.pid)
                 io = p.io_counters()
                 moved += io.read_bytes + io.write_bytes
             except (psutil.Error, AttributeError, OSError):

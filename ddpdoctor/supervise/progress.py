@@ -24,7 +24,9 @@ from ddpdoctor.supervise.background_threads import BackgroundThreads
 
 JOB = -1  # the unit when no process carries RANK (a plain script, mp.spawn, startup)
 DEFAULT_CPU_RATE = 0.05  # share of one core
-_OWN = BackgroundThreads()  # the watch's threads in a rank: their CPU is not the rank's work
+# a rank's background threads (the watch's, gloo's event loops): their CPU is not its work;
+# one instance for run's sampling and its recheck (supervise/looks.py): one name cache
+BACKGROUND = BackgroundThreads()
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], i
             rank_cache[key] = None if zombie else _rank_of(p)
         ranks[p.pid] = rank_cache[key]
         if ranks[p.pid] is not None and not zombie:
-            cpu = max(0.0, cpu - _OWN.cpu_s(p.pid))
+            cpu = max(0.0, cpu - BACKGROUND.cpu_s(p.pid))
         rows.append((p.pid, cpu, created, zombie, ppid, rss))
     for pid, cpu, created, zombie, ppid, rss in rows:
         rank = ranks[pid]
@@ -218,6 +220,11 @@ class ProgressTracker:
             used[unit] = used.get(unit, 0.0) + max(0.0, delta)
         dt = sample.time - prev.time
         return {u: c / dt for u, c in used.items()}
+
+    @property
+    def rank_pids(self) -> dict[int, int]:
+        """Each rank seen so far and its process's pid (the lowest, if it had several)."""
+        return {r: min(p) for r, p in self._rank_pids.items() if p}
 
     def _track_exits(self, now: float, sample: TreeSample) -> None:
         live: dict[int, set[int]] = {}

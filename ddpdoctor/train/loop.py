@@ -62,7 +62,7 @@ class Log:
     def __init__(self, rank: int, json_path: str | None, tag: str = "") -> None:
         self.on = rank == 0
         self.json = open(json_path, "a") if (self.on and json_path) else None
-        self.tag = tag  # put before every line ("plain " for --vs-plain's baseline run)
+        self.tag = tag  # put before every line ("(plain) " for --vs-plain's baseline run)
 
     def line(self, text: str) -> None:
         if self.on:

@@ -15,6 +15,8 @@ from typing import Any
 from ddpdoctor.train.config import RunConfig
 
 _PLAIN_OF = {"hsdp": "fsdp"}
+# the options that trade memory, time or precision, in the order they are named
+_TRADED = ("grad_accum", "comm_hook", "precision", "cpu_offload", "activation_checkpointing")
 
 
 @dataclass(frozen=True)
@@ -40,18 +42,15 @@ def plain_of(name: str, rcfg: RunConfig) -> tuple[str, RunConfig] | None:
     return plain_name, plain
 
 
-def options_text(name: str, rcfg: RunConfig) -> str:
-    """``fsdp --activation-checkpointing --cpu-offload``: the run being compared."""
+def options_text(name: str, rcfg: RunConfig, plain: RunConfig) -> str:
+    """``fsdp --cpu-offload --activation-checkpointing``: the run being compared, named by
+    the options in which it differs from ``plain``."""
     parts = [name]
-    if rcfg.grad_accum > 1:
-        parts.append(f"--grad-accum {rcfg.grad_accum}")
-    if rcfg.comm_hook != "none":
-        parts.append(f"--comm-hook {rcfg.comm_hook}")
-    if rcfg.precision in ("fp16", "bf16"):
-        parts.append(f"--precision {rcfg.precision}")
-    parts += [flag for flag, on in (("--cpu-offload", rcfg.cpu_offload),
-                                    ("--activation-checkpointing",
-                                     rcfg.activation_checkpointing)) if on]
+    for field in _TRADED:
+        value = getattr(rcfg, field)
+        if value != getattr(plain, field):
+            flag = "--" + field.replace("_", "-")
+            parts.append(flag if isinstance(value, bool) else f"{flag} {value}")
     return " ".join(parts)
 
 

@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             dist.barrier()
         numbers = train_one(name, mcfg, rcfg, device, injector, log)
         if before is not None:
-            line, record = vs_plain.comparison(vs_plain.options_text(name, rcfg), numbers,
-                                               before)
+            line, record = vs_plain.comparison(vs_plain.options_text(name, rcfg, plain[1]),
+                                               numbers, before)
             log.line(line)
             log.record(record)
         dist.barrier()
