@@ -57,9 +57,6 @@ CASES = [
     (["recorded/nccl_watchdog_desync.log"], "COLLECTIVE_TIMEOUT", [3], ["COLLECTIVE_TIMEOUT"]),
     (["recorded/cuda_oom.log"], "OOM", [2], ["OOM"]),
     (["cpu_oom.log"], "OOM", [1], ["OOM"]),
-    # a rank that finished its work aborts at exit (gloo, pytorch/pytorch#190489): not a
-    # crash of unknown cause
-    (["gloo_exit_terminate.log"], "KNOWN_UPSTREAM_BUG", [2], ["KNOWN_UPSTREAM_BUG"]),
     (["recorded/host_oom_train.log", "recorded/host_oom_dmesg.txt"], "OOM", [1], ["OOM"]),
     (["recorded/host_oom_train.log"], "OOM", [1], ["OOM"]),
 ]

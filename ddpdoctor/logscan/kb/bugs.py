@@ -111,20 +111,6 @@ KNOWN_BUGS = (
              "RuntimeError: one of the variables needed for gradient computation has been "
              "modified by an inplace operation: [torch.FloatTensor [1, 32,3,3]] is at version 2; "
              "expected version 1 instead.", "https://github.com/XPixelGroup/BasicSR/issues/541")),
-    KnownBug(
-        "gloo-exit-terminate", "https://github.com/pytorch/pytorch/issues/190489",
-        "a gloo rank aborts as Python exits (SIGABRT): a gloo worker thread frees a tensor "
-        "Python still owns while the interpreter shuts down",
-        "torch with gloo, open (seen here on 2.13 with and without destroy_process_group)",
-        "open (pytorch/pytorch#179291 tried an atexit destroy and was abandoned)",
-        "call dist.destroy_process_group(), drop the references to models and optimizers, "
-        "then gc.collect() before the script returns, so gloo's threads are joined while "
-        "Python still runs",
-        {},
-        _sig("gloo-exit-terminate", "terminate called without an active exception",
-             r"^terminate called without an active exception", "torch with gloo",
-             "terminate called without an active exception",
-             "https://github.com/pytorch/pytorch/issues/190489")),
 )
 
 BY_ID = {b.id: b for b in KNOWN_BUGS}
