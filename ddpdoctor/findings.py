@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
+from ddpdoctor import redact
 from ddpdoctor.catalog import spec
 
 Severity = Literal["error", "warning", "info"]
@@ -45,6 +46,13 @@ class Finding:
         if not self.check and CHECK_KEY in self.evidence:
             # Evidence written before the field existed (or read back from JSON).
             self.check = str(self.evidence.pop(CHECK_KEY))
+
+    def redacted(self) -> Finding:
+        """A copy with secrets masked in the title and the evidence (keys and values): what
+        every view gets (terminal, JSON, HTML, framework loggers, metrics labels)."""
+        return Finding(self.id, redact.text(self.title), list(self.ranks),
+                       redact.deep(redact.keys(self.evidence)), self.severity, self.playbook,
+                       self.check)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -73,18 +73,33 @@ def argv(args: list[str]) -> list[str]:
 
 
 _NAME = r"[A-Za-z_][\w.\-]*"
-_ASSIGN = re.compile(rf"(?P<name>--?{_NAME}|['\"]?{_NAME}['\"]?)(?P<sep>=|:\s*|\s+)"
-                     r"(?P<value>\"[^\"]*\"|'[^']*'|\S+)")
-_URL_AUTH = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+# Every pattern starts with a lookbehind that refuses to start inside a word: without it a
+# failed match is retried at each character of a long word, and one 100 kB argument cost
+# minutes (quadratic). With it, each word is scanned a bounded number of times.
+_ASSIGN = re.compile(rf"(?<![\w.\-])(?P<name>--?{_NAME}|['\"]?{_NAME}['\"]?)"
+                     r"(?P<sep>[ \t]*=[ \t]*|:[ \t]*|[ \t]+)"
+                     r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|\S+)")
+# scheme://user:password@host, the user may be empty (redis://:PW@host).
+_URL_AUTH = re.compile(r"(?<![\w+.\-])(?P<scheme>[a-zA-Z][\w+.\-]*://)(?P<user>[^:/@\s]*)"
+                       r":(?P<pw>[^@/\s]+)@")
+_BEARER = re.compile(r"(?i)(?<![\w\-])(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}")
+# An HTTP authorization header: everything after the scheme word is the credential.
+_AUTH_HEADER = re.compile(r"(?i)(?<![\w\-])(?P<head>(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*"
+                          r"[\"']?(?:(?:bearer|basic|token|digest|negotiate)[ \t]+)?)"
+                          r"(?P<cred>[^\s\"',;]+)")
+# `-p VALUE`: the password flag of mysql, sshpass, redis-cli and others. Only a value that
+# cannot be a port, a count or a path is masked: `-p 29500` and `mkdir -p /x` stay readable.
+_SHORT_P = re.compile(r"(?<![\w\-])(?P<flag>-p)[ \t]+(?P<value>(?![\d/.~$\-])\S+)")
 
 
 def text(s: str) -> str:
     """``s`` with secrets masked where it quotes a secret-looking assignment or flag."""
     if not s:
         return s
+    s = _AUTH_HEADER.sub(lambda m: m["head"] + MASK if m["cred"] != MASK else m[0], s)
     s = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", s)
     s = _URL_AUTH.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", s)
+    s = _SHORT_P.sub(lambda m: f"{m['flag']} {MASK}", s)
     out: list[str] = []
     pos = 0
     while (m := _ASSIGN.search(s, pos)) is not None:
@@ -99,6 +114,16 @@ def text(s: str) -> str:
             pos = m.end("name")
     out.append(s[pos:])
     return "".join(out)
+
+
+def keys(obj: Any) -> Any:
+    """``obj`` with its dict keys passed through ``text`` (a value can be a key: the env
+    comparison's ``ranks_by_value``); ``deep`` does the values."""
+    if isinstance(obj, dict):
+        return {(text(k) if isinstance(k, str) else k): keys(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [keys(v) for v in obj]
+    return obj
 
 
 def deep(obj: Any) -> Any:

@@ -92,8 +92,7 @@ class Report:
         copy = Report(self.command, world=scrub(self.world), started=self.started,
                       duration_s=self.duration_s, doctor_error=redact.text(self.doctor_error),
                       exit_override=self.exit_override)
-        copy.findings = [Finding(f.id, redact.text(f.title), list(f.ranks), scrub(f.evidence),
-                                 f.severity, f.playbook, f.check) for f in self.findings]
+        copy.findings = [f.redacted() for f in self.findings]
         copy.checks = [Check(c.name, redact.text(c.summary), c.status, c.group, scrub(c.data))
                        for c in self.checks]
         return copy
@@ -143,24 +142,12 @@ class Report:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
     def write_json(self, path: str | Path) -> None:
-        """Write the JSON report; ``-`` is stdout. The path is the user's own choice (a
-        FIFO or /dev/stdout must keep working), so it is opened as given."""
-        text = self.to_json() + "\n"
-        if str(path) == "-":
-            print(text, end="")
-            return
-        Path(path).write_text(text)
+        """Write the JSON report through the one output path (``-`` is stdout); a write
+        that fails raises DoctorError (exit 3)."""
+        from ddpdoctor import outputs
 
-
-def _text_keys(obj: Any) -> Any:
-    """``obj`` with its dict keys passed through ``redact.text`` (a value can be a key:
-    the env comparison's ``ranks_by_value``); ``redact.deep`` does the values."""
-    if isinstance(obj, dict):
-        return {(redact.text(k) if isinstance(k, str) else k): _text_keys(v)
-                for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_text_keys(v) for v in obj]
-    return obj
+        outputs.write(outputs.Target("--json", str(path)),
+                      (self.to_json() + "\n").encode("utf-8"))
 
 
 def scrub(obj: Any) -> Any:
@@ -168,4 +155,4 @@ def scrub(obj: Any) -> Any:
     looking names get ``***`` values, texts that quote a secret assignment or flag are
     masked (``redact``). Probes mask what they know to be secret where they collect it;
     this is the net under them."""
-    return redact.deep(_text_keys(obj))
+    return redact.deep(redact.keys(obj))

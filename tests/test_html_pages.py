@@ -161,7 +161,8 @@ def test_report_command_usage_errors(tmp_path):
     assert res.exit_code == 2 and "not a ddpdoctor run directory" in res.output
     res = runner.invoke(main, ["report", str(FIXTURES / "check-2ranks.json"), "--html",
                                str(tmp_path / "missing-dir" / "x.html")])
-    assert res.exit_code == 3 and "cannot write HTML report" in res.output
+    # checked before any work: a folder that does not exist is a usage error
+    assert res.exit_code == 2 and "does not exist" in res.output
 
 
 def test_report_command_renders_a_run_directory(tmp_path):

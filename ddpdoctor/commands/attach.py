@@ -57,7 +57,7 @@ def command(pids: tuple[int, ...], job: str | None, native: bool, timeout: float
         report.doctor_error = str(e)
     if diagnosis is not None:
         diagnosis.add_to(report)
-    finish(report, json_path, after=_stack_view(diagnosis), html_path=html_path)
+    sys.exit(finish(report, json_path, after=_stack_view(diagnosis), html_path=html_path))
 
 
 def _attach_job(text: str, timeout: float, json_path: str | None,
@@ -77,7 +77,7 @@ def _attach_job(text: str, timeout: float, json_path: str | None,
         click.echo(f"ddpdoctor attach: {e}", err=True)
         sys.exit(EXIT_DOCTOR_FAILED)
     add_to(report, verdict, nodes, endpoint)
-    finish(report, json_path, html_path=html_path)
+    sys.exit(finish(report, json_path, html_path=html_path))
 
 
 def _stack_view(diagnosis):

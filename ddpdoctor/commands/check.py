@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import click
 
-from ddpdoctor.commands.common import FiniteFloat, finish, html_option, json_option
+from ddpdoctor.commands.common import (
+    DoctorCommand,
+    FiniteFloat,
+    finish,
+    html_option,
+    json_option,
+)
 from ddpdoctor.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -34,7 +39,7 @@ def _bandwidth_table(report) -> None:
     Console(highlight=False).print(table)
 
 
-@click.command(name="check")
+@click.command(name="check", cls=DoctorCommand)
 @click.option("--nproc", type=click.IntRange(1, 1024), default=None,
               help="Ranks to start on this node [default: one per GPU, or 2 on CPU].")
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
@@ -71,7 +76,7 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
             master_addr: str | None, master_port: int | None, max_bytes: str,
             expect_busbw: float | None, shm_min_mb: int, nnodes: int, node_rank: int,
             rdzv_endpoint: str | None, local_addr: str | None, verbose: bool,
-            json_path: str | None, html_path: str | None) -> None:
+            json_path: str | None, html_path: str | None) -> int:
     """Preflight every rank before a run.
 
     Starts NPROC ranks on this node, each with a process group, runs the probes in each and
@@ -110,11 +115,11 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
         report = run_multinode(nproc, nnodes, node_rank, rdzv_endpoint, local_addr, names,
                                backend, deadline, opts)
         if report is None:  # not node 0: the report is printed there
-            sys.exit(ExitCode.HEALTHY)
+            return ExitCode.HEALTHY
     else:
         report = _run_with_progress(nproc, names, backend, deadline, opts)
-    finish(report, json_path, verbose=verbose,
-           after=None if json_path == "-" else _bandwidth_table, html_path=html_path)
+    return finish(report, json_path, verbose=verbose,
+                  after=None if json_path == "-" else _bandwidth_table, html_path=html_path)
 
 
 def _probe_names(probes: tuple[str, ...]) -> list[str]:
@@ -186,4 +191,4 @@ def _parse_size(text: str) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(command())
+    command()

@@ -1,15 +1,16 @@
-"""What every command shares: the --json/--html options and how a report ends the process."""
+"""What every command shares: the --json/--html options and the one way a command ends."""
 
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
+from ddpdoctor import outputs
+from ddpdoctor.errors import DoctorError
+from ddpdoctor.report import Report
 
 
 class FiniteFloat(click.ParamType):
@@ -44,9 +45,24 @@ class FiniteFloat(click.ParamType):
         return number
 
 
+def _target_checker(option: str, stdout_ok: bool) -> Callable[..., str | None]:
+    """A click callback: the path is checked when it is parsed, before any work starts."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        try:
+            outputs.check(option, value, stdout_ok=stdout_ok)
+        except DoctorError as e:
+            reason = str(e).removeprefix(f"{option}: ").removeprefix(f"{option} ")
+            raise click.BadParameter(reason, ctx, param) from None
+        return value
+
+    return check
+
+
 def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--json", "json_path", metavar="PATH", default=None,
+        callback=_target_checker("--json", stdout_ok=True),
         help="Also write the machine-readable report (schema ddpdoctor.report/1) to PATH; "
              "'-' writes it to stdout instead of the terminal view.",
     )(f)
@@ -55,59 +71,70 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
 def html_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--html", "html_path", metavar="PATH", default=None,
+        callback=_target_checker("--html", stdout_ok=False),
         help="Also write the report as one self-contained HTML page with charts to PATH "
              "(opens from disk in any browser, no network).",
     )(f)
 
 
-def write_html_or_exit(report: Report, html_path: str, **sources: Any) -> None:
-    """Write the HTML page; a page that cannot be written is exit 3 with one line."""
-    from ddpdoctor.html import write_html
+class DoctorCommand(click.Command):
+    """The one way a command ends: its callback returns the exit code (None is 0) or raises
+    DoctorError, whose reason is printed as one line; nothing else calls ``sys.exit``."""
 
-    try:
-        size = write_html(report, html_path, **sources)
-    except OSError as e:
-        click.echo(f"ddpdoctor: cannot write HTML report to {html_path}: "
-                   f"{e.strerror or e}", err=True)
-        sys.exit(EXIT_DOCTOR_FAILED)
-    click.echo(f"ddpdoctor: HTML report written to {html_path} ({size / 1e6:.1f} MB)",
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            code = super().invoke(ctx)
+        except DoctorError as e:
+            click.echo(f"ddpdoctor {self.name}: {e}", err=True)
+            ctx.exit(e.exit_code)
+        ctx.exit(int(code or 0))
+
+
+def write_html(report: Report, html_path: str, **sources: Any) -> None:
+    """Write the HTML page; a page that cannot be written raises DoctorError (exit 3)."""
+    from ddpdoctor.html import render_html
+
+    target = outputs.check("--html", html_path, stdout_ok=False)
+    assert target is not None
+    data = render_html(report, **sources)
+    outputs.write(target, data)
+    click.echo(f"ddpdoctor: HTML report written to {html_path} ({len(data) / 1e6:.1f} MB)",
                err=True)
 
 
+write_html_or_exit = write_html  # the name train and run still use
+
+
 def finish(report: Report, json_path: str | None, verbose: bool = False,
-           after: Callable[[Report], None] | None = None, html_path: str | None = None) -> None:
-    """Render ``report``, write its JSON and HTML if asked, and exit with its exit code.
+           after: Callable[[Report], None] | None = None, html_path: str | None = None,
+           **html_sources: Any) -> int:
+    """Render ``report``, write its JSON and HTML if asked; returns the exit code.
 
     ``after`` prints command-specific detail (e.g. check's bandwidth table) after the view.
+    A report that cannot be written raises DoctorError (exit 3).
     """
     from ddpdoctor.render import render
 
     report.finish()
-    if json_path != "-":
+    if json_path != outputs.STDOUT:
         render(report, verbose=verbose)
         if after is not None:
             after(report)
     if json_path:
-        try:
-            report.write_json(json_path)
-        except OSError as e:
-            click.echo(f"ddpdoctor: cannot write JSON report to {json_path}: {e.strerror}",
-                       err=True)
-            sys.exit(EXIT_DOCTOR_FAILED)
+        report.write_json(json_path)
     if html_path:
-        write_html_or_exit(report, html_path)
-    sys.exit(report.exit_code)
+        write_html(report, html_path, **html_sources)
+    return report.exit_code
 
 
 def not_implemented(name: str) -> click.Command:
     """A command that is wired in but not built yet: says so and exits 3, never pretends."""
 
-    @click.command(name=name, context_settings={"ignore_unknown_options": True},
-                   add_help_option=True)
+    @click.command(name=name, cls=DoctorCommand,
+                   context_settings={"ignore_unknown_options": True}, add_help_option=True)
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def _cmd(args: tuple[str, ...]) -> None:
-        click.echo(f"ddpdoctor {name}: not implemented yet", err=True)
-        sys.exit(EXIT_DOCTOR_FAILED)
+        raise DoctorError("not implemented yet")
 
     _cmd.help = f"(not implemented yet) {name}"
     return _cmd

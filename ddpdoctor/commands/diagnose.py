@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 import click
 
-from ddpdoctor.commands.common import finish, html_option, json_option
+from ddpdoctor.commands.common import DoctorCommand, finish, html_option, json_option
+from ddpdoctor.errors import DoctorError
 from ddpdoctor.findings import Finding
 from ddpdoctor.logscan.reader import ReadStats
 from ddpdoctor.report import EXIT_USAGE, Check, Report
 
 
-@click.command(name="diagnose")
+@click.command(name="diagnose", cls=DoctorCommand)
 @click.argument("logfiles", nargs=-1, metavar="[LOGFILE]...")
 @click.option("-v", "--verbose", is_flag=True, help="Show every evidence line.")
 @json_option
 @html_option
 def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None,
-            html_path: str | None) -> None:
+            html_path: str | None) -> int:
     """Find the first root cause in a crashed job's logs.
 
     \b
@@ -44,8 +46,7 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None,
         _usage(f"cannot read {e.filename or 'input'}: {e.strerror or e}")
     except Exception as e:  # the doctor never crashes on input: says why and exits 3
         report.doctor_error = f"log triage failed: {type(e).__name__}: {e}"
-        finish(report, json_path, verbose, html_path=html_path)
-        return
+        return finish(report, json_path, verbose, html_path=html_path)
     for stats in scan.stats:
         report.checks.append(_check_for(stats, findings))
     for f in findings:
@@ -53,7 +54,7 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None,
     report.doctor_error = _why_incomplete(report, scan.stats, findings)
     ranks = sorted({e.rank for e in scan.events if e.rank is not None})
     report.world = {"logs": [s.name for s in scan.stats], "ranks_seen": ranks}
-    finish(report, json_path, verbose, html_path=html_path)
+    return finish(report, json_path, verbose, html_path=html_path)
 
 
 def _inputs(logfiles: tuple[str, ...]) -> list[str]:
@@ -93,6 +94,9 @@ def _check_for(stats: ReadStats, findings: list[Finding]) -> Check:
     if stats.binary:
         return Check(stats.name, f"skipped: not a text log ({stats.binary})", "skipped",
                      "logs", data)
+    if stats.bytes_read == 0 and stats.incomplete:  # e.g. a read that hit its deadline
+        why = stats.notes[-1].removeprefix("stopped reading: ")
+        return Check(stats.name, f"not read: {why}", "warning", "logs", data)
     if stats.bytes_read == 0:
         return Check(stats.name, "skipped: empty", "skipped", "logs", data)
     if stats.bytes_read == stats.leading_nul:
@@ -133,7 +137,6 @@ def _check_readable(path: str) -> None:
         _usage(f"permission denied: {path}")
 
 
-def _usage(message: str) -> None:
-    click.echo(f"ddpdoctor diagnose: {message}", err=True)
-    sys.exit(EXIT_USAGE)
+def _usage(message: str) -> NoReturn:
+    raise DoctorError(message, EXIT_USAGE)
 

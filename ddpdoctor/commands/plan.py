@@ -5,12 +5,18 @@ Torch-free unless ``--model`` asks to build the user's module (on the meta devic
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from ddpdoctor.commands.common import FiniteFloat, finish, json_option
+from ddpdoctor.commands.common import (
+    DoctorCommand,
+    FiniteFloat,
+    finish,
+    html_option,
+    json_option,
+)
+from ddpdoctor.errors import DoctorError
 from ddpdoctor.plan.fit import best, plan
 from ddpdoctor.plan.memory import OPTIMIZERS, PRECISIONS, STRATEGY_ORDER, Setup
 from ddpdoctor.plan.model import ModelShape, from_module, from_params, from_preset
@@ -101,7 +107,8 @@ def _gpu_memory(gpu_mem: int | None, data: dict[str, Any]) -> tuple[int | None, 
     return min(totals), f"{fmt_bytes(min(totals))} per GPU (NVML, smallest of {len(totals)})"
 
 
-@click.command(name="plan", help=_HELP, context_settings={"max_content_width": 100})
+@click.command(name="plan", cls=DoctorCommand, help=_HELP,
+               context_settings={"max_content_width": 100})
 @click.option("--size", type=click.Choice(list(SIZES)), default=None,
               help="A `ddpdoctor train` model preset.")
 @click.option("--params", type=CountType(), default=None,
@@ -143,19 +150,19 @@ def _gpu_memory(gpu_mem: int | None, data: dict[str, Any]) -> tuple[int | None, 
 @click.option("--reserve", type=SizeType(), default="1G", show_default=True, metavar="SIZE",
               help="Per GPU, outside PyTorch's allocator: CUDA context, NCCL buffers.")
 @json_option
+@html_option
 def command(size: str | None, params: int | None, model_spec: str | None, layers: int | None,
             dim: int | None, heads: int | None, seq: int | None, vocab: int | None,
             nproc: int, strategy: str, precision: str, optimizer: str, batch_size: int,
             microbatches: int | None, schedule: str, tp: int, checkpointing: bool,
             offload: bool, no_flash: bool, gpu_mem: int | None, margin: float, reserve: int,
-            json_path: str | None) -> None:
+            json_path: str | None, html_path: str | None) -> int:
     try:
         names = _strategies(strategy)
         shape = _shape(size, params, model_spec, dict(layers=layers, dim=dim, heads=heads,
                                                      seq=seq, vocab=vocab))
     except ValueError as e:
-        click.echo(f"ddpdoctor plan: {e}", err=True)
-        sys.exit(EXIT_USAGE)
+        raise DoctorError(str(e), EXIT_USAGE) from None
     if microbatches is None:
         microbatches = 2 if batch_size % 2 == 0 else 1
     setup = Setup(world=nproc, precision=PRECISIONS[precision], optimizer=optimizer,
@@ -200,4 +207,4 @@ def command(size: str | None, params: int | None, model_spec: str | None, layers
         click.echo()
         click.echo(table(plans, limit))
 
-    finish(report, json_path, after=after)
+    return finish(report, json_path, after=after, html_path=html_path)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
-from ddpdoctor.commands.common import write_html_or_exit
+from ddpdoctor import outputs
+from ddpdoctor.commands.common import DoctorCommand, write_html
+from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import EXIT_USAGE
 
 
-@click.command(name="report")
+@click.command(name="report", cls=DoctorCommand)
 @click.argument("source", metavar="RUN_DIR|REPORT.json")
 @click.option("--html", "html_path", metavar="PATH", required=True,
+              callback=lambda ctx, param, value: _checked(value),
               help="Where to write the self-contained HTML page.")
 @click.option("--json-log", "json_logs", multiple=True, metavar="PATH",
               help="The reference trainer's --json-log (per-rank step times, memory, "
@@ -22,7 +24,7 @@ from ddpdoctor.report import EXIT_USAGE
               help="Read the watch events, Flight Recorder dumps and heartbeats from DIR "
                    "[default: the run directory the report names].")
 def command(source: str, html_path: str, json_logs: tuple[str, ...],
-            run_dir: str | None) -> None:
+            run_dir: str | None) -> int:
     """Render a report as one self-contained HTML page, later, from its --json file or
     from `ddpdoctor run`'s run directory.
 
@@ -39,9 +41,16 @@ def command(source: str, html_path: str, json_logs: tuple[str, ...],
     try:
         report = load_report(source)
     except SourceError as e:
-        click.echo(f"ddpdoctor report: {e}", err=True)
-        sys.exit(EXIT_USAGE)
+        raise DoctorError(str(e), EXIT_USAGE) from None
     if run_dir is None and os.path.isdir(source):
         run_dir = source
-    write_html_or_exit(report, html_path, run_dir=run_dir, json_logs=list(json_logs))
-    sys.exit(0)
+    write_html(report, html_path, run_dir=run_dir, json_logs=list(json_logs))
+    return 0
+
+
+def _checked(value: str) -> str:
+    try:
+        outputs.check("--html", value, stdout_ok=False)
+    except DoctorError as e:
+        raise click.BadParameter(str(e).removeprefix("--html ")) from None
+    return value

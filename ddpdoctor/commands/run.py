@@ -155,7 +155,7 @@ def _finish(result, json_path: str | None, html_path: str | None = None) -> None
         # SIGHUP: the terminal is gone; the report is in RUN_DIR/report.json (and --json)
         _quiet_stdio()
     try:
-        finish(report, json_path, after=after, html_path=html_path)
+        sys.exit(finish(report, json_path, after=after, html_path=html_path))
     except OSError:  # the terminal went away while the report was printed
         if json_path and json_path != "-":
             try:

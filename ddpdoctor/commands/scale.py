@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ddpdoctor.commands.common import FiniteFloat, finish, html_option, json_option
-from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE, Check, Report
+from ddpdoctor.commands.common import (
+    DoctorCommand,
+    FiniteFloat,
+    finish,
+    html_option,
+    json_option,
+)
+from ddpdoctor.errors import DoctorError
+from ddpdoctor.report import EXIT_USAGE, Check, Report
 from ddpdoctor.train.config import SIZES
 
 _HELP = """Scaling evaluation: run the same training at 1, 2, 4 ... ranks and say how close
@@ -60,7 +66,7 @@ triaged), 2 usage error, 3 a run printed no throughput or could not start.
 """
 
 
-@click.command(name="scale", help=_HELP, context_settings={
+@click.command(name="scale", cls=DoctorCommand, help=_HELP, context_settings={
     "max_content_width": 100, "ignore_unknown_options": True,
     "allow_interspersed_args": False})
 @click.option("--nproc-list", default="1,2,4", show_default=True, metavar="N,N,...",
@@ -113,7 +119,7 @@ def command(nproc_list: str, mode: str, batch_size: int, global_batch: int | Non
             steps: int, warmup_steps: int, num_workers: int, device: str,
             inject: tuple[str, ...], repeat: int, min_efficiency: float, run_timeout: float,
             work_dir: str | None, json_path: str | None, html_path: str | None,
-            cmd: tuple[str, ...]) -> None:
+            cmd: tuple[str, ...]) -> int:
     from ddpdoctor.scale.sweep import Sweep, parse_nproc_list, rank_batches, specs
 
     user = list(cmd) or None
@@ -135,21 +141,19 @@ def command(nproc_list: str, mode: str, batch_size: int, global_batch: int | Non
                         inject=list(inject)), repeat)
         specs(sw)  # every run's options checked before the first starts
     except ValueError as e:
-        click.echo(f"ddpdoctor scale: {e}", err=True)
-        sys.exit(EXIT_USAGE)
+        raise DoctorError(str(e), EXIT_USAGE) from None
     try:
         sw.workdir = Path(work_dir) if work_dir else Path(
             tempfile.mkdtemp(prefix="ddpdoctor-scale-"))
         sw.workdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        click.echo(f"ddpdoctor scale: cannot create {work_dir or 'a temporary directory'}: "
-                   f"{e.strerror or e}", err=True)
-        sys.exit(EXIT_DOCTOR_FAILED)
-    _run(sw, min_efficiency, json_path, html_path, keep=work_dir is not None)
+        raise DoctorError(f"cannot create {work_dir or 'a temporary directory'}: "
+                          f"{e.strerror or e}") from None
+    return _run(sw, min_efficiency, json_path, html_path, keep=work_dir is not None)
 
 
 def _run(sw: Any, min_eff: float, json_path: str | None, html_path: str | None,
-         keep: bool) -> None:
+         keep: bool) -> int:
     from ddpdoctor.scale.sweep import ScaleError, ranks, run_all
 
     report = Report("scale", world={"world_size": max(sw.worlds)})
@@ -160,10 +164,10 @@ def _run(sw: Any, min_eff: float, json_path: str | None, html_path: str | None,
         outcome = run_all(sw, lambda line: click.echo(line, err=True))
     except ScaleError as e:
         report.doctor_error = str(e)
-        finish(report, json_path, html_path=html_path)
+        return finish(report, json_path, html_path=html_path)
     except OSError as e:
         report.doctor_error = f"cannot start the run: {e.strerror or e}"
-        finish(report, json_path, html_path=html_path)
+        return finish(report, json_path, html_path=html_path)
     for w, found in outcome.failed.items():
         report.checks.append(Check(ranks(w), "the run failed", status="error",
                                    data={"seconds": outcome.seconds.get(w)}))
@@ -176,7 +180,7 @@ def _run(sw: Any, min_eff: float, json_path: str | None, html_path: str | None,
     report.checks.sort(key=lambda c: int(c.name.split()[0]))  # by world size
     if not outcome.failed and not keep:
         shutil.rmtree(sw.workdir, ignore_errors=True)
-    finish(report, json_path, after=after, html_path=html_path)
+    return finish(report, json_path, after=after, html_path=html_path)
 
 
 _ABOVE = (" (above linear: the baseline was slower than its share; on a busy machine "

@@ -11,14 +11,21 @@ import os
 from ddpdoctor.report import Report
 
 
-def write_html(report: Report, path: str | os.PathLike, run_dir: str | None = None,
-               json_logs: list[str] | None = None) -> int:
-    """Render ``report`` (and the series beside it) to ``path``; returns the size in bytes."""
+def render_html(report: Report, run_dir: str | None = None,
+                json_logs: list[str] | None = None) -> bytes:
+    """The page of ``report`` (and of the series found beside it), UTF-8."""
     from ddpdoctor.html.page import render_page
     from ddpdoctor.html.sources import collect_series
-    from ddpdoctor.safefile import write_atomic
 
     series = collect_series(report, run_dir=run_dir, json_logs=json_logs)
-    data = render_page(report, series).encode("utf-8")
-    write_atomic(path, data, mode=0o644)
+    return render_page(report, series).encode("utf-8")
+
+
+def write_html(report: Report, path: str | os.PathLike, run_dir: str | None = None,
+               json_logs: list[str] | None = None) -> int:
+    """Render ``report`` to ``path`` through the one output path; returns the size."""
+    from ddpdoctor import outputs
+
+    data = render_html(report, run_dir=run_dir, json_logs=json_logs)
+    outputs.write(outputs.Target("--html", str(path)), data)
     return len(data)

@@ -12,7 +12,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from ddpdoctor import __version__
+from ddpdoctor import __version__, redact
 from ddpdoctor.html import charts_check, charts_hang, charts_scale, charts_training, diagnose_view
 from ddpdoctor.html.blocks import Chart, Section
 from ddpdoctor.html.markdown import playbook_html
@@ -64,7 +64,8 @@ def _css() -> str:
 
 def render_page(report: Report, series: RunSeries | None = None) -> str:
     series = series or RunSeries()
-    report.finish()
+    # The page is one more view of the report: the same scrub as the terminal and the JSON.
+    report = report.finish().redacted()
     sections = sections_for(report, series)
     charts = [item for s in sections for item in s.items if isinstance(item, Chart)]
     bokeh_js = bokeh_script = ""
@@ -84,6 +85,6 @@ def render_page(report: Report, series: RunSeries | None = None) -> str:
     return environment().get_template("page.html.j2").render(
         report=report, v=verdict(report), head=" · ".join(h for h in head if h),
         findings=[_finding_view(f) for f in report.sorted_findings()], sections=sections,
-        checks=checks, notes=series.notes, divs=divs, css=Markup(_css()),
+        checks=checks, notes=[redact.text(n) for n in series.notes], divs=divs, css=Markup(_css()),
         bokeh_js=Markup(bokeh_js), bokeh_script=Markup(bokeh_script),
         version=__version__, schema=SCHEMA)

@@ -19,6 +19,7 @@ import socket
 import threading
 from typing import Any
 
+from ddpdoctor import redact
 from ddpdoctor.contract import METRICS_JOB
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.watch.stream import Sink, StepMetrics
@@ -78,7 +79,9 @@ class PrometheusSink(Sink):
 
 
 def _job() -> str:
-    return os.environ.get(JOB_ENV) or os.environ.get("TORCHELASTIC_RUN_ID") or "ddpdoctor"
+    # a label is one more view: the same scrub as the report (a job name can quote a token)
+    return redact.text(os.environ.get(JOB_ENV) or os.environ.get("TORCHELASTIC_RUN_ID")
+                       or "ddpdoctor")
 
 
 def rank_port(base: int) -> int:

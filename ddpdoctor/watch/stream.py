@@ -166,6 +166,8 @@ class EventStream:
             return False
         self._seen.add(key)
         finding.evidence.setdefault("step", step)
+        # Every sink (warning, log, JSONL, framework logger, Prometheus) gets the one scrub.
+        finding = finding.redacted()
         for sink in list(self.sinks):
             self._call(sink, "finding", finding, step, self.rank)
         return True
