@@ -88,3 +88,134 @@ def test_multi_member_gzip_is_read_to_the_end(tmp_path):
     log.write_bytes(gzip.compress(ORDINARY) + gzip.compress(CRASH))  # cat a.gz b.gz
     findings, scan = diagnose_logs([LogInput(str(log))])
     assert findings[0].id == "RANK_CRASHED" and not scan.stats[0].incomplete
+
+
+# --- every read has a deadline (logscan/deadline.py) -------------------------------------
+
+def _kmsg_or_skip() -> None:
+    try:
+        os.close(os.open("/proc/kmsg", os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as e:
+        pytest.skip(f"/proc/kmsg cannot be opened here ({e.strerror}); the pipe tests below "
+                    "cover the mechanism")
+
+
+def _start(*args: str, stdin=subprocess.DEVNULL) -> subprocess.Popen:
+    code = ("import sys; from ddpdoctor.cli import main; "
+            "sys.argv=['ddpdoctor', 'diagnose', *sys.argv[1:]]; main()")
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, stdin=stdin,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _result(p: subprocess.Popen) -> tuple[int, dict]:
+    try:
+        out, err = p.communicate(timeout=90)  # the deadline is 10 s: 90 is "it hung"
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise AssertionError("diagnose hung on a blocking input") from None
+    return p.returncode, json.loads(out) if out.startswith(b"{") else {"stderr": err}
+
+
+def test_proc_kmsg_stats_as_a_file_and_is_given_up_at_the_deadline():
+    """/proc/kmsg is a regular file to stat() and waits forever for the next kernel message:
+    it gets the 10 s deadline, a one-line reason, and the other inputs are diagnosed."""
+    _kmsg_or_skip()
+    # The three runs wait out their deadline side by side, not one after another.
+    with open("/proc/kmsg", "rb") as kmsg_stdin:
+        runs = [_start("--json", "-", "/proc/kmsg", str(LOGS / "exception.log")),
+                _start("--json", "-", "/proc/kmsg"),
+                _start("--json", "-", stdin=kmsg_stdin)]  # `diagnose < /proc/kmsg`
+        (with_log, r1), (alone, r2), (stdin, r3) = [_result(p) for p in runs]
+    assert with_log == 1, r1
+    assert [(f["id"], f["ranks"]) for f in r1["findings"]] == [("RANK_CRASHED", [1])]
+    kmsg = r1["probes"]["/proc/kmsg"]
+    # "no data within 10 s"; on a host that logs a kernel message meanwhile, the cap on a
+    # pseudo-file that keeps giving data ("still giving data after 10 s") is what ends it.
+    assert kmsg["status"] == "warning" and "10 s" in kmsg["summary"], kmsg
+    assert alone == 3 and "10 s" in r2["doctor_error"], r2
+    assert stdin == 3 and "10 s" in r3["doctor_error"], r3
+    assert r3["probes"]["<stdin>"]["status"] == "warning"
+
+
+def _pipe() -> tuple[int, int]:
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    return r, w
+
+
+def test_a_read_that_gives_nothing_raises_at_the_deadline():
+    from ddpdoctor.logscan.deadline import DeadlineReader, ReadDeadlineExceeded
+
+    r, w = _pipe()  # a writer that never writes: what /proc/kmsg is to a quiet kernel
+    try:
+        reader = DeadlineReader(r, deadline_s=0.3)
+        with pytest.raises(ReadDeadlineExceeded, match=r"no data within 0\.3 s"):
+            reader.read(4096)
+        with pytest.raises(ReadDeadlineExceeded):  # it stays failed: no second wait
+            reader.read(4096)
+        reader.close()
+        os.write(w, b"late\n")  # after the deadline nothing more is read
+    finally:
+        os.close(w)
+
+
+def test_a_read_that_ignores_nonblocking_is_abandoned_not_waited_on():
+    """A hung mount blocks in read() whatever O_NONBLOCK says: the worker thread blocks,
+    the caller does not; the thread closes the fd when the read finally returns."""
+    from ddpdoctor.logscan.deadline import DeadlineReader, ReadDeadlineExceeded
+
+    r, w = os.pipe()  # left blocking on purpose
+    reader = DeadlineReader(r, deadline_s=0.3)
+    with pytest.raises(ReadDeadlineExceeded, match="the read blocks"):
+        reader.read(4096)
+    assert reader._thread.is_alive()  # still inside os.read
+    os.close(w)  # the "mount" comes back: read returns EOF
+    reader._thread.join(timeout=30)
+    assert not reader._thread.is_alive()
+    reader.close()
+
+
+def test_a_pseudo_file_that_keeps_giving_data_is_capped():
+    from ddpdoctor.logscan.deadline import DeadlineReader, ReadDeadlineExceeded
+
+    r, w = _pipe()
+    try:
+        reader = DeadlineReader(r, deadline_s=30, total_s=0.3)
+        os.write(w, b"kernel: line\n")
+        assert reader.read(4096) == b"kernel: line\n"
+        with pytest.raises(ReadDeadlineExceeded, match=r"still giving data after 0\.3 s"):
+            reader.read(4096)
+        reader.close()
+    finally:
+        os.close(w)
+
+
+def test_a_blocked_input_is_one_line_and_the_others_are_diagnosed():
+    from ddpdoctor.logscan.deadline import DeadlineReader
+
+    r, w = _pipe()
+    try:
+        stuck = LogInput("stuck.log", stream=DeadlineReader(r, deadline_s=0.3))
+        findings, scan = diagnose_logs([stuck, LogInput(str(LOGS / "exception.log"))])
+    finally:
+        os.close(w)
+    assert [(f.id, f.ranks) for f in findings] == [("RANK_CRASHED", [1])]
+    assert scan.stats[0].incomplete and scan.stats[0].bytes_read == 0
+    assert scan.stats[0].notes == ["stopped reading: no data within 0.3 s: the read blocks "
+                                   "(a /proc or /sys file, or a hung mount)"]
+    assert not scan.stats[1].incomplete
+
+
+def test_regular_files_are_read_to_the_end_and_their_reader_thread_ends(tmp_path):
+    from ddpdoctor.logscan.reader import open_input
+
+    log = tmp_path / "train.log"
+    log.write_bytes(ORDINARY + CRASH)
+    findings, scan = diagnose_logs([LogInput(str(log))])
+    assert [(f.id, f.ranks) for f in findings] == [("RANK_CRASHED", [1])]
+    assert not scan.stats[0].incomplete and scan.stats[0].bytes_read == len(ORDINARY + CRASH)
+    stream, _ = open_input(str(log))
+    assert stream.read(5) == ORDINARY[:5]
+    stream.close()
+    assert not stream._thread.is_alive()  # closing ends the worker (and its fd)

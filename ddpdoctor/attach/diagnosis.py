@@ -65,12 +65,15 @@ class HangDiagnosis:
         listed = ", ".join(f"{r.rank}={r.pid}" for r in d.ranks[:16])
         more = " ..." if len(d.ranks) > 16 else ""
         missing = f"; missing {ranks_text(d.missing)}" if d.missing else ""
+        if d.left_out:  # targets that are no rank: never read, never asked for a dump
+            missing += f"; PIDs {sorted(d.left_out)} left out: no rank"
         return Check(
             "ranks", f"{len(d.ranks)} rank processes: {listed}{more}{missing}", group=GROUP,
             data={"ranks": [{"rank": r.rank, "pid": r.pid, "workers": r.workers,
                              "rank_source": r.rank_source, "cmdline": r.cmdline}
                             for r in d.ranks],
-                  "missing": d.missing, "notes": d.notes})
+                  "missing": d.missing, "notes": d.notes,
+                  "left_out": {str(pid): why for pid, why in d.left_out.items()}})
 
     def _stacks_check(self) -> Check:
         readable = sum(1 for s in self.stacks if s.threads)

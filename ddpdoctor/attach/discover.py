@@ -1,19 +1,29 @@
 """Find every rank process from the PIDs a user gives: a launcher, any parent, or ranks.
 
-A rank is the topmost Python process carrying ``RANK`` in its environment (torchrun,
-torch.distributed.run, deepspeed, accelerate and Slurm wrappers all set it before exec);
-Python descendants with the same RANK are its DataLoader (or other) workers.
+Only processes proven to be ranks are returned (``rankproof``): a Python process with the
+rank variables in its environment (torchrun, torch.distributed.run, deepspeed, accelerate
+and MPI launchers set them before exec), never a launcher, never ddpdoctor itself or its
+ancestors. Python descendants with the same rank variables are its DataLoader (or other)
+workers. The targets that are no rank and hold none are left out with the reason; when no
+rank remains, attach stops (exit 3) with that reason instead of reading anyone's stack.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 
 from ddpdoctor import contract as C
+from ddpdoctor.attach.rankproof import (
+    ProcFacts,
+    is_python,
+    launcher_name,
+    own_lineage,
+    rank_mark,
+    why_no_ranks_under,
+)
 from ddpdoctor.errors import DoctorError
-from ddpdoctor.report import EXIT_USAGE
+from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
 
 class AttachError(DoctorError):
@@ -29,7 +39,9 @@ class RankProcess:
     local_world_size: int | None = None
     fr_dir: str = ""  # DDPDOCTOR_FR_DIR: where it serves Flight Recorder dumps
     workers: list[int] = field(default_factory=list)  # Python child processes
-    rank_source: str = "env"  # "env" (RANK) or "order" (no RANK: numbered as given)
+    # The variable that numbers it ("env": RANK or its MPI spelling; "local_rank"), or
+    # "order" (only WORLD_SIZE set: numbered in PID order after the numbered ones).
+    rank_source: str = "env"
     cmdline: str = ""
     heartbeat_dir: str = ""  # DDPDOCTOR_HEARTBEAT_DIR: its step count, from the watch
 
@@ -42,33 +54,7 @@ class Discovery:
     missing: list[int] = field(default_factory=list)
     zombies: dict[int, int] = field(default_factory=dict)  # rank -> pid, where known
     notes: list[str] = field(default_factory=list)
-
-
-_PYTHON = re.compile(r"^(python|pypy)[\d.]*[mtd]*$")
-
-
-def _int(env: dict[str, str], key: str) -> int | None:
-    try:
-        return int(env[key])
-    except (KeyError, ValueError):
-        return None
-
-
-def _is_python(proc) -> bool:  # psutil.Process, imported lazily
-    import psutil
-
-    names = []
-    try:
-        names.append(os.path.basename(proc.exe()))
-    except (psutil.Error, OSError):
-        pass
-    try:
-        cmd = proc.cmdline()
-        if cmd:
-            names.append(os.path.basename(cmd[0]))
-    except (psutil.Error, OSError):
-        pass
-    return any(_PYTHON.match(n) for n in names)
+    left_out: dict[int, str] = field(default_factory=dict)  # target pid -> why no rank
 
 
 def _describe(proc) -> str:
@@ -84,7 +70,7 @@ def _roots(pids: list[int]) -> list:
     import psutil
 
     roots = []
-    for pid in pids:
+    for pid in dict.fromkeys(pids):
         try:
             roots.append(psutil.Process(pid))
         except psutil.NoSuchProcess:
@@ -94,136 +80,162 @@ def _roots(pids: list[int]) -> list:
     return roots
 
 
-def _tree(roots: list) -> dict:
+def _tree(roots: list) -> tuple[dict, dict[int, list[int]]]:
+    """Every process at or under the roots, and each root's descendants."""
     import psutil
 
     seen = {}
+    below: dict[int, list[int]] = {}
     for root in roots:
         seen[root.pid] = root
         try:
-            for child in root.children(recursive=True):
-                seen.setdefault(child.pid, child)
+            kids = root.children(recursive=True)
         except psutil.Error:
-            continue
-    return seen
+            kids = []
+        below[root.pid] = [k.pid for k in kids]
+        for child in kids:
+            seen.setdefault(child.pid, child)
+    return seen, below
 
 
-def _environments(seen: dict) -> tuple[dict[int, dict[str, str]], list[int], list[int]]:
-    """Each process's environment; the pids denied and the zombies."""
+def _facts(proc, lineage: dict[int, str]) -> ProcFacts:
+    """What proves (or disproves) that ``proc`` is a rank; its own lineage is not read."""
     import psutil
 
-    envs: dict[int, dict[str, str]] = {}
-    denied: list[int] = []
-    zombies: list[int] = []
-    for pid, proc in seen.items():
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                zombies.append(pid)
-                continue
-            envs[pid] = proc.environ()
-        except psutil.NoSuchProcess:
-            continue
-        except (psutil.AccessDenied, PermissionError):
-            denied.append(pid)
-        except psutil.ZombieProcess:
-            zombies.append(pid)
-    return envs, denied, zombies
+    if proc.pid in lineage:
+        return ProcFacts(proc.pid, lineage=lineage[proc.pid])
+    names, cmd = [], []
+    try:
+        names.append(os.path.basename(proc.exe()))
+    except (psutil.Error, OSError):
+        pass
+    try:
+        cmd = proc.cmdline()
+    except (psutil.Error, OSError):
+        pass
+    names += [os.path.basename(cmd[0])] if cmd else []
+    base = {"pid": proc.pid, "launcher": launcher_name(cmd), "python": is_python(names)}
+    try:
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return ProcFacts(**base, env="zombie")
+        return ProcFacts(**base, mark=rank_mark(proc.environ()))
+    except psutil.ZombieProcess:
+        return ProcFacts(**base, env="zombie")
+    except psutil.NoSuchProcess:
+        return ProcFacts(**base, env="gone")
+    except (psutil.AccessDenied, PermissionError):
+        return ProcFacts(**base, env="denied")
 
 
 def discover(pids: list[int]) -> Discovery:
-    """Rank processes under/at ``pids``. Raises AttachError with a one-line reason."""
+    """Rank processes under/at ``pids``. Raises AttachError with a one-line reason: exit 2
+    for a PID that does not exist, 3 when no rank is found there."""
     roots = _roots(pids)
-    seen = _tree(roots)
-    envs, denied, zombies = _environments(seen)
-    with_rank = {pid: env for pid, env in envs.items()
-                 if _int(env, "RANK") is not None and _is_python(seen[pid])}
-    if not with_rank and denied and set(denied) >= {r.pid for r in roots}:
-        raise AttachError(f"no permission to read the environment of PID {denied[0]}: "
-                          "run ddpdoctor as the job's user or as root")
+    seen, below = _tree(roots)
+    lineage = own_lineage()
+    facts = {pid: _facts(proc, lineage) for pid, proc in seen.items()}
+    candidates = {pid for pid, f in facts.items() if f.is_rank}
 
     disc = Discovery(ranks=[])
-    if with_rank:
-        _ranks_from_env(disc, seen, with_rank)
-    else:
-        _ranks_by_order(disc, roots, seen)
-    _find_missing(disc, zombies, seen)
+    _ranks_from_marks(disc, seen, facts, candidates)
+    if not disc.ranks:
+        raise AttachError(_no_ranks(roots, facts, below), EXIT_DOCTOR_FAILED)
+    _leave_out(disc, roots, facts, below, candidates)
+    _find_missing(disc, [p for p, f in facts.items() if f.env == "zombie"])
+    denied = sorted(p for p, f in facts.items() if f.env == "denied")
     if denied:
-        disc.notes.append(f"could not read the environment of PIDs {sorted(denied)[:8]} "
-                          "(permission)")
+        disc.notes.append(f"could not read the environment of PIDs {denied[:8]} "
+                          "(permission): they were left out")
     return disc
 
 
-def _ranks_from_env(disc: Discovery, seen: dict, with_rank: dict[int, dict[str, str]]) -> None:
+def _no_ranks(roots: list, facts: dict[int, ProcFacts], below: dict[int, list[int]]) -> str:
+    """One line: at which PIDs no rank was found, and why not at each."""
+    def why(root) -> str:
+        under = [facts[p] for p in below[root.pid] if p in facts]
+        return f"{facts[root.pid].why_not()}; {why_no_ranks_under(under)}"
+
+    if len(roots) == 1:
+        return (f"no training ranks found at PID {roots[0].pid} ({_describe(roots[0])}): "
+                f"{why(roots[0])}")
+    return (f"no training ranks found at PIDs {', '.join(str(r.pid) for r in roots)}: "
+            + "; ".join(f"PID {r.pid}: {why(r)}" for r in roots[:4]))
+
+
+def _leave_out(disc: Discovery, roots: list, facts: dict[int, ProcFacts],
+               below: dict[int, list[int]], candidates: set[int]) -> None:
+    """Targets with no rank at or under them: left out, each with its reason."""
+    for root in roots:
+        if root.pid in candidates or candidates.intersection(below[root.pid]):
+            continue
+        under = [facts[p] for p in below[root.pid] if p in facts]
+        why = f"{facts[root.pid].why_not()}; {why_no_ranks_under(under)}"
+        disc.left_out[root.pid] = why
+        disc.notes.append(f"PID {root.pid} left out, no rank: {why}")
+
+
+def _ranks_from_marks(disc: Discovery, seen: dict, facts: dict[int, ProcFacts],
+                      candidates: set[int]) -> None:
     import psutil
 
-    def python_ancestor_with_same_rank(pid: int) -> bool:
-        rank = with_rank[pid]["RANK"]
+    def has_ancestor_with_same_mark(pid: int) -> bool:
+        """A forked worker inherits its rank's environment: same variables, Python parent."""
+        mark = facts[pid].mark
         try:
             parent = seen[pid].parent()
             while parent is not None:
-                env = with_rank.get(parent.pid)
-                if env is not None and env["RANK"] == rank:
+                if parent.pid in candidates and facts[parent.pid].mark.identity == mark.identity:
                     return True
                 parent = parent.parent()
         except psutil.Error:
             pass
         return False
 
-    tops = [pid for pid in sorted(with_rank) if not python_ancestor_with_same_rank(pid)]
+    tops = [pid for pid in sorted(candidates) if not has_ancestor_with_same_mark(pid)]
+    numbered = [p for p in tops if facts[p].mark.number is not None]
+    unnumbered = [p for p in tops if facts[p].mark.number is None]
     by_rank: dict[int, RankProcess] = {}
-    for pid in tops:
-        env = with_rank[pid]
-        rank = int(env["RANK"])
-        if rank in by_rank:
-            disc.notes.append(f"RANK={rank} is set in PIDs {by_rank[rank].pid} and {pid} "
-                              f"(two jobs?): using {by_rank[rank].pid}")
+    for pid in numbered:
+        mark = facts[pid].mark
+        if mark.number in by_rank:
+            disc.notes.append(f"{mark.source}={mark.number} is set in PIDs "
+                              f"{by_rank[mark.number].pid} and {pid} (two jobs?): using "
+                              f"{by_rank[mark.number].pid}")
             continue
-        workers = []
-        try:
-            workers = [c.pid for c in seen[pid].children(recursive=True)]
-        except psutil.Error:
-            pass
-        by_rank[rank] = RankProcess(
-            rank, pid, _int(env, "LOCAL_RANK"), _int(env, "WORLD_SIZE"),
-            _int(env, "LOCAL_WORLD_SIZE"), env.get(C.FR_DIR, ""), workers,
-            cmdline=_describe(seen[pid]),
-            heartbeat_dir=env.get(C.HEARTBEAT_DIR, ""))
+        source = "env" if mark.rank is not None else "local_rank"
+        by_rank[mark.number] = _rank_process(mark.number, pid, seen, facts, source)
+    free = (n for n in range(len(by_rank) + len(unnumbered)) if n not in by_rank)
+    for pid in unnumbered:
+        n = next(free)
+        by_rank[n] = _rank_process(n, pid, seen, facts, "order")
     disc.ranks = [by_rank[r] for r in sorted(by_rank)]
+    if any(r.rank_source == "local_rank" for r in disc.ranks):
+        disc.notes.append("no RANK in some ranks' environment: numbered by LOCAL_RANK (the "
+                          "job's rank on one node; may differ across nodes)")
+    if unnumbered:
+        disc.notes.append("only WORLD_SIZE in some ranks' environment: numbered in PID order, "
+                          "which may not match the job's own rank numbers")
     sizes = {r.world_size for r in disc.ranks if r.world_size}
     disc.world_size = max(sizes) if sizes else None
 
 
-def _ranks_by_order(disc: Discovery, roots: list, seen: dict) -> None:
-    """No RANK anywhere (mp.spawn, custom launchers): the given Python processes, or the
-    Python children of a given parent, numbered in order."""
+def _rank_process(number: int, pid: int, seen: dict, facts: dict[int, ProcFacts],
+                  source: str) -> RankProcess:
     import psutil
 
-    ranks: list = []
-    for root in roots:
-        try:
-            kids = [c for c in root.children() if _is_python(c)]
-        except psutil.Error:
-            kids = []
-        if kids and len(roots) == 1:
-            ranks.extend(sorted(kids, key=lambda p: p.pid))
-        elif _is_python(root):
-            ranks.append(root)
-    if not ranks:
-        raise AttachError(
-            f"PID {roots[0].pid} ({_describe(roots[0])}) is not a Python process and has no "
-            "Python processes under it", EXIT_USAGE)
-    for i, proc in enumerate(ranks):
-        try:
-            workers = [c.pid for c in proc.children(recursive=True)]
-        except psutil.Error:
-            workers = []
-        disc.ranks.append(RankProcess(i, proc.pid, workers=workers, rank_source="order",
-                                      cmdline=_describe(proc)))
-    disc.notes.append("no RANK in the processes' environment: ranks are numbered in PID "
-                      "order and may not match the job's own rank numbers")
+    try:
+        workers = [c.pid for c in seen[pid].children(recursive=True)]
+        env = seen[pid].environ()
+    except psutil.Error:
+        workers, env = [], {}
+    mark = facts[pid].mark
+    return RankProcess(number, pid, mark.local_rank, mark.world_size, mark.local_world_size,
+                       env.get(C.FR_DIR, ""), workers, rank_source=source,
+                       cmdline=_describe(seen[pid]),
+                       heartbeat_dir=env.get(C.HEARTBEAT_DIR, ""))
 
 
-def _find_missing(disc: Discovery, zombies: list[int], seen: dict) -> None:
+def _find_missing(disc: Discovery, zombies: list[int]) -> None:
     """Ranks this machine should run but that have no live process."""
     present = {r.rank for r in disc.ranks}
     expected: set[int] = set()

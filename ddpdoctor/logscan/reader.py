@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from ddpdoctor.logscan.deadline import READ_DEADLINE_S, DeadlineReader
 from ddpdoctor.logscan.gunzip import GZIP_MAGIC as _GZIP_MAGIC
 from ddpdoctor.logscan.gunzip import Gunzip
 
@@ -117,17 +118,18 @@ def sniff_binary(head: bytes) -> str:
     return ""
 
 
-def open_input(path: str) -> tuple[BinaryIO, str]:
+def open_input(path: str, deadline_s: float = READ_DEADLINE_S) -> tuple[BinaryIO, str]:
     """Open a log path (``-`` is stdin) as bytes; raises OSError with the reason.
 
     Only regular files are read: a FIFO with no writer would block forever and a device
     never ends, so both are refused before the first read (the open itself is
-    non-blocking). Symlinks are followed: a log is read, never written.
+    non-blocking). Symlinks are followed: a log is read, never written. A regular file
+    can still block on read (``/proc/kmsg``, a ``/sys`` attribute, a hung mount), so every
+    read has a deadline (deadline.py); a file that stats as empty yet gives data (a kernel
+    pseudo-file) is read for at most ``deadline_s`` in all.
     """
     if path == "-":
-        import sys
-
-        return sys.stdin.buffer, "<stdin>"
+        return _stdin(deadline_s), "<stdin>"
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
@@ -136,11 +138,34 @@ def open_input(path: str) -> tuple[BinaryIO, str]:
         if not stat.S_ISREG(st.st_mode):
             kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
             raise OSError(22, f"{kind}: pipe it to stdin ('-') instead", path)
-        os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "rb"), path  # closed by the caller
+    # Stays non-blocking: a pseudo-file that honours O_NONBLOCK then waits in poll, not in
+    # read. The reader owns (and closes) the fd.
+    total = deadline_s if st.st_size == 0 else None
+    return DeadlineReader(fd, deadline_s, total), path  # type: ignore[return-value]
+
+
+def _stdin(deadline_s: float) -> BinaryIO:
+    """stdin: a pipe as is, a file (``< /proc/kmsg``) with the deadline.
+
+    A pipe gets no deadline: its writer is the user's job (``torchrun ... | ddpdoctor
+    diagnose``), which may print nothing for minutes and is no hang; the pipe ends when the
+    job does (or at Ctrl-C). A redirected file is a file like any other.
+    """
+    import sys
+
+    try:
+        st = os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError):
+        return sys.stdin.buffer
+    if not stat.S_ISREG(st.st_mode):
+        return sys.stdin.buffer
+    fd = os.dup(sys.stdin.fileno())
+    os.set_blocking(fd, False)
+    total = deadline_s if st.st_size == 0 else None
+    return DeadlineReader(fd, deadline_s, total)  # type: ignore[return-value]
 
 
 def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
@@ -154,11 +179,13 @@ def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
     ``chunk_bytes`` + ``max_line`` whatever the input. A gzip input is decompressed as a
     stream: a truncated or corrupt archive yields what could be read and a note.
     """
-    head = stream.read(SNIFF_BYTES)
+    # Every read goes through _read_some: a failed or timed-out read (deadline.py) is a
+    # note on this input, never an exception that would drop the other inputs.
+    head = _read_some(stream, SNIFF_BYTES, stats)
     if head.startswith(_GZIP_MAGIC):
         stats.compressed = True
         stream = Gunzip(head, stream, stats)  # type: ignore[assignment]
-        head = stream.read(SNIFF_BYTES)
+        head = _read_some(stream, SNIFF_BYTES, stats)
     head, skipped = _skip_leading_nul(head, stream, stats)
     stats.leading_nul = skipped
     if skipped and head:
@@ -227,7 +254,9 @@ def _read_some(stream: BinaryIO, n: int, stats: ReadStats) -> bytes:
     try:
         return stream.read(n)
     except (OSError, EOFError, zlib.error) as e:
-        stats.notes.append(f"stopped reading: {e}")
+        note = f"stopped reading: {e}"
+        if note not in stats.notes:  # a stream that failed keeps failing: one note
+            stats.notes.append(note)
         stats.incomplete = True
         return b""
 

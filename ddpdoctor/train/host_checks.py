@@ -66,3 +66,42 @@ def named_netns() -> str | None:
     except OSError:
         pass
     return None
+
+
+def check_checkpoint_dir(path: str) -> None:
+    """Raise ValueError when the ranks could not save checkpoints under ``path``.
+
+    Otherwise every rank dies at its first save with a PermissionError traceback, after the
+    launch and the first steps. Writing is tried for real (a file made and removed in the
+    directory, or a directory in its nearest existing parent when it does not exist yet):
+    permission bits do not tell, as root passes them, and ACLs, read-only mounts and
+    pseudo-filesystems such as /proc refuse whatever the bits say. The directory itself is
+    not created here: the first save does that, as before.
+    """
+    import tempfile
+
+    flag = f"--checkpoint-dir {path}"
+    target = os.path.abspath(path)
+    existing = target  # the directory itself, or its nearest parent that exists
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.exists(existing):
+        raise ValueError(f"{flag}: {existing} is a dangling symlink")
+    if not os.path.isdir(existing):
+        if existing == target:
+            raise ValueError(f"{flag}: is a file, not a directory")
+        raise ValueError(f"{flag}: cannot be created: {existing} is a file")
+    try:
+        if existing == target:
+            fd, probe = tempfile.mkstemp(prefix=".ddpdoctor-write-test-", dir=target)
+            os.close(fd)
+            os.unlink(probe)
+        else:
+            os.rmdir(tempfile.mkdtemp(prefix=".ddpdoctor-write-test-", dir=existing))
+    except OSError as e:
+        why = e.strerror or str(e)
+        if existing == target:
+            raise ValueError(f"{flag}: cannot write there ({why}); the ranks could not "
+                             "save a checkpoint") from None
+        raise ValueError(f"{flag}: cannot be created in {existing} ({why}); the ranks "
+                         "could not save a checkpoint") from None

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.train.config import SIZES, STRATEGIES, ModelConfig, RunConfig
+from ddpdoctor.train.host_checks import check_checkpoint_dir
 
 
 @dataclass(frozen=True)
@@ -186,4 +187,8 @@ def configs(values: dict[str, Any]) -> tuple[ModelConfig, RunConfig]:
         device=values["device"], watch=bool(values.get("watch")),
         **{o.dest: values.get(o.dest, o.default) for o in OPTIONS if o.dest in _FEATURES})
     rcfg.validate()
+    if rcfg.save_every and rcfg.checkpoint_dir:
+        # before any rank starts: a directory no rank can write is one line, not a
+        # PermissionError traceback from every rank at its first save
+        check_checkpoint_dir(rcfg.checkpoint_dir)
     return mcfg, rcfg

@@ -50,6 +50,39 @@ def _port_owner(port: int) -> dict[str, Any] | None:
     return None
 
 
+def bind_like_the_store(port: int) -> OSError | None:
+    """None when torch's TCPStore could bind ``port`` on this host; else the bind's error.
+
+    The store (libuv and legacy backends alike, torch 2.4 to 2.13) binds the wildcard
+    address, IPv6 dual-stack (``::``; ``0.0.0.0`` where there is no IPv6), with
+    SO_REUSEADDR; so does this probe, then closes the socket at once. A plain bind of
+    MASTER_ADDR got both cases wrong: it called a port whose only sockets are in TIME-WAIT
+    (for a minute after any job on it ended) "in use", though the store binds over them;
+    and it missed a listener on another address of this host, which the store's wildcard
+    bind collides with. A LISTEN socket on the port fails the bind whatever SO_REUSEADDR
+    says (Linux), which is the real conflict.
+    """
+    last: OSError | None = None
+    for family, addr in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as e:  # no IPv6 on this host: the store falls back to IPv4 too
+            last = e
+            continue
+        with s:
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                s.bind((addr, port))
+                return None
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return e
+                last = e
+    return last
+
+
 def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     host = opts.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
     port = int(opts.master_port or os.environ.get("MASTER_PORT") or 29500)
@@ -63,16 +96,13 @@ def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     out["resolved"] = sockaddr[0]
     out["local"] = sockaddr[0] in _local_addresses() or sockaddr[0].startswith("127.")
     if out["local"]:
-        # The job's rank 0 will listen here: the port must be free.
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((sockaddr[0], port))
-                out["port_free"] = True
-            except OSError as e:
-                out["port_free"] = False
-                out["bind_error"] = f"[Errno {e.errno}] {e.strerror}"
-                if e.errno == errno.EADDRINUSE:
-                    out["owner"] = _port_owner(port)
+        # The job's rank 0 will listen here: its store must be able to bind the port.
+        err = bind_like_the_store(port)
+        out["port_free"] = err is None
+        if err is not None:
+            out["bind_error"] = f"[Errno {err.errno}] {err.strerror}"
+            if err.errno == errno.EADDRINUSE:
+                out["owner"] = _port_owner(port)
         return out
     # A remote master: nothing may listen yet (the job has not started), so "refused" is
     # fine; what matters is that the host answers at all.
