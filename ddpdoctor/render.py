@@ -77,6 +77,10 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
         for f in loose:
             _render_finding(console, f, "  ", verbose)
     console.print()
+    step = report.next_step()
+    if step.finding:  # before the verdict: the verdict stays the last line scripts read
+        console.print(Text(f"→ next step: {step.action.says} ({step.finding}: {step.reason})",
+                           style="bold"))
     console.print(_verdict_line(report))
 
 

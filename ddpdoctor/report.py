@@ -13,6 +13,7 @@ from ddpdoctor import redact
 from ddpdoctor.contract import REPORT_SCHEMA
 from ddpdoctor.errors import ExitCode, decide_exit_code
 from ddpdoctor.findings import Finding
+from ddpdoctor.next_step import NextStep, decide
 
 SCHEMA = REPORT_SCHEMA
 
@@ -97,6 +98,10 @@ class Report:
                        for c in self.checks]
         return copy
 
+    def next_step(self) -> NextStep:
+        """What to do about this report (``next_step.decide``): every view shows it."""
+        return decide(self.sorted_findings(), self.doctor_error)
+
     def sorted_findings(self) -> list[Finding]:
         order = {"error": 0, "warning": 1, "info": 2}
         return sorted(self.findings, key=lambda f: order[f.severity])
@@ -121,6 +126,7 @@ class Report:
             },
             "exit_code": self.exit_code,
             "doctor_error": self.doctor_error or None,
+            "action": self.next_step().to_dict(),
         }
 
     @classmethod

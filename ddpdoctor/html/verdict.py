@@ -19,6 +19,7 @@ class Verdict:
     first_line: str  # a quoted log line, the user's stack line, or the first finding's title
     errors: int
     warnings: int
+    next_step: str = ""  # "fix the config: smaller batch, ..." (next_step.decide)
 
 
 def _first_line(f: Finding) -> str:
@@ -39,6 +40,14 @@ def _first_line(f: Finding) -> str:
 
 
 def verdict(report: Report) -> Verdict:
+    v = _verdict(report)
+    step = report.next_step()
+    if step.finding:
+        v.next_step = f"{step.action.says}: {step.reason}"
+    return v
+
+
+def _verdict(report: Report) -> Verdict:
     findings = report.sorted_findings()
     errors = sum(f.severity == "error" for f in findings)
     warnings = sum(f.severity == "warning" for f in findings)

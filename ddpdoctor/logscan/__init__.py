@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ddpdoctor.findings import Finding
+from ddpdoctor.logscan import floor
 from ddpdoctor.logscan.events import Event, EventKind
 from ddpdoctor.logscan.kb import needles
 from ddpdoctor.logscan.reader import ReadStats, iter_picked, open_input, rank_from_path
 from ddpdoctor.logscan.scanner import SCANNER_NEEDLES, LineScanner
 from ddpdoctor.logscan.triage import triage
 
-KEYWORDS: tuple[bytes, ...] = tuple(sorted({n.encode() for n in needles() + SCANNER_NEEDLES}))
+KEYWORDS: tuple[bytes, ...] = tuple(sorted({n.encode() for n in needles() + SCANNER_NEEDLES
+                                             + floor.NEEDLES}))
 
 __all__ = ["KEYWORDS", "Event", "EventKind", "LogInput", "ReadStats", "ScanResult",
            "diagnose_logs", "scan_inputs", "scan_stream", "triage"]

@@ -92,6 +92,7 @@ class EventKind(str, Enum):
     EXCEPTION = "exception"
     TRACEBACK = "traceback"  # a Python traceback whose exception line was not recognised
     ERROR_LINE = "error_line"  # "[E ...]" c10d lines: a failure, wording unknown
+    FLOOR = "floor"  # failure evidence by kind, not by text (logscan/floor.py)
 
 
 # What other ranks report when one rank goes away (or a collective never completes).

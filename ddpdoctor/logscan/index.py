@@ -104,7 +104,9 @@ def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event
     """
     if root_rank is None:
         return evs
-    skip = {EventKind.TORCHRUN_FAILURE, EventKind.HOST_OOM, EventKind.AGENT_FAILED}
+    # reports about a rank (by the launcher, the kernel, the floor) are not the rank's own lines
+    skip = {EventKind.TORCHRUN_FAILURE, EventKind.HOST_OOM, EventKind.AGENT_FAILED,
+            EventKind.FLOOR}
     if any(e.rank == root_rank for e in evs if e.kind not in CASCADE and e.kind not in skip):
         return evs
     return [replace(e, rank=root_rank, rank_from="torchrun's summary (line carries no rank)")

@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from ddpdoctor.logscan import floor
 from ddpdoctor.logscan.events import Event, EventKind
 from ddpdoctor.logscan.kb import match_line
 from ddpdoctor.logscan.reader import RawLine, split_rank_prefix
@@ -90,10 +91,28 @@ class LineScanner:
         elif not matches and not exc and _C10D_ERROR.match(stripped):
             self._emit(EventKind.ERROR_LINE, line,
                        self._line_rank(rank, self._nccl_rank(stripped)), stripped, {})
+        self._floor(line, rank, stripped)
         for sig, data in matches:
             if sig.kind is EventKind.DL_WORKER_EXCEPTION:
                 # The next exception of this rank is the worker's, re-raised.
                 self._in_worker[rank] = data["worker"]
+
+    def _floor(self, line: RawLine, rank: int | None, text: str) -> None:
+        """The floor's verdict on the line, kept beside the knowledge base's: triage uses it
+        only when no rule found an error (a failure no signature knows is never healthy)."""
+        hit = floor.detect(text)
+        if hit is None:
+            return
+        data: dict[str, Any] = {"evidence": hit.evidence.value, "pattern": hit.pattern,
+                                "oom": hit.oom}
+        if hit.exit_code is not None:
+            data["exit_code"] = hit.exit_code
+        if hit.signal:
+            data["signal"] = hit.signal
+        if rank is None and hit.rank is not None:
+            rank = hit.rank
+            data["rank_from"] = "the launcher's report"
+        self._emit(EventKind.FLOOR, line, rank, text, data)
 
     @staticmethod
     def _nccl_rank(text: str) -> tuple[int, bool] | None:

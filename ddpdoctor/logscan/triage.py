@@ -7,7 +7,9 @@ over an immutable index of the events; each rule turns the events it knows into 
 and declares which kinds of events its finding explains (``folds``). What no verdict used
 is folded into counts on the first finding. Rules marked ``alone`` (a timeout with no
 culprit, an unreachable store) only run when nothing before them found a cause. A log
-that shows a failure no rule explains gives UNRECOGNIZED_FAILURE: never "healthy".
+that shows a failure no rule explains gives UNRECOGNIZED_FAILURE: never "healthy"; the
+floor (``rules_floor``, last) turns failure evidence of any wording into an error finding
+when no rule found one.
 
 Pure: a list of events in, a list of findings out; no files, no processes.
 """
@@ -18,14 +20,22 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ddpdoctor.findings import Finding, format_ranks
-from ddpdoctor.logscan import known_bugs, rules_collective, rules_crash, rules_env, rules_training
+from ddpdoctor.logscan import (
+    known_bugs,
+    rules_collective,
+    rules_crash,
+    rules_env,
+    rules_floor,
+    rules_training,
+)
 from ddpdoctor.logscan.events import CASCADE, Event, EventKind
 from ddpdoctor.logscan.index import EventIndex, Rule, Verdict, cut, ranks_of, verdict
 
 RULES: tuple[Rule, ...] = ((known_bugs.RULE,) + rules_env.RULES + rules_training.RULES
                            + rules_collective.RULES + rules_crash.RULES
                            + rules_collective.ALONE[:1] + rules_crash.ALONE[:1]
-                           + rules_collective.ALONE[1:] + rules_crash.ALONE[1:])
+                           + rules_collective.ALONE[1:] + rules_crash.ALONE[1:]
+                           + (rules_floor.RULE,))
 
 _LABELS = {
     EventKind.CONN_RESET: "'Connection reset by peer'",
@@ -44,6 +54,7 @@ _LABELS = {
     EventKind.ERROR_LINE: "c10d error line(s)",
     EventKind.NCCL_WARN: "NCCL WARN line(s)",
     EventKind.TRACEBACK: "other traceback(s)",
+    EventKind.FLOOR: "launcher or failure report line(s)",
 }
 _CAUSE_BEFORE_EFFECT = [("ENV_SHM_TOO_SMALL", "DATALOADER_WORKER_FAILURE"),
                         ("DDP_UNUSED_PARAMETERS", "DDP_REDUCTION_NOT_FINISHED")]
@@ -55,7 +66,7 @@ def triage(events: Iterable[Event]) -> list[Finding]:
     """Findings for ``events`` (in log order), the first root cause first."""
     ix = EventIndex.build(events)
     verdicts: list[Verdict] = []
-    folds: set[EventKind] = set(CASCADE)
+    folds: set[EventKind] = set(CASCADE) | {EventKind.FLOOR}
     for rule in RULES:
         if rule.alone and verdicts:
             continue

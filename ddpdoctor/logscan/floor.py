@@ -1,0 +1,239 @@
+"""The floor: failure evidence, recognised without knowing what caused it.
+
+The knowledge base (``kb/``) knows error texts one by one; a log whose failure it has never
+seen must still not come out "healthy". This module is the net under it: a short table of
+the *kinds* of lines that prove a job failed, whatever wrote them:
+
+- a launcher or scheduler reporting a worker's death (DeepSpeed's launcher, the old
+  ``torch.distributed.launch``, accelerate, ``mp.spawn``, mpirun, srun/slurmstepd,
+  Kubernetes pod status), in any wording that carries a non-zero code or a signal;
+- a process killed outright (a shell's ``Killed``, ``Segmentation fault (core dumped)``);
+- the GPU or its bus failing (NVML cannot reach it, PCIe AER errors);
+- training numbers that stopped being finite (a loss of NaN, a loss scale collapsed to 1
+  or below, a scaler at its minimum).
+
+Each pattern keeps real lines from public threads as examples
+(``tests/test_logscan_floor.py`` runs them).
+The scanner emits a ``FLOOR`` event for a hit; triage turns hits into a finding only when
+no rule found an error, so the floor never changes a diagnosis, it only forbids "healthy".
+Pure: no files, no processes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ddpdoctor.signames import killed_by
+
+
+class Evidence(str, Enum):
+    """What kind of proof of failure a line is."""
+
+    LAUNCHER_DEATH = "a launcher reported a worker's death"
+    PROCESS_KILLED = "a process was killed or crashed"
+    HARDWARE = "a GPU or bus error"
+    NONFINITE = "training numbers stopped being finite"
+
+
+@dataclass(frozen=True)
+class FloorPattern:
+    """One kind of failure line. ``accept`` filters matches (a zero exit code is no death)."""
+
+    name: str
+    evidence: Evidence
+    needles: tuple[str, ...]
+    pattern: str
+    examples: tuple[tuple[str, str], ...]  # (real line, source URL)
+    oom: bool = False  # the line itself says the kill was for memory
+    accept: Callable[[Mapping[str, Any]], bool] | None = None
+    flags: int = 0
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex", re.compile(self.pattern, self.flags))
+
+
+@dataclass(frozen=True)
+class FloorHit:
+    pattern: str
+    evidence: Evidence
+    exit_code: int | None = None
+    signal: str | None = None
+    rank: int | None = None  # the rank (or task) the line names, when it names one
+    oom: bool = False
+
+
+def _nonzero(d: Mapping[str, Any]) -> bool:
+    return d.get("code") not in (None, "0")
+
+
+def _collapsed(d: Mapping[str, Any]) -> bool:
+    """A dynamic loss scale halves on every overflow: 1 or below means every step for
+    the last ~16 (from 65536) overflowed: the scaler cannot recover."""
+    try:
+        return float(d["scale"]) <= 1.0
+    except (KeyError, ValueError):
+        return False
+
+
+_DS = "https://github.com/deepspeedai/DeepSpeed/issues/"
+_HVD = "https://github.com/horovod/horovod/issues/"
+
+PATTERNS: tuple[FloorPattern, ...] = (
+    FloorPattern(
+        "deepspeed.launcher_exit", Evidence.LAUNCHER_DEATH, ("exits with return code",),
+        r"--local_rank=(?P<rank>\d+)'.*exits with return code = (?P<code>-?\d+)"
+        r"|exits with return code = (?P<code2>-?\d+)",
+        (("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3'"
+          ", '-u', 'main.py', '--local_rank=0', '--zero_stage', '2', '--deepspeed'] exits with "
+          "return code = -9", _DS + "3232"),
+         ("[ERROR] [launch.py:321:sigkill_handler [xxx] exits with return code = -9",
+          _DS + "4890")),
+        accept=lambda d: d.get("code") not in (None, "0") or d.get("code2") not in (None, "0")),
+    FloorPattern(
+        "python.called_process_error", Evidence.LAUNCHER_DEATH, ("non-zero exit status",),
+        r"--local_rank=(?P<rank>\d+)'.*returned non-zero exit status (?P<code>-?\d+)"
+        r"|returned non-zero exit status (?P<code2>-?\d+)",
+        (("subprocess.CalledProcessError: Command '['/home/yh/anaconda3/bin/python', '-u', "
+          "'train.py', '--local_rank=0']' returned non-zero exit status 1.",
+          "https://github.com/megvii-research/MSPN/issues/31"),
+         ("subprocess.CalledProcessError: Command returned non-zero exit status -11",
+          "https://github.com/MarvinTeichmann/MultiNet/issues/61")),
+        accept=lambda d: d.get("code") not in (None, "0") or d.get("code2") not in (None, "0")),
+    FloorPattern(
+        "spawn.terminated", Evidence.LAUNCHER_DEATH, ("terminated with signal",
+                                                      "terminated with exit code"),
+        r"process (?P<rank>\d+) terminated with (?:signal (?P<sig>SIG[A-Z]+)|exit code "
+        r"(?P<code>-?\d+))",
+        (("torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with "
+          "signal SIGKILL", "https://github.com/resistzzz/Prompt4NR/issues/3"),),
+        accept=lambda d: d.get("sig") is not None or _nonzero(d)),
+    FloorPattern(
+        "mpirun.signal", Evidence.LAUNCHER_DEATH, ("exited on signal",),
+        r"process rank (?P<rank>\d+) with PID \S+ on node \S+ exited on signal (?P<signum>\d+)",
+        (("mpirun noticed that process rank 7 with PID 0 on node HOSTNAME exited on signal 9 "
+          "(Killed).", _HVD + "469"),)),
+    FloorPattern(
+        "mpirun.nonzero", Evidence.LAUNCHER_DEATH, ("non-zero exit code",
+                                                    "exited with non-zero status"),
+        r"exited with non-zero status|non-zero exit code\. Per user-direction",
+        (("mpirun detected that one or more processes exited with non-zero status, thus "
+          "causing", _HVD + "1421"),
+         ("a non-zero exit code. Per user-direction, the job has been aborted.",
+          _HVD + "469"))),
+    FloorPattern(
+        "slurm.task", Evidence.LAUNCHER_DEATH, ("srun: error:",),
+        r"srun: error: \S+: tasks? (?P<rank>\d+)(?:[-,\d]*)?: (?P<what>Killed|Out Of Memory|"
+        r"Segmentation fault|Aborted|Bus error|Terminated|Exited with exit code (?P<code>\d+))",
+        (("srun: error: gpu001: task 0: Out Of Memory",
+          "https://github.com/FoNDUE-HTR/Documentation/issues/5"),),
+        accept=lambda d: d.get("what", "").startswith("Exited") is False or _nonzero(d)),
+    FloorPattern(
+        "slurm.oom_kill", Evidence.LAUNCHER_DEATH, ("oom-kill", "oom_kill"),
+        r"Detected \d+ oom[-_]kill event",
+        (("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of "
+          "your processes may have been killed by the cgroup out-of-memory handler.",
+          "https://github.com/ArjunaCluster/ArjunaUsers/issues/52"),), oom=True),
+    FloorPattern(
+        "slurm.cancelled", Evidence.LAUNCHER_DEATH, ("CANCELLED AT",),
+        r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<what>[A-Z ]+?))? \*\*\*",
+        (("slurmstepd: error: *** JOB 18886 ON compute-permanent-node-954 CANCELLED AT "
+          "2023-11-24T10:25:54 DUE TO TIME LIMIT ***",
+          "https://github.com/NVIDIA/JAX-Toolbox/pull/398"),
+         ("slurmstepd: error: *** STEP 6053.0 ON DEL2212S020 CANCELLED AT 2024-04-23T12:18:08 ***",
+          "https://github.com/IGNF/myria3d/issues/123"))),
+    FloorPattern(
+        "kubernetes.oomkilled", Evidence.LAUNCHER_DEATH, ("OOMKilled",),
+        r"\bOOMKilled\b",
+        (("Signal 9 (SIGKILL) (OOMKilled) during Training",
+          "https://github.com/xxayt/MGSV/issues/2"),), oom=True),
+    FloorPattern(
+        "elastic.failed", Evidence.LAUNCHER_DEATH, ("failed (exitcode:",),
+        r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)",
+        (("E0325 20:57:27.620000 2606 site-packages/torch/distributed/elastic/multiprocessing/"
+          "api.py:869] failed (exitcode: -9) local_rank: 5 (pid: 2630) of binary: "
+          "/root/miniconda3/bin/python", "https://github.com/lmzpai/roboMamba/issues/10"),),
+        accept=_nonzero),
+    FloorPattern(
+        "generic.exit_code", Evidence.LAUNCHER_DEATH, ("xit code", "xit status",
+                                                       "eturn code", "xitcode"),
+        r"(?i:\b(?:exit(?:ed)?(?: with)? (?:code|status)|exitcode|return code))\s*[:=]?\s*"
+        r"(?P<code>-?\d+)",
+        (("  Exit code:    1", _HVD + "1421"),
+         ("RuntimeError: mpirun failed with exit code 139", _HVD + "1941")),
+        accept=_nonzero),
+    FloorPattern(
+        "shell.killed", Evidence.PROCESS_KILLED, ("Killed", "core dumped", "Segmentation fault",
+                                                  "Bus error"),
+        r"(?:^|\s)(?P<what>Killed|Segmentation fault|Aborted|Bus error)(?: \(core dumped\))?"
+        r"\s+(?:python\S*|torchrun|deepspeed|accelerate|\S*\.py|\S*/python\S*)(?:\s|$)"
+        r"|^(?P<what2>Killed|Segmentation fault \(core dumped\)|Aborted \(core dumped\)|"
+        r"Bus error \(core dumped\))\s*$",
+        (("/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  "
+          "python3 main.py --prop hform --epochs 400",
+          "https://github.com/ArjunaCluster/ArjunaUsers/issues/52"),
+         ("Killed", "https://github.com/ArjunaCluster/ArjunaUsers/issues/52"))),
+    FloorPattern(
+        "hardware.nvml", Evidence.HARDWARE, ("Unable to determine the device handle",
+                                             "fallen off the bus", "AER:", "Xid"),
+        r"Unable to determine the device handle for GPU|fallen off the bus|"
+        r"AER: (?:Uncorrected|Corrected|Multiple Uncorrected)|NVRM: Xid",
+        (("Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error",
+          "https://github.com/xxd3vin/workspace/issues/19"),
+         ("Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. Reboot the "
+          "system to recover this GPU", "https://github.com/JosephKJ/OWOD/issues/81"))),
+    FloorPattern(
+        "numbers.loss_scale", Evidence.NONFINITE, ("loss scale", "loss_scale"),
+        r"(?i:reducing loss scale to|loss[ _]scale(?: to| =|:)?)\s*(?P<scale>[\d.]+e-?\d+|"
+        r"[\d.]+)\b",
+        (("Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to "
+          "8.165126103939127e-202", "https://github.com/NVIDIA/apex/issues/318"),
+         ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.03125, ",
+          "https://github.com/whai362/PVT/issues/94")),
+        accept=_collapsed),
+    FloorPattern(
+        "numbers.loss_nan", Evidence.NONFINITE, ("nan", "NaN", "inf"),
+        r"(?i:\b\w*loss\w*)['\"]?\s*[:=]\s*['\"]?(?:tensor\()?(?:nan|-?inf)\b",
+        (("lr: 1.819e-04, eta: 2 days, 12:35:35, time: 1.072, det_loss_cls_1: nan, "
+          "det_loss_box_1: 0.0000", "https://github.com/swc-17/SparseDrive/issues/27"),)),
+)
+
+NEEDLES: tuple[str, ...] = tuple(sorted({n for p in PATTERNS for n in p.needles}))
+
+
+def detect(body: str) -> FloorHit | None:
+    """The failure evidence ``body`` (one line, rank prefix removed) is, or None."""
+    for p in PATTERNS:
+        if not any(n in body for n in p.needles):
+            continue
+        m = p.regex.search(body)
+        if m is None:
+            continue
+        d = {k: v for k, v in m.groupdict().items() if v is not None}
+        if p.accept is not None and not p.accept(d):
+            continue
+        return _hit(p, d)
+    return None
+
+
+def _hit(p: FloorPattern, d: Mapping[str, Any]) -> FloorHit:
+    code_text = d.get("code") or d.get("code2")
+    code = int(code_text) if code_text is not None else None
+    signal = d.get("sig")
+    if "signum" in d:
+        signal = killed_by(-int(d["signum"])) or f"signal {d['signum']}"
+    if code is not None and code < 0:
+        signal = killed_by(code) or f"signal {-code}"
+    if code is not None and code > 128 and p.name in ("generic.exit_code",):
+        signal = killed_by(128 - code)  # a shell's 128+N (137 = SIGKILL)
+    what = d.get("what") or d.get("what2") or ""
+    oom = p.oom or "Out Of Memory" in what
+    if what and not signal and not what.startswith("Exited"):
+        signal = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",
+                  "Bus error": "SIGBUS", "Terminated": "SIGTERM"}.get(what.split(" (")[0])
+    rank = int(d["rank"]) if d.get("rank") is not None else None
+    return FloorHit(p.name, p.evidence, code, signal, rank, oom)

@@ -1,0 +1,161 @@
+"""The next step: what to do about a report, in one of five words, with the reason.
+
+Every report ends in a verdict a person (or a supervisor deciding whether to restart) can act
+on: fix the code, fix the config, drain the node and restart, restart as is (transient), or
+raise a timeout. It is decided by the first error finding: its id gives the default
+(``DEFAULTS``, one entry per catalog id, a test keeps them in step), and a few rules on its
+evidence refine it (``REFINEMENTS``: a SIGKILL is memory, an InfiniBand completion error is
+the node, a scheduler's time limit is a timeout). Pure and torch-free: every view calls it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from ddpdoctor.findings import Finding
+
+
+class Action(str, Enum):
+    FIX_CODE = "fix_code"
+    FIX_CONFIG = "fix_config"
+    DRAIN_NODE = "drain_node"
+    RESTART = "restart"
+    RAISE_TIMEOUT = "raise_timeout"
+    NONE = "none"
+
+    @property
+    def says(self) -> str:
+        return _SAYS[self]
+
+
+_SAYS = {
+    Action.FIX_CODE: "fix the code",
+    Action.FIX_CONFIG: "fix the config",
+    Action.DRAIN_NODE: "drain the node and restart",
+    Action.RESTART: "restart as is",
+    Action.RAISE_TIMEOUT: "raise a timeout",
+    Action.NONE: "nothing to do",
+}
+
+_C, _K, _D, _R, _T = (Action.FIX_CODE, Action.FIX_CONFIG, Action.DRAIN_NODE, Action.RESTART,
+                      Action.RAISE_TIMEOUT)
+
+# The default next step of every finding id, with the reason a person reads.
+DEFAULTS: dict[str, tuple[Action, str]] = {
+    "ENV_VERSION_MISMATCH": (_K, "install the same torch / CUDA / NCCL on every node"),
+    "ENV_SHM_TOO_SMALL": (_K, "give the job a larger /dev/shm (docker --shm-size, or fewer "
+                              "DataLoader workers)"),
+    "ENV_PORT_IN_USE": (_K, "pick a free MASTER_PORT / --rdzv-endpoint port, or stop the job "
+                            "that holds it"),
+    "ENV_RENDEZVOUS_UNREACHABLE": (_K, "make MASTER_ADDR / the rendezvous endpoint resolvable "
+                                       "and reachable from every node"),
+    "ENV_NCCL_CONFIG": (_K, "correct the NCCL_* / GLOO_* settings the finding names"),
+    "ENV_VAR_MISMATCH": (_K, "launch every rank with the same environment"),
+    "ENV_LIMITS": (_K, "raise the ulimit / fix the CPU affinity the finding names"),
+    "GPU_DEVICE_MAPPING": (_C, "map each rank to its own GPU (torch.cuda.set_device(LOCAL_RANK) "
+                               "before any CUDA work)"),
+    "GPU_HEALTH": (_D, "the GPU or its link is failing: take the node out and restart "
+                       "elsewhere"),
+    "GPU_MEMORY_OCCUPIED": (_K, "free the GPUs another process holds, or schedule elsewhere"),
+    "TOPO_NO_P2P": (_K, "check the topology / P2P settings the finding names"),
+    "COMM_CONNECTIVITY": (_K, "fix the network path between the ranks named (interface, "
+                              "firewall, NCCL_SOCKET_IFNAME)"),
+    "COMM_BANDWIDTH_LOW": (_K, "check the link settings the finding names"),
+    "COMM_SLOW_RANK": (_D, "one rank's links are slow: check or drain its node"),
+    "DATALOADER_WORKER_FAILURE": (_K, "fewer DataLoader workers, more shared memory, or a "
+                                      "worker timeout"),
+    "DATALOADER_BOTTLENECK": (_K, "more DataLoader workers or faster storage"),
+    "DDP_UNUSED_PARAMETERS": (_C, "make every parameter take part in the loss, or pass "
+                                  "find_unused_parameters=True"),
+    "DDP_FIND_UNUSED_OVERHEAD": (_K, "drop find_unused_parameters=True"),
+    "DDP_REDUCTION_NOT_FINISHED": (_C, "every rank must run the same forward/backward before "
+                                       "the next step"),
+    "GRAD_NONFINITE": (_K, "lower the learning rate, use bf16 or a gradient clip; find the "
+                           "first step that went non-finite"),
+    "PARAM_DESYNC": (_C, "the replicas diverged: every rank must load the same state and step "
+                         "together"),
+    "SAMPLER_MISSING": (_C, "use a DistributedSampler"),
+    "SAMPLER_EPOCH_NOT_SET": (_C, "call sampler.set_epoch(epoch) every epoch"),
+    "STRAGGLER": (_D, "one rank is consistently slow: check its node"),
+    "MEMORY_GROWTH": (_C, "something keeps references across steps (losses, outputs)"),
+    "OOM": (_K, "smaller batch, activation checkpointing, or a sharded strategy "
+                "(ddpdoctor plan)"),
+    "HANG_RANK_MISSING_COLLECTIVE": (_C, "the culprit rank skipped a collective the others "
+                                         "entered: make every rank call it"),
+    "HANG_COLLECTIVE_MISMATCH": (_C, "ranks called different collectives: make the calls "
+                                     "the same on every rank"),
+    "HANG_P2P_DEADLOCK": (_C, "order the sends and receives so they pair up"),
+    "HANG_DATALOADER": (_C, "the culprit rank is stuck loading data: fix the loader or give "
+                            "it a timeout"),
+    "RANK_CRASHED": (_C, "the culprit rank crashed: fix the error it raised"),
+    "RANK_UNRESPONSIVE": (_R, "a rank stopped answering at start-up: restart, and drain its "
+                              "node if it happens again"),
+    "COLLECTIVE_TIMEOUT": (_T, "no rank is named as the culprit: if the job was slow rather "
+                               "than stuck, raise the timeout; else `ddpdoctor attach` the "
+                               "next hang to name the stuck rank"),
+    "UNRECOGNIZED_FAILURE": (_C, "read the quoted error: it is the job's own"),
+    "KNOWN_UPSTREAM_BUG": (_K, "upgrade or downgrade the component the bug is fixed in"),
+    "GRAD_ACCUM_OUT_OF_STEP": (_C, "run the same number of micro-batches per step on every "
+                                   "rank"),
+    "SCALING_COMM_BOUND": (_K, "overlap or compress communication, or a larger batch"),
+    "SCALING_COMPUTE_BOUND": (_K, "one GPU (or core set) per rank"),
+    "SCALING_INEFFICIENT": (_K, "profile a step at each size"),
+}
+
+
+def _text(f: Finding) -> str:
+    ev = f.evidence
+    parts: list[Any] = [f.title, ev.get("signal"), ev.get("lines"), ev.get("root_line")]
+    return " ".join(str(p) for p in parts if p)
+
+
+def _has(pattern: str) -> Callable[[Finding], bool]:
+    rx = re.compile(pattern)
+    return lambda f: bool(rx.search(_text(f)))
+
+
+# (finding id or "*", test on the finding, action, reason): the first that holds wins.
+REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
+    ("*", _has(r"DUE TO TIME LIMIT"), _T,
+     "the scheduler stopped the job at its time limit: ask for more time, or checkpoint "
+     "and resume"),
+    ("*", _has(r"DUE TO NODE FAILURE"), _D, "the scheduler lost the node: restart elsewhere"),
+    ("*", _has(r"DUE TO PREEMPTION"), _R, "the job was preempted: restart as is"),
+    ("COMM_CONNECTIVITY", _has(r"(?i)got completion\b.*\berror|IBV_WC|port error|port state"),
+     _D, "an InfiniBand completion/port error is the node's adapter or cable: drain it"),
+    ("RANK_CRASHED", lambda f: f.evidence.get("signal") == "SIGKILL", _K,
+     "a SIGKILL with no error of its own is most often the host running out of memory: "
+     "lower host memory use or raise the limit"),
+    ("RANK_CRASHED", _has(r"(?i)Xid|ECC|fallen off the bus|uncorrectable"), _D,
+     "the crash comes with a hardware error: drain the node"),
+)
+
+
+@dataclass(frozen=True)
+class NextStep:
+    action: Action
+    reason: str
+    finding: str = ""  # the finding id it was decided from
+
+    def to_dict(self) -> dict[str, str]:
+        return {"do": self.action.value, "says": self.action.says, "why": self.reason,
+                "finding": self.finding}
+
+
+def decide(findings: Iterable[Finding], doctor_error: str = "") -> NextStep:
+    """The next step for a report's findings (in report order, root cause first)."""
+    if doctor_error:
+        return NextStep(Action.NONE, "ddpdoctor itself could not finish: see its reason")
+    errors = [f for f in findings if f.severity == "error"]
+    if not errors:
+        return NextStep(Action.NONE, "no error finding")
+    first = errors[0]
+    for fid, test, action, reason in REFINEMENTS:
+        if fid in ("*", first.id) and test(first):
+            return NextStep(action, reason, first.id)
+    action, reason = DEFAULTS.get(first.id, (Action.FIX_CODE, "see the finding's playbook"))
+    return NextStep(action, reason, first.id)

@@ -1,0 +1,59 @@
+"""The next-step verdict: every catalog id has one, evidence refines it, every view shows it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ddpdoctor.catalog import CATALOG
+from ddpdoctor.cli import main
+from ddpdoctor.findings import Finding
+from ddpdoctor.next_step import DEFAULTS, Action, decide
+from ddpdoctor.report import Report
+
+
+def test_every_catalog_id_has_a_default_next_step():
+    assert set(DEFAULTS) == set(CATALOG)
+
+
+def test_healthy_and_warning_only_reports_need_nothing():
+    assert decide([]).action is Action.NONE
+    assert decide([Finding("STRAGGLER", "rank 1 slow", [1])]).action is Action.NONE
+
+
+@pytest.mark.parametrize("finding,action", [
+    (Finding("OOM", "CUDA out of memory", [0]), Action.FIX_CONFIG),
+    (Finding("GPU_HEALTH", "Xid 79", [3]), Action.DRAIN_NODE),
+    (Finding("RANK_CRASHED", "rank 1 died of SIGKILL", [1], {"signal": "SIGKILL"}),
+     Action.FIX_CONFIG),
+    (Finding("RANK_CRASHED", "rank 1 raised KeyError", [1]), Action.FIX_CODE),
+    (Finding("COMM_CONNECTIVITY", "NET/IB : Got completion from peer with error 12", [2]),
+     Action.DRAIN_NODE),
+    (Finding("UNRECOGNIZED_FAILURE", "the job failed", [], {"lines": [
+        "slurmstepd: error: *** JOB 18886 ON node CANCELLED AT 2023-11-24T10:25:54 DUE TO "
+        "TIME LIMIT ***"]}), Action.RAISE_TIMEOUT),
+    (Finding("COLLECTIVE_TIMEOUT", "watchdog timeout", []), Action.RAISE_TIMEOUT),
+])
+def test_the_first_error_decides(finding, action):
+    assert decide([finding]).action is action
+
+
+def test_json_text_and_html_carry_it(tmp_path):
+    log = tmp_path / "oom.log"
+    log.write_text("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                   "2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.12 GiB is "
+                   "free.\n")
+    out, page = tmp_path / "r.json", tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["diagnose", "--json", str(out), "--html", str(page),
+                                    str(log)])
+    assert res.exit_code == 1, res.output
+    assert "next step: fix the config (OOM" in res.output
+    action = json.loads(out.read_text())["action"]
+    assert action["do"] == "fix_config" and action["finding"] == "OOM"
+    assert "Next step: <strong>fix the config" in page.read_text()
+
+
+def test_a_healthy_report_says_none():
+    assert Report("diagnose").to_dict()["action"]["do"] == "none"
