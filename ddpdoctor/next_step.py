@@ -56,8 +56,9 @@ DEFAULTS: dict[str, tuple[Action, str]] = {
     "ENV_NCCL_CONFIG": (_K, "correct the NCCL_* / GLOO_* settings the finding names"),
     "ENV_VAR_MISMATCH": (_K, "launch every rank with the same environment"),
     "ENV_LIMITS": (_K, "raise the ulimit / fix the CPU affinity the finding names"),
-    "GPU_DEVICE_MAPPING": (_C, "map each rank to its own GPU (torch.cuda.set_device(LOCAL_RANK) "
-                               "before any CUDA work)"),
+    "GPU_DEVICE_MAPPING": (_K, "launch at most one rank per GPU (--nproc-per-node, "
+                               "CUDA_VISIBLE_DEVICES) and map each rank to its own GPU "
+                               "(torch.cuda.set_device(LOCAL_RANK) before any CUDA work)"),
     "GPU_HEALTH": (_D, "the GPU or its link is failing: take the node out and restart "
                        "elsewhere"),
     "GPU_MEMORY_OCCUPIED": (_K, "free the GPUs another process holds, or schedule elsewhere"),
@@ -125,8 +126,18 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "and resume"),
     ("*", _has(r"DUE TO NODE FAILURE"), _D, "the scheduler lost the node: restart elsewhere"),
     ("*", _has(r"DUE TO PREEMPTION"), _R, "the job was preempted: restart as is"),
-    ("COMM_CONNECTIVITY", _has(r"(?i)got completion\b.*\berror|IBV_WC|port error|port state"),
-     _D, "an InfiniBand completion/port error is the node's adapter or cable: drain it"),
+    ("COMM_CONNECTIVITY", _has(r"(?i)async event|catastrophic|port error|port state"),
+     _D, "the InfiniBand adapter itself reported an error: drain the node"),
+    ("*", _has(r"No such file or directory|command not found|can't open file|execve|"
+               r"FileNotFoundError|[Dd]oes not exist|[Ff]ile \S+ not found|"
+               r"[Ff]ile not found|No space left on device|"
+               r"Permission denied"), _K,
+     "a path, a program or the disk the launch relies on is missing or full: fix the launch "
+     "configuration (paths, installed programs, free space)"),
+    ("HANG_RANK_MISSING_COLLECTIVE", lambda f: bool(f.evidence.get("busy")), _T,
+     "the rank the others waited for was busy with real work (preprocessing, saving, "
+     "evaluating): raise the collective timeout, or do that work before the process group "
+     "starts"),
     ("RANK_CRASHED", lambda f: f.evidence.get("signal") == "SIGKILL", _K,
      "a SIGKILL with no error of its own is most often the host running out of memory: "
      "lower host memory use or raise the limit"),

@@ -63,16 +63,20 @@ def _diagnose(text: str):
 
 
 @pytest.mark.parametrize("text,fid,ranks", [
-    # deepspeed's launcher alone (DeepSpeed#3232): a SIGKILL, the rank from --local_rank
+    # deepspeed's launcher alone (DeepSpeed#3232): a SIGKILL with no error of its own is the
+    # OOM killer's (the family), the rank from --local_rank
     ("[2023-04-14 13:11:27,879] [INFO] [launch.py:428:sigkill_handler] Killing subprocess 13266\n"
      "[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', "
      "'-u', 'main.py', '--local_rank=0', '--zero_stage', '2', '--deepspeed'] exits with return "
-     "code = -9\n", "RANK_CRASHED", [0]),
+     "code = -9\n", "OOM", [0]),
     # mpirun (horovod#469)
     ("Primary job  terminated normally, but 1 process returned\n"
      "a non-zero exit code. Per user-direction, the job has been aborted.\n"
      "mpirun noticed that process rank 7 with PID 0 on node HOSTNAME exited on signal 9 "
-     "(Killed).\n", "RANK_CRASHED", [7]),
+     "(Killed).\n", "OOM", [7]),
+    # mp.spawn's report of a segfault (MP-SENet#7): a crash of that rank
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal "
+     "SIGSEGV\n", "RANK_CRASHED", [0]),
     # slurm's OOM kill (ArjunaUsers#52)
     ("Epoch: [0][511/1736]\t Loss 0.5117 MAE 0.6075 RMSE 0.7153\n"
      "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your "

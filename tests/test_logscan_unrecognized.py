@@ -27,14 +27,17 @@ def test_unknown_exception_class_quotes_rank_and_user_line():
     assert "train.py:12" in f.title
 
 
-@pytest.mark.parametrize("line", [
-    "host:1:2 [0] misc/foo.cc:12 NCCL WARN Something nobody has seen before",
-    "[rank1]:[E1206 18:44:16.994932383 ProcessGroupNCCL.cpp:2001] [PG 0 Rank 1] a brand new "
-    "failure text",
+@pytest.mark.parametrize("line,severity", [
+    # healthy jobs print NCCL WARN lines too (a missing libibverbs, a proxy thread closing at
+    # exit: tests/fixtures/reallogs/L3_healthy_*): said, as a warning, never a failure
+    ("host:1:2 [0] misc/foo.cc:12 NCCL WARN Something nobody has seen before", "warning"),
+    ("[rank1]:[E1206 18:44:16.994932383 ProcessGroupNCCL.cpp:2001] [PG 0 Rank 1] a brand new "
+     "failure text", "error"),
 ])
-def test_unknown_failure_lines(line):
+def test_unknown_failure_lines(line, severity):
     (f,) = run("epoch 1 loss 0.5\n" + line + "\n")
     assert f.id == "UNRECOGNIZED_FAILURE" and f.evidence["root_line"].startswith("job.log:2:")
+    assert f.severity == severity
 
 
 def test_a_python_exception_is_a_crash_of_its_rank_not_unrecognized():

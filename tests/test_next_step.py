@@ -29,8 +29,14 @@ def test_healthy_and_warning_only_reports_need_nothing():
     (Finding("RANK_CRASHED", "rank 1 died of SIGKILL", [1], {"signal": "SIGKILL"}),
      Action.FIX_CONFIG),
     (Finding("RANK_CRASHED", "rank 1 raised KeyError", [1]), Action.FIX_CODE),
+    # a completion error is most often routing/GID config; the adapter's own event is the node
     (Finding("COMM_CONNECTIVITY", "NET/IB : Got completion from peer with error 12", [2]),
-     Action.DRAIN_NODE),
+     Action.FIX_CONFIG),
+    (Finding("COMM_CONNECTIVITY", "the InfiniBand adapter reported port error (an async event)",
+             [2]), Action.DRAIN_NODE),
+    (Finding("UNRECOGNIZED_FAILURE", "the launcher could not start what it was told to run: "
+             "python3: can't open file 'train.py': [Errno 2] No such file or directory", []),
+     Action.FIX_CONFIG),
     (Finding("UNRECOGNIZED_FAILURE", "the job failed", [], {"lines": [
         "slurmstepd: error: *** JOB 18886 ON node CANCELLED AT 2023-11-24T10:25:54 DUE TO "
         "TIME LIMIT ***"]}), Action.RAISE_TIMEOUT),

@@ -50,7 +50,7 @@ if __name__ == "__main__":
     report = run_check(2, ["dataloader"], "gloo", float(sys.argv[1]),
                        opts={"dl_batches": 2000, "dl_item_bytes": 1 << 20,
                              "dl_timeout_s": 600})
-    finish(report, sys.argv[2])
+    raise SystemExit(finish(report, sys.argv[2]))
 """
 
 

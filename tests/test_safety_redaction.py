@@ -43,7 +43,7 @@ def test_check_report_masks_secret_env_values_and_command_lines(tmp_path):
         report = run_check(2, ["env", "rendezvous"], "gloo", 90,
                            opts={{"master_addr": "127.0.0.1", "master_port": {port}}},
                            rank_env={rank_env!r})
-        finish(report, {str(out)!r}, verbose=True)
+        raise SystemExit(finish(report, {str(out)!r}, verbose=True))
     """)
     try:
         rc, terminal = run_job([sys.executable, "-c", script], 140)

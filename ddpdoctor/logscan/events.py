@@ -93,6 +93,11 @@ class EventKind(str, Enum):
     TRACEBACK = "traceback"  # a Python traceback whose exception line was not recognised
     ERROR_LINE = "error_line"  # "[E ...]" c10d lines: a failure, wording unknown
     FLOOR = "floor"  # failure evidence by kind, not by text (logscan/floor.py)
+    FAMILY_RESOLVE = "family_resolve"  # a host name that does not resolve, any raiser
+    FAMILY_LIMITS = "family_limits"  # out of file descriptors (errno 24), any raiser
+    FAMILY_START = "family_start"  # the script or program to launch does not exist
+    IB_ASYNC = "ib_async"  # "NET/IB : Got async event : port error"
+    SIDE_TRACEBACK = "side_traceback"  # a dashboard/logger's traceback (visdom, wandb, ...)
 
 
 # What other ranks report when one rank goes away (or a collective never completes).
@@ -104,6 +109,9 @@ CASCADE = frozenset({
     EventKind.NCCL_PEER_LOST, EventKind.NCCL_WARN, EventKind.ERROR_LINE, EventKind.NCCL_CUDA,
     EventKind.TEARDOWN, EventKind.TRACEBACK,
 })
+# Lines that healthy jobs print too (an NCCL WARN about a missing libibverbs, a proxy
+# thread closing at exit): fallout when something failed, never a failure on their own.
+WEAK = frozenset({EventKind.NCCL_WARN, EventKind.SIDE_TRACEBACK})
 # Facts that say nothing went wrong by themselves.
 INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,
                            EventKind.NATIVE_FRAME, EventKind.BUSY})
@@ -129,7 +137,7 @@ class Event:
     @property
     def is_failure(self) -> bool:
         """Whether this line by itself shows that something failed."""
-        if self.kind in INFORMATIONAL:
+        if self.kind in INFORMATIONAL or self.kind in WEAK:
             return False
         if self.kind in (EventKind.PROCESS_EXIT, EventKind.AGENT_FAILED,
                          EventKind.TORCHRUN_FAILURE):

@@ -72,10 +72,12 @@ def _nonzero(d: Mapping[str, Any]) -> bool:
 
 
 def _collapsed(d: Mapping[str, Any]) -> bool:
-    """A dynamic loss scale halves on every overflow: 1 or below means every step for
-    the last ~16 (from 65536) overflowed: the scaler cannot recover."""
+    """A dynamic loss scale halves on every overflow and grows back after a run of good
+    steps; a healthy fp16 run settles at 2^10-2^16. Down to 8 or below, a dozen or more
+    overflows in a row happened: the scaler does not recover (it goes on to 0 or to its
+    minimum, and every step is skipped)."""
     try:
-        return float(d["scale"]) <= 1.0
+        return float(d["scale"]) <= 8.0
     except (KeyError, ValueError):
         return False
 
@@ -94,6 +96,24 @@ PATTERNS: tuple[FloorPattern, ...] = (
          ("[ERROR] [launch.py:321:sigkill_handler [xxx] exits with return code = -9",
           _DS + "4890")),
         accept=lambda d: d.get("code") not in (None, "0") or d.get("code2") not in (None, "0")),
+    FloorPattern(
+        "deepspeed.killing_subprocess", Evidence.LAUNCHER_DEATH, ("Killing subprocess",),
+        r"sigkill_handler\] Killing subprocess \d+",
+        (("[2023-07-20 15:45:13,980] [INFO] [launch.py:315:sigkill_handler] Killing subprocess "
+          "3966", _DS + "4000"),
+         ("[2023-03-20 20:31:29,210] [INFO] [launch.py:315:sigkill_handler] Killing subprocess "
+          "3353707", _DS + "5302"))),
+    FloorPattern(
+        "elastic.child_failed", Evidence.LAUNCHER_DEATH, ("ChildFailedError",),
+        r"\bChildFailedError\b",
+        (("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+          "https://github.com/lmzpai/roboMamba/issues/10"),)),
+    FloorPattern(
+        "native.caught_signal", Evidence.PROCESS_KILLED, ("Caught signal", "Signal: "),
+        r"Caught signal (?P<signum>\d+) \(|\] Signal: [A-Z][\w ]+ \((?P<signum2>\d+)\)",
+        (("[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)",
+          "https://github.com/msr-fiddle/pipedream/issues/76"),
+         ("[nmyjs-202-75:40360] Signal: Aborted (6)", _HVD + "489"))),
     FloorPattern(
         "python.called_process_error", Evidence.LAUNCHER_DEATH, ("non-zero exit status",),
         r"--local_rank=(?P<rank>\d+)'.*returned non-zero exit status (?P<code>-?\d+)"
@@ -187,19 +207,25 @@ PATTERNS: tuple[FloorPattern, ...] = (
          ("Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. Reboot the "
           "system to recover this GPU", "https://github.com/JosephKJ/OWOD/issues/81"))),
     FloorPattern(
-        "numbers.loss_scale", Evidence.NONFINITE, ("loss scale", "loss_scale"),
-        r"(?i:reducing loss scale to|loss[ _]scale(?: to| =|:)?)\s*(?P<scale>[\d.]+e-?\d+|"
-        r"[\d.]+)\b",
-        (("Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to "
+        "numbers.loss_scale", Evidence.NONFINITE, ("loss scale", "loss_scale", "reducing to",
+                                                "Grad Scale", "grad scale"),
+        r"(?i:.*(?:reducing (?:loss scale )?to|(?:loss|grad)[ _]scale(?: to| =|:)?))\s*"
+        r"(?P<scale>[\d.]+e-?\d+|[\d.]+)\b",
+        (("[2021-11-13 19:22:15,963] [INFO] [stage3.py:2731:_overflow_clean_up] [deepscale] "
+          "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4.0, reducing to 2.0",
+          "https://github.com/huggingface/transformers/issues/9996"),
+         ("Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to "
           "8.165126103939127e-202", "https://github.com/NVIDIA/apex/issues/318"),
          ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.03125, ",
           "https://github.com/whai362/PVT/issues/94")),
         accept=_collapsed),
     FloorPattern(
         "numbers.loss_nan", Evidence.NONFINITE, ("nan", "NaN", "inf"),
-        r"(?i:\b\w*loss\w*)['\"]?\s*[:=]\s*['\"]?(?:tensor\()?(?:nan|-?inf)\b",
+        r"(?i:\b\w*loss\w*)['\"]?\s*[:=]?\s*['\"]?(?:tensor\()?(?:nan|-?inf)\b",
         (("lr: 1.819e-04, eta: 2 days, 12:35:35, time: 1.072, det_loss_cls_1: nan, "
-          "det_loss_box_1: 0.0000", "https://github.com/swc-17/SparseDrive/issues/27"),)),
+          "det_loss_box_1: 0.0000", "https://github.com/swc-17/SparseDrive/issues/27"),
+         ("Training: 2021-06-01 16:25:51,183-Speed 218.82 samples/sec   Loss nan   Epoch: 0   "
+          "Global Step: 14750", "https://github.com/deepinsight/insightface/issues/1555"))),
 )
 
 NEEDLES: tuple[str, ...] = tuple(sorted({n for p in PATTERNS for n in p.needles}))
@@ -224,8 +250,9 @@ def _hit(p: FloorPattern, d: Mapping[str, Any]) -> FloorHit:
     code_text = d.get("code") or d.get("code2")
     code = int(code_text) if code_text is not None else None
     signal = d.get("sig")
-    if "signum" in d:
-        signal = killed_by(-int(d["signum"])) or f"signal {d['signum']}"
+    signum = d.get("signum") or d.get("signum2")
+    if signum is not None:
+        signal = killed_by(-int(signum)) or f"signal {signum}"
     if code is not None and code < 0:
         signal = killed_by(code) or f"signal {-code}"
     if code is not None and code > 128 and p.name in ("generic.exit_code",):

@@ -174,7 +174,7 @@ def fmt(evs: Iterable[Event]) -> str:
 
 
 def cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[:n] + " ..."
+    return text if len(text) <= n else text[:n].rstrip() + " ..."
 
 
 def evidence_of(evs: list[Event]) -> dict[str, Any]:

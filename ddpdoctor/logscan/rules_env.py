@@ -6,7 +6,7 @@ from typing import Any
 
 from ddpdoctor.logscan.events import Event
 from ddpdoctor.logscan.events import EventKind as K
-from ddpdoctor.logscan.index import EventIndex, Rule, Verdict, fmt, ranks_of, verdict
+from ddpdoctor.logscan.index import EventIndex, Rule, Verdict, cut, fmt, ranks_of, verdict
 from ddpdoctor.logscan.kb.nccl import IB_STATUS
 
 _NCCL_FALLOUT = frozenset({K.NCCL_DETAIL, K.NCCL_SYSTEM, K.NCCL_WARN, K.NCCL_CUDA, K.ERROR_LINE,
@@ -114,7 +114,7 @@ def nccl_config(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 def ib_errors(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     ib = ix.of(K.IB_COMPLETION)
     if not ib:
-        return []
+        return _ib_async(ix)
     d = ib[0].data
     peer = f" from peer {d['peer']}" if d.get("peer") else ""
     hca = f" on {d['hca']}" if d.get("hca") else ""
@@ -129,11 +129,49 @@ def ib_errors(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                     f"{d['vendor_err']}", ib, ev)]
 
 
+def _ib_async(ix: EventIndex) -> list[Verdict]:
+    """The adapter itself reports trouble (port error, catastrophic error): the node's
+    InfiniBand hardware, not the job."""
+    events = ix.of(K.IB_ASYNC)
+    if not events:
+        return []
+    kinds = sorted({e.data.get("event", "?") for e in events})
+    return [verdict(ix, "COMM_CONNECTIVITY", f"the InfiniBand adapter reported {', '.join(kinds)} "
+                    "(an async event of the HCA): the node's link or adapter failed", events,
+                    {"ib_events": kinds})]
+
+
+def families(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A failure whose message names its cause by errno and wording (kb/families.py): a host
+    name that does not resolve, a process out of file descriptors."""
+    out = []
+    taken = {e.rank for v in earlier for e in v.events if v.finding.severity == "error"}
+    for kind, fid, what in ((K.FAMILY_RESOLVE, "ENV_RENDEZVOUS_UNREACHABLE",
+                             "a host name did not resolve"),
+                            (K.FAMILY_LIMITS, "ENV_LIMITS",
+                             "a process ran out of file descriptors (the open-file limit, "
+                             "`ulimit -n`)"),
+                            (K.FAMILY_START, "UNRECOGNIZED_FAILURE",
+                             "the launcher could not start what it was told to run")):
+        evs = [e for e in ix.of(kind) if e.rank not in taken or e.rank is None]
+        if evs and not earlier:
+            # the job died of it: an error, whatever the id's default (ENV_LIMITS warns)
+            # one space per run, and execve(): no empty slot in a title
+            quoted = cut(" ".join(evs[0].text.replace("()", "").split()), 160)
+            out.append(verdict(ix, fid, f"{what}: {quoted}", evs,
+                               {"family": kind.value}, severity="error"))
+    return out
+
+
 RULES = (
     Rule("port_in_use", port_in_use, frozenset({K.EXCEPTION, K.ERROR_LINE, K.PROCESS_EXIT})),
     Rule("device_mapping", device_mapping, _NCCL_FALLOUT),
     Rule("gpu_health", gpu_health, _NCCL_FALLOUT | {K.CUDA_ILLEGAL}),
     Rule("nccl_config", nccl_config, _NCCL_FALLOUT | {K.CONN_REFUSED, K.NCCL_SOCKET,
                                                        K.CONNECT_TIMEOUT, K.GLOO_TIMEOUT}),
-    Rule("ib_errors", ib_errors, _NCCL_FALLOUT | {K.NCCL_WATCHDOG}),
+    Rule("ib_errors", ib_errors, _NCCL_FALLOUT | {K.NCCL_WATCHDOG, K.IB_ASYNC}),
+    Rule("families", families, frozenset({K.EXCEPTION, K.TRACEBACK, K.CPP_ABORT, K.ERROR_LINE,
+                                          K.FLOOR, K.FAMILY_RESOLVE, K.FAMILY_LIMITS,
+                                          K.FAMILY_START, K.AGENT_FAILED, K.TORCHRUN_FAILURE,
+                                          K.DL_WORKER_EXCEPTION, K.SHM_ALLOC})),
 )

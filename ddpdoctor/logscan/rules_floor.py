@@ -22,6 +22,11 @@ _SIGKILL_HINT = ("a SIGKILL that no line explains is most often the host's OOM k
                  "scheduler enforcing a limit")
 
 
+def _q(text: str, n: int) -> str:
+    """A log line quoted in a title: its runs of spaces (column padding) made one."""
+    return cut(" ".join(text.split()), n)
+
+
 def _who(evs: list[Event]) -> str:
     ranks = fmt(evs)
     return f"rank {ranks}" if ranks else "a worker"
@@ -31,7 +36,7 @@ def _hardware(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     bad = [e for e in hits if e.data.get("evidence") == Evidence.HARDWARE.value]
     if not bad:
         return None
-    return verdict(ix, "GPU_HEALTH", f"a GPU or its bus failed: {cut(bad[0].text, 160)}", bad,
+    return verdict(ix, "GPU_HEALTH", f"a GPU or its bus failed: {_q(bad[0].text, 160)}", bad,
                    {"evidence_kind": Evidence.HARDWARE.value,
                     "hint": "the GPU is unreachable or its PCIe link reports errors: drain "
                             "the node; `nvidia-smi -q` and `dmesg` on it say which device"})
@@ -41,7 +46,7 @@ def _oom(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     bad = [e for e in hits if e.data.get("oom")]
     if not bad:
         return None
-    return verdict(ix, "OOM", f"{_who(bad)} was killed for memory: {cut(bad[0].text, 160)}",
+    return verdict(ix, "OOM", f"{_who(bad)} was killed for memory: {_q(bad[0].text, 160)}",
                    bad, {"evidence_kind": bad[0].data["evidence"],
                          "hint": "the host or the container ran out of RAM (not GPU memory): "
                                  "fewer DataLoader workers, smaller host-side buffers, "
@@ -54,8 +59,33 @@ def _nonfinite(ix: EventIndex, hits: list[Event]) -> Verdict | None:
         return None
     what = ("the dynamic loss scale collapsed" if bad[0].data.get("pattern")
             == "numbers.loss_scale" else "a loss stopped being finite")
-    return verdict(ix, "GRAD_NONFINITE", f"{what}: {cut(bad[-1].text, 160)}", bad,
+    return verdict(ix, "GRAD_NONFINITE", f"{what}: {_q(bad[-1].text, 160)}", bad,
                    {"evidence_kind": Evidence.NONFINITE.value})
+
+
+def _bus_error(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    """SIGBUS in a training process is a mapped page that cannot be backed: in practice
+    /dev/shm (DataLoader workers, NCCL's shared-memory transport) is full."""
+    bad = [e for e in hits if e.data.get("signal") == "SIGBUS"]
+    if not bad:
+        return None
+    return verdict(ix, "ENV_SHM_TOO_SMALL", f"{_who(bad)} died of a bus error (SIGBUS): "
+                   f"shared memory (/dev/shm) most likely ran out ({_q(bad[0].text, 120)})",
+                   bad, {"evidence_kind": bad[0].data["evidence"], "signal": "SIGBUS",
+                         "hint": "in a container, /dev/shm is 64 MB by default: "
+                                 "docker run --shm-size=16g (or --ipc=host)"})
+
+
+def _killed(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    """SIGKILL is not something a process does to itself: with no error of its own in the
+    log it is the kernel's (or the container's) OOM killer, by far the most common sender."""
+    bad = [e for e in hits if e.data.get("signal") == "SIGKILL"]
+    if not bad:
+        return None
+    return verdict(ix, "OOM", f"{_who(bad)} was killed (SIGKILL) with no error of its own: "
+                   f"most likely the host's out-of-memory killer ({_q(bad[0].text, 120)})",
+                   bad, {"evidence_kind": bad[0].data["evidence"], "signal": "SIGKILL",
+                         "hint": _SIGKILL_HINT, "certainty": "likely"})
 
 
 def _signal_death(ix: EventIndex, hits: list[Event]) -> Verdict | None:
@@ -68,7 +98,7 @@ def _signal_death(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     if sig == "SIGKILL":
         ev["hint"] = _SIGKILL_HINT
     return verdict(ix, "RANK_CRASHED", f"{_who(bad)} died of {sig} "
-                   f"({e.data['evidence']}: {cut(e.text, 140)})", bad, ev)
+                   f"({e.data['evidence']}: {_q(e.text, 140)})", bad, ev)
 
 
 def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:
@@ -80,7 +110,7 @@ def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     said = f" with exit code {code}" if code is not None else ""
     return verdict(ix, "UNRECOGNIZED_FAILURE",
                    f"{_who(bad)} failed{said}, and no line before it says why "
-                   f"({e.data['evidence']}: {cut(e.text, 140)})", bad,
+                   f"({e.data['evidence']}, {e.where})", bad,
                    {"evidence_kind": e.data["evidence"],
                     "hint": "the launcher saw the failure but the worker's own error is not "
                             "in this log: add the rank's own output (torchrun --tee 3 "
@@ -89,7 +119,7 @@ def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:
 
 # The families, the cause before its effect.
 FAMILIES: tuple[Callable[[EventIndex, list[Event]], Verdict | None], ...] = (
-    _hardware, _oom, _nonfinite, _signal_death, _exit_code)
+    _hardware, _oom, _nonfinite, _bus_error, _killed, _signal_death, _exit_code)
 
 
 def floor(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

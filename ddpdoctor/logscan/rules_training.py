@@ -185,6 +185,19 @@ _DL_DESCRIBE = {K.DL_KILLED: _dl_killed, K.DL_EXIT: _dl_exit, K.DL_TIMEOUT: _dl_
                 K.CONN_RESET: _dl_connection_lost, K.CONN_CLOSED: _dl_connection_lost}
 
 
+def _worker_killed(ix: EventIndex) -> list[Verdict]:
+    """SIGKILL is sent, never raised: to a DataLoader worker (the biggest process of a host's
+    training job, with its prefetched batches) by the OOM killer."""
+    killed = [e for e in ix.of(K.DL_KILLED) if str(e.data.get("signal", "")).startswith("Kill")]
+    if not killed:
+        return []
+    return [verdict(ix, "OOM", "a DataLoader worker was killed by SIGKILL: most likely the "
+                    "host ran out of memory", killed,
+                    {"kind": "host (probable)", "confirmed": False,
+                     "hint": "confirm with `dmesg -T | grep -i oom`; fewer workers, a smaller "
+                             "prefetch_factor or a larger memory limit"})]
+
+
 def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     out = []
     cuda = ix.of(K.CUDA_OOM)
@@ -217,6 +230,8 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         out.append(verdict(ix, "OOM", "host out of memory: the CPU allocator could not get "
                            f"{asked / 2**30:.2f} GiB", cpu,
                            {"kind": "host (allocator)", "tried_to_allocate_bytes": asked}))
+    if not cpu and not cuda:
+        out += _worker_killed(ix)
     host = ix.of(K.HOST_OOM)
     if host:
         killed9 = [e for e in ix.root_failures if e.data.get("exit_code") == -9]
@@ -226,7 +241,7 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             ev["pid_match"] = (f"the kernel killed pid {min(pids)}, the pid torchrun reports "
                                "for that rank")
         ranks = ranks_of(killed9)
-        out.append(verdict(ix, "OOM", "the host's OOM killer killed a rank"
+        out.append(verdict(ix, "OOM", "the host's OOM killer killed a training process"
                            + (f" (rank {format_ranks(ranks)}, SIGKILL)" if ranks else ""),
                            host + killed9, ev, ranks=ranks))
     return out

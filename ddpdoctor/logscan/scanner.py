@@ -16,6 +16,15 @@ from ddpdoctor.signames import killed_by
 _EXCEPTION = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet))"
     r"(?::\s?(.*))?$")
+# The same exception line behind a prefix a logger or launcher added ("opt.0 [stderr] ",
+# "2023-04-29 06:01:12 [pid 28936] [uuid] ", "[1,12]<stderr>:"): the name follows a bracket,
+# an angle bracket or a colon, and is a CamelCase class name ending in Error/Exception.
+_PREFIXED_EXCEPTION = re.compile(
+    r"[\]>:]\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|EnforceNotMet))(?::\s?(.*))?$")
+# Raised by launchers (torchrun, mp.spawn, torch.distributed.launch, deepspeed, accelerate)
+# about a child that died: not the rank's own error (the child's lines, or the floor's
+# reading of this one, say what happened).
+_LAUNCHER_EXCEPTIONS = ("ChildFailedError", "ProcessExitedException", "CalledProcessError")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\s*$')
 _NCCL_RANK = re.compile(r"\[(?P<pg>PG [^\]]*?)?Rank (\d+)\]")
 # The default process group's own rank is the global rank; a subgroup's is not.
@@ -23,10 +32,15 @@ _DEFAULT_PG = re.compile(r"^PG (?:ID )?0\b|default_pg")
 # "[E ProcessGroupNCCL.cpp:489]", "[E1206 18:44:16.99 socket.cpp:1023]": c10d's error lines.
 _C10D_ERROR = re.compile(r"^\[E\d*(?: [\d:.]+)* ?[\w.]+\.(?:cpp|hpp|h):\d+\]")
 # Frames that are not the user's code: libraries, the stdlib, console-script launchers.
+# Side tools a training loop reports to: their tracebacks (a dashboard that is down) are
+# printed and handled, the job goes on. Weak evidence, never a failure on its own.
+_SIDE_TOOL = re.compile(r"/(?:visdom|wandb|mlflow|comet_ml|neptune|tensorboard\w*|clearml|"
+                        r"aim|swanlab)/")
 _LIBRARY_PATH = re.compile(r"(?:site-packages|dist-packages|/lib/python\d[\d.]*/|^<frozen "
                            r"|/bin/[^/]+$)")
 _SUMMARY_FIELD = re.compile(r"^\s{2}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?"
                             r"(?P<val>.*)$")
+_SUMMARY_RANK = re.compile(r"^\s{2}rank\s*: \d+ \(local_rank: \d+\)")
 _MAX_FRAMES = 64
 MAX_EVENTS_PER_KIND = 200
 # The words the scanner's own state machines need, beyond the signatures' needles.
@@ -69,24 +83,26 @@ class LineScanner:
             return
         fm = _FRAME.match(body)
         if fm:
+            if rank not in self._tb_line and not self._frames.get(rank):
+                # frames with no header above them: the log was cut inside a traceback
+                self._tb_line[rank] = (line, stripped)
             frames = self._frames.setdefault(rank, [])
             frames.append((fm["file"], int(fm["line"]), fm["fn"]))
             del frames[:-_MAX_FRAMES]
             return
         matches = list(match_line(stripped))
-        exc = _EXCEPTION.match(stripped)
+        exc = _EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
         exc_data: dict[str, Any] = {}
         if exc:
             exc_data = self._exception_data(rank, exc.group(1), exc.group(2) or "")
-        in_line = self._nccl_rank(stripped) if matches else None
-        for sig, data in matches:
-            if exc_data:
-                data.update(exc_data)
-            data["signature"] = sig.name
-            self._emit(sig.kind, line, self._line_rank(rank, in_line), stripped, data)
+        if matches and self._in_side_tool(rank):
+            # the message of a dashboard's traceback ("Connection refused" to visdom)
+            self._emit(EventKind.SIDE_TRACEBACK, line, rank, stripped, {})
+            matches = []
+        self._emit_matches(line, rank, stripped, matches, exc_data)
         if exc and not matches:
-            if exc.group(1).endswith("ChildFailedError"):
-                return  # torchrun's own traceback: the summary block says more
+            if exc.group(1).endswith(_LAUNCHER_EXCEPTIONS):
+                return  # a launcher reporting a child's death: the floor reads the report
             self._emit(EventKind.EXCEPTION, line, rank, stripped, exc_data)
         elif not matches and not exc and _C10D_ERROR.match(stripped):
             self._emit(EventKind.ERROR_LINE, line,
@@ -96,6 +112,19 @@ class LineScanner:
             if sig.kind is EventKind.DL_WORKER_EXCEPTION:
                 # The next exception of this rank is the worker's, re-raised.
                 self._in_worker[rank] = data["worker"]
+
+    def _emit_matches(self, line: RawLine, rank: int | None, stripped: str,
+                      matches: list[tuple[Any, dict[str, Any]]],
+                      exc_data: dict[str, Any]) -> None:
+        in_line = self._nccl_rank(stripped) if matches else None
+        for sig, data in matches:
+            if exc_data:
+                data.update(exc_data)
+            data["signature"] = sig.name
+            line_rank = self._line_rank(rank, in_line)
+            if line_rank is None and isinstance(data.get("process"), int):
+                line_rank = data["process"]  # mp.spawn's process index is the rank it ran
+            self._emit(sig.kind, line, line_rank, stripped, data)
 
     def _floor(self, line: RawLine, rank: int | None, text: str) -> None:
         """The floor's verdict on the line, kept beside the knowledge base's: triage uses it
@@ -156,9 +185,11 @@ class LineScanner:
         if opened is None or not frames:
             return
         line, text = opened
+        side = any(_SIDE_TOOL.search(f[0]) for f in frames)
         data = self._exception_data(rank, "", "")
         data.pop("exception", None)
-        self._emit(EventKind.TRACEBACK, line, rank, text, data)
+        self._emit(EventKind.SIDE_TRACEBACK if side else EventKind.TRACEBACK, line, rank, text,
+                   data)
 
     def _exception_data(self, rank: int | None, name: str, message: str) -> dict[str, Any]:
         self._tb_line.pop(rank, None)
@@ -185,7 +216,7 @@ class LineScanner:
         if stripped == "Failures:":
             self._summary, self._record = "failures", {}
             return True
-        if not self._summary:
+        if not self._summary and not self._headless_summary(body):
             return False
         if stripped.startswith("=====") or stripped.startswith("-----"):
             if stripped.startswith("="):
@@ -194,7 +225,10 @@ class LineScanner:
         fm = _SUMMARY_FIELD.match(body)
         if fm is None:
             return False
-        key, val = fm["key"], fm["val"].strip()
+        self._summary_field(line, stripped, fm["key"], fm["val"].strip())
+        return True
+
+    def _summary_field(self, line: RawLine, stripped: str, key: str, val: str) -> None:
         if key == "host":
             self._record = {"host": val}
         elif key == "rank":
@@ -217,6 +251,20 @@ class LineScanner:
               and not val.startswith("To enable traceback")):
             last = self.events[-1]
             self.events[-1] = replace(last, data={**last.data, "traceback": val})
+
+    def _in_side_tool(self, rank: int | None) -> bool:
+        """Whether this rank's open traceback was raised inside a side tool (a dashboard)."""
+        frames = self._frames.get(rank) if rank in self._tb_line else None
+        return bool(frames) and any(_SIDE_TOOL.search(f[0]) for f in frames or [])
+
+    def _headless_summary(self, body: str) -> bool:
+        """A torchrun summary cut above its header: its first record is the failure
+        torchrun saw first (unless one came before)."""
+        if not _SUMMARY_RANK.match(body):
+            return False
+        self._summary = "failures" if any(
+            e.kind is EventKind.TORCHRUN_FAILURE for e in self.events) else "root"
+        self._record = {"host": ""}
         return True
 
     def _emit(self, kind: EventKind, line: RawLine, rank: int | None, text: str,

@@ -28,7 +28,7 @@ from ddpdoctor.logscan import (
     rules_floor,
     rules_training,
 )
-from ddpdoctor.logscan.events import CASCADE, Event, EventKind
+from ddpdoctor.logscan.events import CASCADE, WEAK, Event, EventKind
 from ddpdoctor.logscan.index import EventIndex, Rule, Verdict, cut, ranks_of, verdict
 
 RULES: tuple[Rule, ...] = ((known_bugs.RULE,) + rules_env.RULES + rules_training.RULES
@@ -57,6 +57,7 @@ _LABELS = {
     EventKind.FLOOR: "launcher or failure report line(s)",
 }
 _CAUSE_BEFORE_EFFECT = [("ENV_SHM_TOO_SMALL", "DATALOADER_WORKER_FAILURE"),
+                        ("OOM", "DATALOADER_WORKER_FAILURE"),
                         ("DDP_UNUSED_PARAMETERS", "DDP_REDUCTION_NOT_FINISHED")]
 _EFFECT_ORDER = {effect: 1 for _, effect in _CAUSE_BEFORE_EFFECT}
 _SILENT_IN_FALLOUT = {EventKind.AGENT_FAILED, EventKind.NCCL_DETAIL}
@@ -83,6 +84,11 @@ def triage(events: Iterable[Event]) -> list[Finding]:
 def unrecognized(ix: EventIndex) -> Verdict | None:
     """The first line that shows a failure, when no rule knows what it means."""
     failures = [e for e in ix.events if e.is_failure]
+    severity = "error"
+    if not failures:
+        # Only lines healthy jobs print too: say what was seen, as a warning.
+        failures = [e for e in ix.events if e.kind in WEAK]
+        severity = "warning"
     if not failures:
         return None
     root = next((e for e in failures if e.kind is EventKind.EXCEPTION),
@@ -93,9 +99,12 @@ def unrecognized(ix: EventIndex) -> Verdict | None:
     ev = {"root_line": root.quote(), "hint": (
         "ddpdoctor knows no signature for this error text: the playbook shows how to read "
         "the log by hand; adding a Signature to ddpdoctor/logscan/kb teaches it")}
-    return verdict(ix, "UNRECOGNIZED_FAILURE", f"{who} failed: {cut(root.text, 200)}{at}",
+    title = (f"{who} failed: {cut(root.text, 200)}{at}" if severity == "error" else
+             f"{who} printed a warning ddpdoctor does not recognise (healthy jobs print some "
+             f"too): {cut(root.text, 200)}")
+    return verdict(ix, "UNRECOGNIZED_FAILURE", title,
                    [root] + [e for e in failures if e is not root][:5], ev,
-                   ranks=[root.rank] if root.rank is not None else [])
+                   ranks=[root.rank] if root.rank is not None else [], severity=severity)
 
 
 def _ordered(ix: EventIndex, verdicts: list[Verdict], folds: set[EventKind]) -> list[Finding]:
@@ -134,7 +143,8 @@ def _fallout(ix: EventIndex, verdicts: list[Verdict], folds: set[EventKind]
     groups: dict[EventKind, list[Event]] = defaultdict(list)
     unexplained: list[str] = []
     for e in ix.events:
-        if id(e) in taken or not e.is_failure or e.kind in _SILENT_IN_FALLOUT:
+        if id(e) in taken or not (e.is_failure or e.kind in WEAK) \
+                or e.kind in _SILENT_IN_FALLOUT:
             continue
         if e.kind is EventKind.TORCHRUN_FAILURE and e.data.get("first"):
             continue

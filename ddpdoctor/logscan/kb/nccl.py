@@ -167,6 +167,16 @@ SIGNATURES = (
         convert={"peer_port": int, "code": int, "opcode": int, "len": int, "vendor_err": int},
         extra=_ib),
     Signature(
+        "nccl.ib_async_event", K.IB_ASYNC, "Got async event",
+        r"NET/IB ?: Got async event ?: (?P<event>[a-z][\w ]*?)\s*$",
+        "COMM_CONNECTIVITY", "NCCL >= 2.4",
+        (Example("...-48:34050:34121 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async "
+                 "event : port error", "https://github.com/Lightning-AI/lit-llama/issues/380",
+                 {"event": "port error"}),
+         Example("transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local "
+                 "catastrophic error", "https://github.com/NVIDIA/nccl/issues/230",
+                 {"event": "local catastrophic error"}))),
+    Signature(
         "nccl.ib_size_mismatch", K.NET_CONFIG, "collective mismatch error",
         r"NET/IB ?: req \S+ tag \S+ peer (?P<peer>[^<\s]+)<\d+> collective mismatch error, "
         r"local size (?P<local_size>\d+) remote size (?P<remote_size>\d+)",
@@ -259,6 +269,14 @@ SIGNATURES = (
                  "neither AF_INET(2) nor AF_INET6(10)", "https://github.com/NVIDIA/nccl/issues/1837",
                  {"family": "59936"}),),
         extra=lambda m: {"config": "NCCL_SOCKET_IFNAME"}),
+    Signature(
+        "nccl.watchdog_timeout_wrapped", K.NCCL_WATCHDOG,
+        "Watchdog caught collective operation timeout",
+        r"Watchdog caught collective operation timeout:?\s*$", "COLLECTIVE_TIMEOUT",
+        "torch >= 1.13, the line wrapped before its WorkNCCL(...) part",
+        (Example("[Rank 0] Watchdog caught collective operation timeout:",
+                 "https://github.com/alan-turing-institute/autocast/issues/381"),),
+        fallback=True),
     Signature(
         "nccl.watchdog_check_timeout_frame", K.NCCL_WATCHDOG, "WorkNCCL::checkTimeout",
         r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout", "COLLECTIVE_TIMEOUT",
