@@ -77,8 +77,11 @@ _NAME = r"[A-Za-z_][\w.\-]*"
 # failed match is retried at each character of a long word, and one 100 kB argument cost
 # minutes (quadratic). With it, each word is scanned a bounded number of times.
 _ASSIGN = re.compile(rf"(?<![\w.\-])(?P<name>--?{_NAME}|['\"]?{_NAME}['\"]?)"
-                     r"(?P<sep>[ \t]*=[ \t]*|:[ \t]*|[ \t]+)"
-                     r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|\S+)")
+                     r"(?P<sep>[ \t]*=[ \t]*|:[ \t]*|[ \t]+)")
+# The value is matched apart, and only after a secret name: inside the one pattern a value
+# that is one long word of names ("a=a=a=...", "x://u:p...") was scanned again from every
+# name in it (quadratic).
+_VALUE = re.compile(r"\"[^\"\n]*\"|'[^'\n]*'|\S+")
 # scheme://user:password@host, the user may be empty (redis://:PW@host).
 _URL_AUTH = re.compile(r"(?<![\w+.\-])(?P<scheme>[a-zA-Z][\w+.\-]*://)(?P<user>[^:/@\s]*)"
                        r":(?P<pw>[^@/\s]+)@")
@@ -105,10 +108,11 @@ def text(s: str) -> str:
     while (m := _ASSIGN.search(s, pos)) is not None:
         name, sep = m["name"], m["sep"]
         # "--token X" and "TOKEN=X" are assignments; "token expired" in prose is not.
-        if is_secret_name(name) and (sep.strip() or name.startswith("-")) \
-                and m["value"] != MASK:
-            out.append(s[pos:m.start("value")] + MASK)
-            pos = m.end("value")
+        value = (_VALUE.match(s, m.end())
+                 if is_secret_name(name) and (sep.strip() or name.startswith("-")) else None)
+        if value is not None and value[0] != MASK:
+            out.append(s[pos:value.start()] + MASK)
+            pos = value.end()  # a masked value is consumed: each character scanned once
         else:  # step past the name only: the value may itself be a secret assignment
             out.append(s[pos:m.end("name")])
             pos = m.end("name")

@@ -154,15 +154,31 @@ def _finish(result, json_path: str | None, html_path: str | None = None) -> None
     if result.terminal_gone and json_path != "-":
         # SIGHUP: the terminal is gone; the report is in RUN_DIR/report.json (and --json)
         _quiet_stdio()
+    from ddpdoctor.supervise.process import reader_gone, silence
+
+    if json_path == "-" and reader_gone(sys.stdout):
+        silence(sys.stdout)  # nobody reads the JSON; RUN_DIR/report.json holds it
     try:
-        sys.exit(finish(report, json_path, after=after, html_path=html_path))
-    except OSError:  # the terminal went away while the report was printed
+        code = finish(report, json_path, after=after, html_path=html_path)
+    except (OSError, SystemExit) as e:
+        # The view met a closed stdout (`| head -1`) or a gone terminal: the job's code
+        # still stands. rich ends the process with SystemExit(1) on a broken pipe; any
+        # other SystemExit is not ours to change.
+        if isinstance(e, SystemExit) and not isinstance(e.__context__, BrokenPipeError):
+            raise
+        # the interpreter's last flush must not fail either (exit 120); stderr stays
+        # where it still has a reader, for a one-line error that may follow
+        silence(sys.stdout)
+        if reader_gone(sys.stderr):
+            silence(sys.stderr)
         if json_path and json_path != "-":
-            try:
-                report.write_json(json_path)  # what finish() would have written next
-            except OSError:
-                pass
-        sys.exit(report.exit_code)
+            report.write_json(json_path)  # what finish() would have written next
+        if html_path:
+            from ddpdoctor.commands.common import write_html_or_exit
+
+            write_html_or_exit(report, html_path)
+        code = report.exit_code
+    sys.exit(code)
 
 
 def _quiet_stdio() -> None:

@@ -1,7 +1,10 @@
 """Looking at a quiet job: every rank's stack (attach), each rank's CPU, one verdict.
 
 A quiet spell is only a reason to look; supervise/verdict.py decides whether what was
-seen is a hang. Each look is kept (bounded) for the report's ``stall`` check.
+seen is a hang, and the recheck here confirms it: the blamed ranks are watched a few
+seconds more (CPU, storage I/O, their stacks read again). A blamed rank that burns CPU
+on the same lines in every read, with no I/O, spins (supervise/spinning.py): hung. Each
+look is kept (bounded) for the report's ``stall`` check.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from ddpdoctor.supervise import hang as hang_mod
 from ddpdoctor.supervise.progress import BACKGROUND, ProgressTracker, sample_tree
+from ddpdoctor.supervise.stack_reads import SPIN_WINDOW_S, StackReads
 from ddpdoctor.supervise.verdict import GONE_KINDS, WAITING_KINDS, HangVerdict, judge
 
 
@@ -61,15 +65,20 @@ def look(job: Any, tracker: ProgressTracker, stalled: float, opts: Any,
     active = tracker.active_ranks(now, opts.cpu_window_s + outcome.timings.get(
         "diagnose_s", 0.0))
     verdict = judge(outcome.diagnosis, outcome.error, active, traced_pids(outcome.diagnosis))
-    if verdict.confirmed and tracker.stalled_for(now) < stalled:
+    suspect = verdict.confirmed or bool(verdict.busy)
+    if suspect and tracker.stalled_for(now) < stalled:
         verdict = HangVerdict(False, "the job made progress while its stacks were read",
                               verdict.culprits, verdict.active)
-    if verdict.confirmed:
-        verdict = _recheck(job, tracker, verdict, outcome.diagnosis, opts.recheck_s,
+    elif suspect:
+        # a busy culprit: long enough for its stacks to show whether it moves
+        seconds = max(opts.recheck_s, SPIN_WINDOW_S) if verdict.busy else opts.recheck_s
+        verdict = _recheck(job, tracker, verdict, outcome.diagnosis, seconds,
                            rank_cache, heartbeats)
         if verdict is None:
             say("ddpdoctor run: the job ended while it was being looked at; no hang")
             return None, outcome
+        if verdict.confirmed and verdict.spins:
+            _add_spins(outcome.diagnosis, verdict)
     headline = outcome.diagnosis.headline if outcome.diagnosis is not None else outcome.error
     return Look(at_s, stalled, tracker.last_what, verdict, headline), outcome
 
@@ -130,32 +139,59 @@ def _watched(verdict: HangVerdict, diagnosis: Any) -> tuple[list[int], dict[int,
     return watched, {s.rank: s.pid for s in states if s.rank in watched and s.pid}
 
 
-def _busy_text(watched: list[int], before: dict, after: dict, took: float) -> list[str]:
-    busy = []
+def _busy(watched: list[int], before: dict, after: dict, took: float
+          ) -> dict[int, tuple[float, int]]:
+    """The watched ranks that used CPU or did storage I/O: (CPU s, bytes) each."""
+    out = {}
     for r in watched:
         if r not in before or r not in after:
             continue  # reported as unmeasured
         cpu = after[r][0] - before[r][0]
         io = after[r][1] - before[r][1]
         if is_working(cpu, io, took):
-            busy.append(f"rank {r} used {cpu:.2f} s of CPU"
-                        + (f" and {io / 1e6:.1f} MB of I/O" if io else "")
-                        + f" in {took:.1f} s")
-    return busy
+            out[r] = (cpu, io)
+    return out
+
+
+def _used(rank: int, cpu: float, io: int, took: float) -> str:
+    return (f"rank {rank} used {cpu:.2f} s of CPU"
+            + (f" and {io / 1e6:.1f} MB of I/O" if io >= 50_000 else "") + f" in {took:.1f} s")
+
+
+def _working(busy: dict[int, tuple[float, int]], reads: StackReads, took: float
+             ) -> tuple[list[str], dict[int, str]]:
+    """Split the busy ranks: working (storage I/O, or a stack that moved) and spinning
+    (CPU, no I/O, the same lines in every read: supervise/spinning.py)."""
+    working, spins = [], {}
+    for r, (cpu, io) in sorted(busy.items()):
+        if io >= _WORK_IO_BYTES:
+            working.append(_used(r, cpu, io, took))
+            continue
+        spin = reads.verdict(r)
+        if spin.spinning:
+            spins[r] = (f"rank {r} {spin.reason}, {cpu:.2f} s of CPU in {took:.1f} s, no "
+                        "step and no collective: spinning, not working")
+        else:
+            working.append(f"{_used(r, cpu, io, took)} ({spin.reason})")
+    return working, spins
 
 
 def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis: Any,
              seconds: float, rank_cache: dict, heartbeats: Any) -> HangVerdict | None:
-    """Watch the ranks the stacks blame for ``seconds`` more: a hang is confirmed only
-    if none of them used CPU or did storage I/O meanwhile and nothing else moved.
-    None: the job ended meanwhile."""
+    """Watch the ranks the stacks blame for ``seconds`` more, reading their stacks again
+    meanwhile: a hang is confirmed only if none of them worked (CPU with a stack that
+    moves, or storage I/O) and nothing else moved. None: the job ended meanwhile."""
     watched, pids = _watched(verdict, diagnosis)
+    reason = _title(verdict, diagnosis)
     before = rank_usage(pids)
     start = time.monotonic()
-    while time.monotonic() - start < seconds:
+    reads = StackReads(pids, diagnosis, start)
+    while (left := seconds - (time.monotonic() - start)) > 0:
         if job.poll() is not None:
             return None
-        time.sleep(min(0.2, seconds))
+        if reads.due(time.monotonic()):
+            reads.read(time.monotonic())
+        time.sleep(max(0.01, min(0.05, left)))
     after = rank_usage(pids)
     took = time.monotonic() - start
     now = time.monotonic()
@@ -164,18 +200,44 @@ def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis
     if tracker.stalled_for(now) < quiet_before:
         return HangVerdict(False, f"the job made progress ({tracker.last_what}) while run "
                            "watched it", verdict.culprits, verdict.active)
-    busy = _busy_text(watched, before, after, took)
-    if busy:
-        return HangVerdict(False, f"{verdict.reason}; but {'; '.join(busy)}: working, not "
+    working, spins = _working(_busy(watched, before, after, took), reads, took)
+    if working:
+        return HangVerdict(False, f"{reason}; but {'; '.join(working)}: working, not "
                            "hung", verdict.culprits, verdict.active)
     unmeasured = [r for r in watched if r not in before or r not in after]
     if unmeasured:  # a rank that could not be looked at is not known to be idle
-        return HangVerdict(False, f"{verdict.reason}; but rank(s) "
+        return HangVerdict(False, f"{reason}; but rank(s) "
                            f"{', '.join(map(str, unmeasured))} could not be measured: "
                            "not confirmed", verdict.culprits, verdict.active)
-    still = (f" (rank(s) {', '.join(map(str, watched))} idle for {took:.1f} s more)"
-             if watched else f" (unchanged for {took:.1f} s more)")
-    return HangVerdict(True, verdict.reason + still, verdict.culprits, verdict.active)
+    return _confirmed(verdict, reason, watched, spins, took)
+
+
+def _confirmed(verdict: HangVerdict, reason: str, watched: list[int], spins: dict[int, str],
+               took: float) -> HangVerdict:
+    """The recheck found every blamed rank idle or spinning: say which was which."""
+    idle = [r for r in watched if r not in spins]
+    still = (f" (rank(s) {', '.join(map(str, idle))} idle for {took:.1f} s more)"
+             if idle else "" if spins else f" (unchanged for {took:.1f} s more)")
+    said = "".join(f"; {line}" for line in spins.values())
+    return HangVerdict(True, reason + still + said, verdict.culprits, verdict.active,
+                       spins=tuple(spins.values()))
+
+
+def _title(verdict: HangVerdict, diagnosis: Any) -> str:
+    """What the stacks showed, without the "but still working" a busy verdict adds."""
+    findings = getattr(diagnosis, "findings", None)
+    if verdict.busy and findings:
+        return findings[0].title
+    return verdict.reason
+
+
+def _add_spins(diagnosis: Any, verdict: HangVerdict) -> None:
+    """The findings that name a spinning rank say how run knew (the stacks it compared)."""
+    for f in getattr(diagnosis, "findings", []) or []:
+        lines = [line for line in verdict.spins
+                 if any(line.startswith(f"rank {r} ") for r in f.ranks)]
+        if lines:
+            f.evidence["spinning"] = lines
 
 
 def traced_pids(diagnosis: Any) -> set[int]:

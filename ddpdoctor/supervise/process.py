@@ -13,13 +13,14 @@ import contextlib
 import errno
 import os
 import re
+import select
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ddpdoctor.contract import OUTPUT_LOG, RANK_LOG
 from ddpdoctor.errors import DoctorError
@@ -171,7 +172,10 @@ def _pump(fd: int, sink: BinaryIO | None, copy: OutputCopy) -> None:
                 sink.write(chunk)
                 sink.flush()
             except (OSError, ValueError):
-                sink = None  # the terminal went away; keep draining so the job never blocks
+                # the reader went away (`| head -1`: EPIPE; a hung-up terminal: EIO): stop
+                # echoing, keep draining (the job never blocks) and copying to the run dir
+                silence(sink)
+                sink = None
         partial += chunk
         start = 0
         while True:
@@ -190,6 +194,39 @@ def _pump(fd: int, sink: BinaryIO | None, copy: OutputCopy) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+def silence(stream: Any) -> None:
+    """Point ``stream``'s descriptor at /dev/null after a write to it failed.
+
+    What the stream still buffers, the terminal view and the interpreter's last flush then
+    go nowhere instead of failing again: a reader that closed run's stdout (``| head -1``)
+    must not turn the job's exit code into 1 (rich's exit on a broken pipe) or 120 (a
+    failed flush at exit). The run dir keeps everything.
+    """
+    try:
+        fd = stream.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError, AttributeError):  # no descriptor (a test's BytesIO)
+        return
+    try:
+        os.dup2(null, fd)
+    except OSError:
+        pass
+    finally:
+        os.close(null)
+
+
+def reader_gone(stream: Any) -> bool:
+    """True when nobody can read what is written to ``stream`` any more: a pipe whose
+    reader closed it (poll: POLLERR), a terminal that hung up (POLLHUP)."""
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)
+        events = poller.poll(0)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return any(ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, ev in events)
 
 
 class Job:

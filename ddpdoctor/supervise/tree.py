@@ -82,6 +82,11 @@ class Killed:
         return {"pid": self.pid, "name": self.name, "how": self.how, "cmdline": self.cmdline}
 
 
+_CMD_SHOWN = 300
+# A secret named before _CMD_SHOWN still sees its whole value (a quoted one with spaces)
+_CMD_WINDOW = 1 << 16
+
+
 def _describe(p) -> tuple[str, str]:  # psutil.Process
     import psutil
 
@@ -93,7 +98,9 @@ def _describe(p) -> tuple[str, str]:  # psutil.Process
         cmd = " ".join(redact.argv(p.cmdline()))
     except psutil.Error:
         cmd = ""
-    return redact.text(name), redact.text(cmd)[:300]
+    # Only the first _CMD_SHOWN characters are kept: redact a window well past them, not
+    # the whole command line (a 1 MB argument, redacted for every process of the tree).
+    return redact.text(name[:_CMD_WINDOW]), redact.text(cmd[:_CMD_WINDOW])[:_CMD_SHOWN]
 
 
 def _is_zombie_child(pid: int) -> bool:

@@ -7,9 +7,11 @@ looked (every rank's stack, Flight Recorder where served, each rank's CPU time) 
 - confirmed: ranks wait in a collective (or p2p op, or on their DataLoader) that the
   odd ones out never reach, and those odd ones are not working (no CPU); a rank stopped
   by SIGSTOP while others are not; a rank that is gone while the live ones sit idle;
+- to be checked (``busy``): the odd ones out burn CPU while the others wait in a
+  collective: CPU alone does not prove work (a busy-wait), so run reads their stacks a
+  few more times (supervise/spinning.py): the same lines every time is a hang;
 - anything else ("no hang visible", every rank computing, every rank in the same
-  collective, stacks unreadable, the culprit still burning CPU) is not: run says what it
-  saw once and keeps watching.
+  collective, stacks unreadable) is not: run says what it saw once and keeps watching.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ class HangVerdict:
     reason: str  # one line: why run stops the job, or why it does not
     culprits: tuple[int, ...] = ()
     active: tuple[int, ...] = field(default=())  # ranks working (CPU) when looked at
+    # culprits that burned CPU while others wait in a collective: working or spinning?
+    # The recheck reads their stacks again (looks.py) before saying either
+    busy: tuple[int, ...] = ()
+    spins: tuple[str, ...] = ()  # "rank 1 spins at x.py:12 in f: ..." when that confirmed it
 
 
 def _ranks(ranks: list[int] | set[int]) -> str:
@@ -107,7 +113,8 @@ def _stacks(x: _Seen) -> HangVerdict:
     busy = [r for r in culprits if r in x.active and r not in waiting]
     if busy:
         return HangVerdict(False, f"{findings[0].title}; but {_ranks(busy)} is still "
-                           "working (CPU): slow, not hung", tuple(culprits), x.act)
+                           "working (CPU): slow, not hung", tuple(culprits), x.act,
+                           busy=tuple(busy) if x.waiting() else ())
     if not x.waiting() and not _flight_recorder(x.diagnosis):
         return HangVerdict(False, f"{findings[0].title}; but no rank waits in a "
                            "collective", tuple(culprits), x.act)
