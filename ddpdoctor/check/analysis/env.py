@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from ddpdoctor import redact
+from ddpdoctor.check import nccl_vars
+from ddpdoctor.check.analysis import nccl_env
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
@@ -106,7 +109,12 @@ def _env_vars(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
     findings = _mismatches(per_rank, "env", names, "ENV_VAR_MISMATCH",
                            "{} differs across ranks", "variable")
     summary = f"{len(names)} NCCL/GLOO/TORCH/MASTER/OMP variables compared across ranks"
-    return Check("env vars", summary, group=GROUP), findings
+    # Each name and value against what NCCL / torch / gloo really read (nccl_vars.py).
+    judged, named = nccl_env.name_findings(per_rank)
+    if judged:
+        summary += (f"; {judged} NCCL/TORCH_NCCL/GLOO name(s) checked against NCCL "
+                    f"{nccl_vars.NCCL_TABLE_VERSION} and torch {nccl_vars.TORCH_TABLE_VERSION}")
+    return Check("env vars", summary, group=GROUP), findings + named
 
 
 def _shm(per_rank: dict[int, dict], shm_min_free: int) -> tuple[Check, list[Finding]]:
@@ -204,16 +212,28 @@ def _socket_config(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
                           "host": per_rank[r0]["hostname"]}))
     for r, d in per_rank.items():
         env = d["env"]
-        if env.get("NCCL_IB_DISABLE") == "1" and env.get("NCCL_NET", "").upper() == "IB":
+        if nccl_env.ib_disabled(env) and env.get("NCCL_NET", "").upper() == "IB":
             findings.append(Finding(
                 "ENV_NCCL_CONFIG", "NCCL_NET=IB while NCCL_IB_DISABLE=1", ranks=[r],
-                evidence={"NCCL_NET": env["NCCL_NET"], "NCCL_IB_DISABLE": "1"}))
+                evidence={"NCCL_NET": env["NCCL_NET"],
+                          "NCCL_IB_DISABLE": env["NCCL_IB_DISABLE"]}))
+    findings.extend(nccl_env.ib_findings(per_rank))
     d0 = per_rank[min(per_rank)]
     shown = {k: d0["env"][k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
              if k in d0["env"]}
     summary = ("interfaces " + ", ".join(sorted(d0["interfaces"]))
                + ("; " + ", ".join(f"{k}={v}" for k, v in shown.items()) if shown else ""))
+    if d0.get("infiniband"):
+        summary += "; InfiniBand/RoCE " + ", ".join(dev["name"] for dev in d0["infiniband"])
     return Check("socket config", summary, group=GROUP), findings
+
+
+def _p2p(per_rank: dict[int, dict]) -> list[tuple[Check, list[Finding]]]:
+    """The "p2p level" line, only where some rank sets NCCL_P2P_LEVEL."""
+    check, findings = nccl_env.p2p_check(per_rank)
+    if check is None:
+        return []
+    return [(replace(check, group=GROUP), findings)]
 
 
 def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
@@ -227,6 +247,7 @@ def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
         _known_bugs(per_rank),
         _env_vars(per_rank),
         _socket_config(per_rank),
+        *_p2p(per_rank),
         _shm(per_rank, opts.shm_min_free),
         _limits(per_rank, opts.backend or "gloo"),
     ]

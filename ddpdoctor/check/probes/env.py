@@ -68,6 +68,50 @@ def _interfaces() -> dict[str, list[str]]:
     return out
 
 
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _infiniband(root: Path = Path("/sys/class/infiniband")) -> list[dict[str, Any]]:
+    """The RDMA devices of this host (InfiniBand or RoCE: NCCL's IB transport uses both),
+    with each port's link layer and state, so NCCL_IB_DISABLE=1 can be judged."""
+    out = []
+    for dev in sorted(root.iterdir() if root.is_dir() else []):
+        ports = {}
+        for port in sorted((dev / "ports").glob("*")):
+            ports[port.name] = {k: _read(port / k) for k in ("link_layer", "state")}
+        out.append({"name": dev.name, "ports": ports})
+    return out
+
+
+def _p2p_topology() -> dict[str, Any]:
+    """The GPU pairs of this host and their path (NVML, as `nvidia-smi topo -m`), read only
+    when NCCL_P2P_LEVEL is set: the only reason the env probe needs the topology."""
+    if "NCCL_P2P_LEVEL" not in os.environ:
+        return {}
+    from ddpdoctor.check import nvml
+
+    try:
+        snap = nvml.read_snapshot(topology=True, xids=False)
+    except nvml.NvmlUnavailable as e:
+        return {"skipped": f"NVML: {e}"}
+    except Exception as e:  # a broken driver must not cost the rest of the env facts
+        return {"skipped": f"NVML read failed ({type(e).__name__}: {e})"}
+    pairs = []
+    for p in snap.pairs or []:
+        if p.a >= p.b:
+            continue  # NVML gives both directions; one is enough here
+        nvlink = p.p2p_nvlink == "OK" and (p.nvlinks or 0) > 0
+        pairs.append({"a": p.a, "b": p.b, "path": "NVL" if nvlink else p.level,
+                      "p2p_read": p.p2p_read})
+    if len(snap.devices) < 2:
+        return {"skipped": f"{len(snap.devices)} GPU on this host: no pair to compare"}
+    return {"gpus": len(snap.devices), "pairs": pairs}
+
+
 def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     import torch
 
@@ -98,6 +142,8 @@ def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
         },
         "env": _compared_env(),
         "interfaces": _interfaces(),
+        "infiniband": _infiniband(),
+        "p2p": _p2p_topology(),
         "shm": shm_info,
         "ulimit": {"nofile": _limit(resource.RLIMIT_NOFILE),
                    "memlock": _limit(resource.RLIMIT_MEMLOCK)},
