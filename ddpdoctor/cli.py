@@ -138,8 +138,9 @@ def main() -> None:
     After a crash:       ddpdoctor diagnose rank*.log
     How to fix it:       ddpdoctor playbook ID
 
-    Every command prints a report, takes --json PATH, and exits 0 (healthy),
-    1 (an error finding), 2 (usage error) or 3 (the doctor itself could not run).
+    Every command prints a report, takes --json PATH and --html PATH (train: --html,
+    its step log is --json-log), and exits 0 (healthy), 1 (an error finding), 2 (usage
+    error) or 3 (the doctor itself could not run, or a report could not be written).
     """
 
 

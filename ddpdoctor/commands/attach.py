@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from ddpdoctor.commands.common import FiniteFloat, finish, html_option, json_option
+from ddpdoctor.commands.common import DoctorCommand, FiniteFloat, finish, html_option, json_option
+from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
 
 
-@click.command(name="attach")
+@click.command(name="attach", cls=DoctorCommand)
 # A PID below 1 would address a process group (kill(-5)) or every process: refused.
 @click.argument("pids", nargs=-1, type=click.IntRange(1, 2**31 - 1), metavar="PID...")
 @click.option("--job", "job", default=None, metavar="HOST:PORT",
@@ -24,7 +23,7 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
 @json_option
 @html_option
 def command(pids: tuple[int, ...], job: str | None, native: bool, timeout: float,
-            json_path: str | None, html_path: str | None) -> None:
+            json_path: str | None, html_path: str | None) -> int:
     """Diagnose a hung job: every rank's stack, the culprit rank and why the others wait.
 
     \b
@@ -36,8 +35,7 @@ def command(pids: tuple[int, ...], job: str | None, native: bool, timeout: float
     if job is not None:
         if pids:
             raise click.UsageError("give PIDs or --job, not both")
-        _attach_job(job, timeout, json_path, html_path)
-        return
+        return _attach_job(job, timeout, json_path, html_path)
     if not pids:
         raise click.UsageError("missing PID... (or --job HOST:PORT)")
     from ddpdoctor.attach.diagnosis import diagnose_hang
@@ -50,18 +48,17 @@ def command(pids: tuple[int, ...], job: str | None, native: bool, timeout: float
         diagnosis = diagnose_hang(list(pids), native=native, timeout=timeout)
     except AttachError as e:
         if e.exit_code != EXIT_DOCTOR_FAILED:
-            click.echo(f"ddpdoctor attach: {e}", err=True)
-            sys.exit(e.exit_code)
+            raise DoctorError(str(e), e.exit_code) from None
         report.doctor_error = str(e)
     except StackError as e:
         report.doctor_error = str(e)
     if diagnosis is not None:
         diagnosis.add_to(report)
-    sys.exit(finish(report, json_path, after=_stack_view(diagnosis), html_path=html_path))
+    return finish(report, json_path, after=_stack_view(diagnosis), html_path=html_path)
 
 
 def _attach_job(text: str, timeout: float, json_path: str | None,
-                html_path: str | None) -> None:
+                html_path: str | None) -> int:
     from ddpdoctor.jobview.keys import parse_endpoint
 
     try:
@@ -74,10 +71,9 @@ def _attach_job(text: str, timeout: float, json_path: str | None,
     try:
         verdict, nodes = observe(endpoint, timeout)
     except ObserveError as e:
-        click.echo(f"ddpdoctor attach: {e}", err=True)
-        sys.exit(EXIT_DOCTOR_FAILED)
+        raise DoctorError(str(e), EXIT_DOCTOR_FAILED) from None
     add_to(report, verdict, nodes, endpoint)
-    sys.exit(finish(report, json_path, html_path=html_path))
+    return finish(report, json_path, html_path=html_path)
 
 
 def _stack_view(diagnosis):

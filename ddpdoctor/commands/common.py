@@ -102,9 +102,6 @@ def write_html(report: Report, html_path: str, **sources: Any) -> None:
                err=True)
 
 
-write_html_or_exit = write_html  # the name train and run still use
-
-
 def finish(report: Report, json_path: str | None, verbose: bool = False,
            after: Callable[[Report], None] | None = None, html_path: str | None = None,
            **html_sources: Any) -> int:

@@ -7,11 +7,19 @@ import sys
 
 import click
 
-from ddpdoctor.commands.common import FiniteFloat, finish, html_option, json_option
+from ddpdoctor.commands.common import (
+    DoctorCommand,
+    FiniteFloat,
+    finish,
+    html_option,
+    json_option,
+    write_html,
+)
+from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
 
-@click.command(name="run", context_settings={"ignore_unknown_options": True,
+@click.command(name="run", cls=DoctorCommand, context_settings={"ignore_unknown_options": True,
                                              "allow_interspersed_args": False})
 @click.option("--hang-timeout", type=FiniteFloat(min=1.0), default=None, metavar="S",
               help="Look at the job's stacks when no rank prints or steps for S seconds; "
@@ -56,7 +64,7 @@ def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | Non
             job_view: bool, kill: bool, kill_grace: float, watch: bool,
             metrics_port: int | None, metrics_host: str | None,
             fail_on_findings: bool, native: bool, run_dir: str | None, json_path: str | None,
-            html_path: str | None, cmd: tuple[str, ...]) -> None:
+            html_path: str | None, cmd: tuple[str, ...]) -> int:
     """Run any launch command unchanged, supervised: catch hangs, triage crashes.
 
     \b
@@ -84,6 +92,10 @@ def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | Non
     workers, daemons that left the process group): SIGTERM, SIGKILL after --kill-grace,
     listed in the report. If run itself is SIGKILLed, the launcher dies with it and a
     reaper process ends the rest. A single Ctrl-C is passed to the job.
+
+    \b
+    Exit code: the job's own. A --json/--html target that cannot be written is said in
+    one line; run then exits with the job's code when the job failed, 3 when it succeeded.
     """
     from ddpdoctor.supervise.process import JobStartError
     from ddpdoctor.supervise.runner import RunOptions, supervise
@@ -99,13 +111,12 @@ def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | Non
     try:
         result = supervise(list(cmd), opts)
     except JobStartError as e:
-        click.echo(f"ddpdoctor run: {e}", err=True)
-        sys.exit(e.exit_code)
+        raise DoctorError(str(e), e.exit_code) from None
     except OSError as e:
-        click.echo(f"ddpdoctor run: {e.strerror or e}"
-                   + (f": {e.filename}" if getattr(e, "filename", None) else ""), err=True)
-        sys.exit(EXIT_DOCTOR_FAILED)
-    _finish(result, json_path, html_path)
+        raise DoctorError(f"{e.strerror or e}"
+                          + (f": {e.filename}" if getattr(e, "filename", None) else ""),
+                          EXIT_DOCTOR_FAILED) from None
+    return _finish(result, json_path, html_path)
 
 
 def _endpoint(text: str | None):  # jobview.keys.Endpoint | None
@@ -137,11 +148,10 @@ def _check_watch_environment() -> None:
     try:
         from_env(dict(os.environ))
     except (ValueError, TypeError) as e:
-        click.echo(f"ddpdoctor run: {e}", err=True)
-        sys.exit(EXIT_USAGE)
+        raise DoctorError(str(e), EXIT_USAGE) from None
 
 
-def _finish(result, json_path: str | None, html_path: str | None = None) -> None:
+def _finish(result, json_path: str | None, html_path: str | None = None) -> int:
     report = result.report
     hang = result.hang
     after = None
@@ -160,6 +170,8 @@ def _finish(result, json_path: str | None, html_path: str | None = None) -> None
         silence(sys.stdout)  # nobody reads the JSON; RUN_DIR/report.json holds it
     try:
         code = finish(report, json_path, after=after, html_path=html_path)
+    except DoctorError as e:  # a --json/--html target that cannot take the report
+        return _output_failed(report, e)
     except (OSError, SystemExit) as e:
         # The view met a closed stdout (`| head -1`) or a gone terminal: the job's code
         # still stands. rich ends the process with SystemExit(1) on a broken pipe; any
@@ -171,14 +183,25 @@ def _finish(result, json_path: str | None, html_path: str | None = None) -> None
         silence(sys.stdout)
         if reader_gone(sys.stderr):
             silence(sys.stderr)
-        if json_path and json_path != "-":
-            report.write_json(json_path)  # what finish() would have written next
-        if html_path:
-            from ddpdoctor.commands.common import write_html_or_exit
-
-            write_html_or_exit(report, html_path)
+        try:
+            if json_path and json_path != "-":
+                report.write_json(json_path)  # what finish() would have written next
+            if html_path:
+                write_html(report, html_path)
+        except DoctorError as err:
+            return _output_failed(report, err)
         code = report.exit_code
-    sys.exit(code)
+    return code
+
+
+def _output_failed(report, e: DoctorError) -> int:
+    """The report could not be written where asked: said in one line. The job's failure
+    stays the exit code; a job that succeeded ends 3 (what was asked for is missing)."""
+    try:
+        click.echo(f"ddpdoctor run: {e}", err=True)
+    except OSError:
+        pass
+    return report.exit_code or e.exit_code
 
 
 def _quiet_stdio() -> None:

@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
-from ddpdoctor.commands.common import FiniteFloat, html_option, write_html_or_exit
-from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
+from ddpdoctor.commands.common import DoctorCommand, FiniteFloat, html_option, write_html
+from ddpdoctor.errors import DoctorError
+from ddpdoctor.report import EXIT_USAGE
 from ddpdoctor.train import injections
 from ddpdoctor.train.config import STRATEGIES, check_resume, check_world
 from ddpdoctor.train.options import OPTIONS, configs, to_argv
@@ -81,17 +82,18 @@ def _click_type(o: Any) -> Any:
     return o.type
 
 
-@click.command(name="train", help=_help(), context_settings={"max_content_width": 100})
+@click.command(name="train", cls=DoctorCommand, help=_help(),
+               context_settings={"max_content_width": 100})
 @click.option("--nproc", type=click.IntRange(1, 1024), default=None,
               help="Ranks on this machine (default 2; 4 when tp-dp or hsdp is among the "
               "strategies).")
 @click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
 @html_option
 @_add_options
-def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: Any) -> None:
+def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: Any) -> int:
     if "list" in values.get("inject", ()):
         click.echo(injections.describe())
-        sys.exit(0)
+        return 0
     try:
         mcfg, rcfg = configs(values)
         injs = injections.parse_all(rcfg.injections)
@@ -110,8 +112,7 @@ def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: A
         for rank in range(world):
             injections.check_host(injs, rank, device)
     except ValueError as e:
-        click.echo(f"ddpdoctor train: {e}", err=True)
-        sys.exit(EXIT_USAGE)
+        raise DoctorError(str(e), EXIT_USAGE) from None
     env = os.environ.copy()
     if html_path:
         from ddpdoctor.html.train_sources import prepare
@@ -120,12 +121,11 @@ def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: A
     argv = torchrun_argv(world, to_argv(values))
     if dry_run:
         click.echo(" ".join(argv))
-        sys.exit(0)
+        return 0
     try:
         proc = subprocess.Popen(argv, env=env)
     except OSError as e:
-        click.echo(f"ddpdoctor train: cannot start torchrun: {e}", err=True)
-        sys.exit(EXIT_DOCTOR_FAILED)
+        raise DoctorError(f"cannot start torchrun: {e}") from None
     try:
         rc = proc.wait()
     except KeyboardInterrupt:
@@ -134,6 +134,12 @@ def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: A
     if html_path:
         from ddpdoctor.html.train_report import train_report
 
-        write_html_or_exit(train_report(rc, values["json_log"], events, argv), html_path,
-                           json_logs=[values["json_log"]])
-    sys.exit(rc)
+        try:
+            write_html(train_report(rc, values["json_log"], events, argv), html_path,
+                       json_logs=[values["json_log"]])
+        except DoctorError as e:
+            if rc == 0:
+                raise  # the training was fine, the page asked for is missing: exit 3
+            # the training's own failure is the exit code to keep; the page's is said
+            click.echo(f"ddpdoctor train: {e}", err=True)
+    return rc
