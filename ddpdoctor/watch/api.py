@@ -27,10 +27,12 @@ from typing import Any
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch import hang_watchdog, registry
+from ddpdoctor.watch import join as join_hooks
 from ddpdoctor.watch.config import COLLECTIVE_CHECKS, WatchConfig, from_env
 from ddpdoctor.watch.exchange import Exchange
 from ddpdoctor.watch.hooks import HookSet
 from ddpdoctor.watch.introspect import clean_name, describe, env_int
+from ddpdoctor.watch.join import JoinTracker
 from ddpdoctor.watch.step_hooks import StepClock, StepHooks
 from ddpdoctor.watch.stream import EventStream, Sink, StepMetrics
 
@@ -74,6 +76,8 @@ class Watcher(StepHooks):
         self._pause_depth = 0
         self.step = 0
         self.optimizer: Any = None
+        self.stepping_optimizer: Any = None  # the one whose post-hook ended the last step
+        self.join = JoinTracker()  # steps this rank sat out in DDP's Join (watch/join.py)
         self.metrics_url: str | None = None  # the Prometheus endpoint, when serving
         self._owns_cache: dict[int, bool] = {}
         self.clock = StepClock(window=deque(maxlen=cfg.every))
@@ -90,6 +94,7 @@ class Watcher(StepHooks):
         self.monitor = hang_watchdog.acquire(self.rank, cfg, self.stream)
         self._attach_checks(optimizer, dataloader)
         self.hooks.register()
+        join_hooks.install(self)
         self._start_extras()
         _WATCHERS[model] = self
         _install_excepthook()
@@ -176,6 +181,9 @@ class Watcher(StepHooks):
     def peer_groups(self, same_model: bool = False) -> list[list[int]]:
         return self.exchange.peer_groups(same_model)
 
+    def solo_groups(self, ranks: list[int]) -> str | None:
+        return self.exchange.solo_groups(ranks)
+
     def is_check_step(self, step: int) -> bool:
         return step % self.cfg.every == 0 or step in self.cfg.early_checks
 
@@ -245,6 +253,7 @@ class Watcher(StepHooks):
         except Exception as e:
             log.debug("ddpdoctor: final poll failed: %s", e)
         self.hooks.remove()
+        join_hooks.remove(self)
         if self._pause_depth:
             self.monitor.resume()
         for tap in self._taps:

@@ -35,6 +35,9 @@ class CheckContext(Protocol):
     steps: Any           # watch/steps.py StepCounter
     monitor: Any         # watch/hang_watchdog.py Monitor
     checks: list[Any]
+    optimizer: Any           # the optimizer given to watch(), or None
+    stepping_optimizer: Any  # the one whose step ended the last step, or None
+    join: Any                # watch/join.py JoinTracker: steps this rank sat out in a Join
 
     @property
     def window(self) -> deque: ...        # (step, step_s, data_s, forward_s) of timed steps
@@ -55,6 +58,8 @@ class CheckContext(Protocol):
     def note(self, name: str, value: float) -> None: ...
 
     def peer_groups(self, same_model: bool = False) -> list[list[int]]: ...
+
+    def solo_groups(self, ranks: list[int]) -> str | None: ...  # never-reducing group
 
     def is_check_step(self, step: int) -> bool: ...
 

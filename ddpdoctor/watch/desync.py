@@ -14,6 +14,21 @@ uneven counts go to GRAD_ACCUM_OUT_OF_STEP (watch/accumulation.py), not to a des
 The finding says whether parameters differ or only buffers (BatchNorm statistics under
 ``broadcast_buffers=False``: a different fix), and names every disagreeing rank where no
 majority says which replica is right.
+
+Compared is only what must be equal at that moment: each row also carries how many steps
+the rank's parameters lag (steps it sat out in DDP's Join, until the Join's final
+broadcast: watch/join.py) and how many updates its optimizer state missed. A group is
+compared only when no rank lags and every rank's optimizer state went through the same
+updates; otherwise the comparison waits (said once, in a ``note``). Replicated means
+equal on every rank of the group: plain tensors and DTensors whose placements are all
+Replicate, or Shard over a mesh dimension of size 1 (a whole copy).
+
+The row carries the rank's training state too (watch/train_state.py: the optimizer's own
+step count, the step it resumed from, the learning rate): a desync whose ranks resumed
+different state names the rank whose state differs. And where the wrapper's group holds
+only one rank in a job of several (FSDP2 over a size-1 mesh dimension, DDP over a
+one-rank group) the structurally identical ranks are compared over the world: replicas
+that diverge there were never reduced (watch/exchange.py).
 """
 
 from __future__ import annotations
@@ -23,11 +38,50 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.findings import Finding
+from ddpdoctor.watch import train_state
 from ddpdoctor.watch.accumulation import AccumulationCheck
-from ddpdoctor.watch.base import WatchCheck, bit_sum
+from ddpdoctor.watch.base import WatchCheck, bit_sum, local
+from ddpdoctor.watch.train_state import RankState
 
-# Per-rank values ahead of the checksums in this check's row of the gather.
-_MICRO, _SYNCED, _HEAD = 0, 1, 2
+# Per-rank values ahead of the checksums in this check's row of the gather (int64; the
+# learning rate as its float64 bits).
+_MICRO, _SYNCED, _LAG, _MISSED, _OPT_STEP, _START, _LR, _HEAD = range(8)
+
+
+@dataclass(frozen=True)
+class Head:
+    """One rank's values ahead of its checksums."""
+
+    micro: int
+    synced: bool
+    lag: int      # steps its parameters lag (sat out in a Join, not yet re-synced)
+    missed: int   # updates its optimizer state missed (a stateful optimizer in a Join)
+    state: RankState
+
+
+def unpack_head(row: list[int]) -> Head:
+    import struct
+
+    lr = struct.unpack("<d", struct.pack("<q", int(row[_LR])))[0]  # its float64 bits
+    return Head(int(row[_MICRO]), bool(row[_SYNCED]), int(row[_LAG]), int(row[_MISSED]),
+                RankState(int(row[_OPT_STEP]), int(row[_START]), lr))
+
+
+def not_comparable(heads: list[Head], ranks: list[int]) -> str | None:
+    """Pure: why the replicas need not be equal now (None: they must be)."""
+    if not all(h.synced for h in heads):
+        return "inside no_sync gradient accumulation: replicas may differ until the sync"
+    lagging = [r for r, h in zip(ranks, heads) if h.lag]
+    if lagging:
+        return (f"rank {','.join(map(str, lagging))} sat out steps in DDP's Join (uneven "
+                "inputs): its parameters lag until the Join ends and DDP re-syncs them")
+    if len({h.missed for h in heads}) > 1:
+        behind = ",".join(f"{r} ({h.missed})" for r, h in zip(ranks, heads) if h.missed)
+        return (f"the optimizer state (momentum, Adam moments) of rank {behind} missed the "
+                "updates of the steps it sat out in DDP's Join: DDP re-syncs parameters "
+                "at a Join's end, not optimizer state, so the replicas may differ after "
+                "every later step")
+    return None
 
 
 @dataclass(frozen=True)
@@ -79,10 +133,17 @@ def diverged(sums: list[list[int]], ranks: list[int]) -> tuple[list[int], int] |
 
 
 def _replicated(t: Any) -> bool:
+    """Equal on every rank of its group: a plain tensor, or a DTensor replicated (or
+    "sharded" over a mesh dimension of size 1: every rank holds the whole tensor)."""
     placements = getattr(t, "placements", None)
     if placements is None:
         return True
-    return all(type(p).__name__ == "Replicate" for p in placements)
+    try:
+        sizes = tuple(t.device_mesh.shape)
+    except Exception:
+        sizes = (0,) * len(placements)
+    return all(type(p).__name__ == "Replicate" or size == 1
+               for p, size in zip(placements, sizes))
 
 
 class DesyncCheck(WatchCheck):
@@ -100,41 +161,77 @@ class DesyncCheck(WatchCheck):
         self.last_ok = 0
         self.done = False
         self.accum = AccumulationCheck()
+        self.noted: set[str] = set()
 
     def pack(self, w: Any, step: int) -> Any:
+        import struct
+
         import torch
 
         out = torch.zeros(self.width, dtype=torch.int64)
-        shape = w.steps.last
+        shape, join = w.steps.last, w.join
+        state = train_state.read(w.optimizer or w.stepping_optimizer, w.step - join.shadowed)
         out[_MICRO], out[_SYNCED] = shape.micro, int(shape.synced)
+        out[_LAG], out[_MISSED] = join.lag, join.missed
+        out[_OPT_STEP], out[_START] = state.step, state.start
+        out[_LR] = struct.unpack("<q", struct.pack("<d", state.lr))[0]  # its float64 bits
         if self.tensors and not self.done:
-            sums = torch.stack([bit_sum(t) for _, t in self.tensors]).cpu()
+            # a DTensor's local tensor: where it counts as replicated it is the whole one
+            sums = torch.stack([bit_sum(local(t)) for _, t in self.tensors]).cpu()
             out[_HEAD:_HEAD + sums.numel()] = sums
         return out.view(torch.float64)
 
     def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
         import torch
 
-        findings = []
+        findings: list[Finding] = []
+        compared = False  # some group was compared (and agreed, unless a finding says not)
         for group in w.peer_groups(same_model=True):
             block = rows[group].contiguous().view(torch.int64).tolist()
-            micro = [int(r[_MICRO]) for r in block]
-            findings += self.accum.look(w, step, group, micro)
+            heads = [unpack_head(r) for r in block]
+            micro = [h.micro for h in heads]
+            # a step with no micro-batch of a rank's own is one it sat out in a Join (a
+            # shadow step, or ZeRO stepping in its join hook): no accumulation to compare
+            if all(micro) and not any(h.lag for h in heads):
+                findings += self.accum.look(w, step, group, micro)
             if self.done or not self.tensors:
                 continue
-            if not all(r[_SYNCED] for r in block):
-                continue  # inside no_sync accumulation: replicas may differ until the sync
+            why_not = not_comparable(heads, group)
+            if why_not is not None:
+                self._deferred(w, step, why_not)
+                continue
+            compared = True
             sums = [r[_HEAD:_HEAD + len(self.tensors)] for r in block]
             d = compare(sums, group)
             if d is not None:
-                findings.append(self._finding(step, group, d, micro))
+                findings.append(self._finding(w, step, group, d, micro, heads))
         if any(f.id == "PARAM_DESYNC" for f in findings):
             self.done = True
-        elif not self.done:
-            self.last_ok = step
+        elif compared and not self.done:
+            self.last_ok = step  # the last step whose replicas were compared and agreed
         return findings
 
-    def _finding(self, step: int, group: list[int], d: Divergence, micro: list[int]) -> Finding:
+    def _deferred(self, w: Any, step: int, why: str) -> None:
+        """Say once per reason that (and why) a check step compared nothing."""
+        key = why.split(":")[0]
+        if key in self.noted:
+            return
+        self.noted.add(key)
+        w.sink.write({"kind": "note", "message": f"replicas not compared at step {step}: "
+                                                 f"{why}"}, step)
+
+    def _finding(self, w: Any, step: int, group: list[int], d: Divergence, micro: list[int],
+                 heads: list[Head]) -> Finding:
+        solo = w.solo_groups(group)
+        if solo is not None:
+            return self._never_reduced(step, group, d, solo)
+        verdict = train_state.odd_state([h.state for h in heads], group)
+        if verdict is not None:
+            return self._state_differs(step, group, d, heads, verdict)
+        return self._replicas_differ(step, group, d, micro)
+
+    def _replicas_differ(self, step: int, group: list[int], d: Divergence,
+                         micro: list[int]) -> Finding:
         names = [self.tensors[j][0] for j in d.differing]
         params = [n for j, n in zip(d.differing, names) if j < self.n_params]
         buffers = [n for j, n in zip(d.differing, names) if j >= self.n_params]
@@ -167,3 +264,38 @@ class DesyncCheck(WatchCheck):
                 "broadcast_buffers=True, or broadcast the buffers yourself before eval and "
                 "checkpointing")
         return Finding("PARAM_DESYNC", title, ranks=d.ranks, evidence=evidence)
+
+    def _state_differs(self, step: int, group: list[int], d: Divergence, heads: list[Head],
+                       verdict: train_state.StateVerdict) -> Finding:
+        states = [h.state for h in heads]
+        per_rank = train_state.describe(states, group)
+        who = (f"rank {','.join(map(str, verdict.ranks))}" if verdict.decided
+               else f"ranks {','.join(map(str, verdict.ranks))} (no majority)")
+        title = (f"{who} {verdict.headline} ("
+                 f"{train_state.summary(states, group, verdict.ranks)}): the replicas "
+                 f"diverged; first differing parameter: {self.tensors[d.first][0]}")
+        evidence = {"step": step, "parameter": self.tensors[d.first][0], "group": group,
+                    "training_state": per_rank, "why": verdict.why,
+                    "differing_tensors": len(d.differing),
+                    "last_agreeing_step": self.last_ok or None,
+                    "fix": "load the same checkpoint (model, optimizer and LR scheduler "
+                           "state) on every rank before training resumes"}
+        if not verdict.decided:
+            evidence["why both"] = verdict.why
+        return Finding("PARAM_DESYNC", title, ranks=verdict.ranks, evidence=evidence)
+
+    def _never_reduced(self, step: int, group: list[int], d: Divergence,
+                       solo: str) -> Finding:
+        title = (f"gradients are never reduced across ranks: {solo}, so every rank of "
+                 f"{len(group)} trains its own copy; first differing parameter: "
+                 f"{self.tensors[d.first][0]}")
+        return Finding("PARAM_DESYNC", title, ranks=sorted(group), evidence={
+            "step": step, "parameter": self.tensors[d.first][0], "group": group,
+            "data_parallel_group": solo, "differing_tensors": len(d.differing),
+            "last_agreeing_step": self.last_ok or None,
+            "why": "the wrapper's data-parallel group holds only its own rank, while the "
+                   "ranks train the same model: nothing is sharded or reduced across them "
+                   "and their replicas drift apart from the first step",
+            "fix": "give fully_shard / DDP the mesh dimension (or process group) that spans "
+                   "the data-parallel ranks: e.g. mesh['dp'] of a mesh whose 'dp' "
+                   "dimension has the world's size, not a size-1 dimension"})

@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from ddpdoctor.watch.base import WatchCheck
-from ddpdoctor.watch.introspect import dp_ranks, host_id
+from ddpdoctor.watch.introspect import dp_ranks, host_id, solo_group
 
 log = logging.getLogger("ddpdoctor.watch")
 _GROUPS: dict[str, Any] = {}  # the watch's gloo groups, one of each per process
@@ -47,6 +47,10 @@ class Exchange:
         self.group: Any = None
         self.meta: list[tuple[int, int]] = [(0, 0)]  # per rank: (first dp rank, model crc)
         self.hosts: list[int] = [0]  # per rank, host_id(): hostname and network namespace
+        # per rank: its wrapper's data-parallel group is only itself in a job of several
+        # (FSDP2 over a size-1 mesh dimension): such ranks are compared over the world
+        self.solo: list[bool] = [False]
+        self.solo_text: str | None = None  # what that group is (from this rank's model)
         self.pending: deque = deque()
 
     def _make_group(self, name: str) -> Any:
@@ -65,13 +69,19 @@ class Exchange:
             group = self._make_group("gather")
             dp = dp_ranks(w.model, w.ddp, dist, w.world)
             desync = next((c for c in self.coll if c.name == "desync"), None)
+            # a group of one in a job of several, where every parameter is a whole copy (no
+            # tensor-parallel shard makes the world's ranks hold different tensors)
+            whole = desync is not None and desync.n_params == len(w.named_params)
+            solo = len(dp) == 1 and w.world > 1 and whole
+            if solo:  # a group that reduces nothing: the world's ranks are the replicas
+                self.solo_text, dp = solo_group(w.model, w.ddp), list(range(w.world))
             names = "\n".join(f"{n}:{tuple(t.shape)}" for n, t in getattr(desync, "tensors", []))
             mine = torch.tensor([min(dp), zlib.crc32(names.encode()),
                                  desync.width if desync else 0, self.width_without_desync(),
-                                 host_id()], dtype=torch.float64)
-            out = torch.empty(w.world * 5, dtype=torch.float64)
+                                 host_id(), float(solo)], dtype=torch.float64)
+            out = torch.empty(w.world * 6, dtype=torch.float64)
             all_gather(dist)(out, mine, group=group)
-            rows = out.view(w.world, 5).tolist()
+            rows = out.view(w.world, 6).tolist()
             if len({int(r[3]) for r in rows}) != 1:
                 log.warning("ddpdoctor: ranks disagree on watch settings; cross-rank checks off")
                 return
@@ -79,6 +89,7 @@ class Exchange:
                 desync.width = max(int(r[2]) for r in rows)
             self.meta = [(int(r[0]), int(r[1])) for r in rows]
             self.hosts = [int(r[4]) for r in rows]
+            self.solo = [bool(r[5]) for r in rows]
             self.group = group
         except Exception as e:  # local checks still work
             log.warning("ddpdoctor: no watch process group (%s); cross-rank checks off", e)
@@ -92,6 +103,12 @@ class Exchange:
         for r, (dp, crc) in enumerate(self.meta):
             groups.setdefault((dp, crc) if same_model else (dp,), []).append(r)
         return sorted(groups.values())
+
+    def solo_groups(self, ranks: list[int]) -> str | None:
+        """What reduces nothing, where every rank of ``ranks`` trains alone (else None)."""
+        if len(ranks) > 1 and all(self.solo[r] for r in ranks if r < len(self.solo)):
+            return self.solo_text or "the data-parallel group holds one rank"
+        return None
 
     def check_step(self, step: int) -> None:
         """The boundary of a check step: gather (or, alone, analyse at once)."""

@@ -102,3 +102,20 @@ def dp_ranks(model: Any, ddp: Any, dist: Any, world: int) -> list[int]:
     except Exception:  # private attributes move between releases
         pass
     return list(range(world))
+
+
+def solo_group(model: Any, ddp: Any) -> str:
+    """Words for a data-parallel group of one rank: the mesh or process group it is."""
+    if ddp is not None:
+        return "DDP's process group holds only its own rank"
+    for _, p in model.named_parameters():
+        mesh = getattr(p, "device_mesh", None)
+        if mesh is None:
+            continue
+        try:
+            names, shape = mesh.mesh_dim_names, tuple(mesh.shape)
+        except Exception:
+            break
+        dims = ", ".join(f"'{n}'={s}" for n, s in zip(names or (), shape)) or str(shape)
+        return f"the parameters' DeviceMesh ({dims}) spans only its own rank"
+    return "the data-parallel group holds only its own rank"

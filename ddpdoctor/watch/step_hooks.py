@@ -10,6 +10,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpdoctor.watch import join as join_hooks
+
 
 @dataclass
 class StepClock:
@@ -97,7 +99,22 @@ class StepHooks:
 
     def _on_post_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         if self._owns(opt):
+            self.stepping_optimizer = opt
             self._boundary(time.perf_counter())
+
+    def on_shadow_step(self) -> None:
+        """This rank sat out a synchronised iteration of its peers inside DDP's Join
+        (watch/join.py): a step of theirs, counted here so the step numbers stay aligned;
+        its parameters now lag by one more step."""
+        opt = self.optimizer or self.stepping_optimizer
+        if self.is_paused or self.closed or self.disabled or join_hooks.steps_itself(opt):
+            return  # (an optimizer in the Join steps itself: its post-hook ends the step)
+        self.join.shadow_step(opt)
+        self._boundary(time.perf_counter(), shadow=True)
+
+    def on_join_end(self) -> None:
+        """The Join ended: DDP broadcast the last joiner's model; no lag any more."""
+        self.join.synced()
 
     def _on_epoch(self, loader: Any) -> None:
         for c in self.checks:
@@ -109,12 +126,13 @@ class StepHooks:
 
     # -- the step boundary
 
-    def _boundary(self, now: float) -> None:
+    def _boundary(self, now: float, shadow: bool = False) -> None:
         self.step += 1
         step, clock = self.step, self.clock
         self.steps.end_step()
         step_s = now - clock.t_boundary
-        timed = self.hooks.module_hooks_on  # its forward ran under the module hooks
+        # its forward ran under the module hooks (a shadow step had no forward: untimed)
+        timed = self.hooks.module_hooks_on and not shadow
         if timed:
             clock.window.append((step, step_s, clock.data_s, clock.fwd_s))
         self.monitor.boundary(step, step_s, clock.data_s, clock.fwd_s, timed)
