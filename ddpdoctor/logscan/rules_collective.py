@@ -131,6 +131,16 @@ def _silent(reporting: list[int]) -> list[int]:
     return sorted(set(range(max(reporting) + 1)) - set(reporting))
 
 
+def _main_first(ix: EventIndex, reporting: set[int]) -> list[int]:
+    """Ranks other than 0 time out while a data-preparation progress bar that names no rank
+    runs: the "main process first" pattern (HF datasets, YOLO's zero_first) makes it rank
+    0's, and rank 0 reports no timeout of its own."""
+    unnamed = [e for e in ix.of(K.BUSY) if e.data.get("busy_rank", e.rank) is None]
+    if unnamed and reporting and 0 not in reporting:
+        return [0]
+    return []
+
+
 def _behind(states: list[Event]) -> list[int]:
     """Ranks whose last enqueued NCCL work is lower than the others' (they never issued it)."""
     last: dict[int, int] = {}
@@ -152,8 +162,9 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     evs = _first_timed_out(watchdog)
     reporting = set(ranks_of(evs + states))
     # A rank whose progress line shows it busy elsewhere, and that reports no timeout.
-    busy = sorted({e.data["busy_rank"] for e in ix.of(K.BUSY)} - reporting)
-    culprits = _behind(states) or busy or _silent(ranks_of(evs))
+    named = {e.data.get("busy_rank", e.rank) for e in ix.of(K.BUSY)} - {None}
+    busy = sorted(named - reporting)
+    culprits = _behind(states) or busy or _silent(ranks_of(evs)) or _main_first(ix, reporting)
     if not culprits and not _is_barrier(evs):
         return []
     d = (evs or states)[0].data

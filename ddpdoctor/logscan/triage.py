@@ -99,9 +99,10 @@ def unrecognized(ix: EventIndex) -> Verdict | None:
     ev = {"root_line": root.quote(), "hint": (
         "ddpdoctor knows no signature for this error text: the playbook shows how to read "
         "the log by hand; adding a Signature to ddpdoctor/logscan/kb teaches it")}
-    title = (f"{who} failed: {cut(root.text, 200)}{at}" if severity == "error" else
+    text = " ".join(root.text.split())  # a progress bar's padding is no part of a title
+    title = (f"{who} failed: {cut(text, 200)}{at}" if severity == "error" else
              f"{who} printed a warning ddpdoctor does not recognise (healthy jobs print some "
-             f"too): {cut(root.text, 200)}")
+             f"too): {cut(text, 200)}")
     return verdict(ix, "UNRECOGNIZED_FAILURE", title,
                    [root] + [e for e in failures if e is not root][:5], ev,
                    ranks=[root.rank] if root.rank is not None else [], severity=severity)

@@ -46,6 +46,17 @@ KNOWN_BUGS = (
              "Cuda failure 1 'invalid argument'",
              "https://github.com/pytorch/pytorch/issues/150852")),
     KnownBug(
+        "nccl-2.25-net-id-0", "https://github.com/NVIDIA/nccl/issues/1748",
+        "NCCL 2.25/2.26's tree-graph fallback looks up a hard-coded net id that NIC fusion made "
+        "invalid: multi-node init fails with 'Could not find NET with id 0'",
+        "NCCL 2.25 - 2.26 (NeMo 25.04 containers), multi-node over InfiniBand", "NCCL 2.27.3",
+        "upgrade NCCL to >= 2.27.3 (a newer container / torch build)",
+        {},  # only with NIC fusion on several nodes: the log line decides, not the version
+        _sig("nccl-2.25-net-id-0", "Could not find NET with id",
+             r"NCCL WARN Could not find NET with id \d+", "NCCL 2.25 - 2.26",
+             "graph/topo.h:230 NCCL WARN Could not find NET with id 0",
+             "https://github.com/NVIDIA-NeMo/Speech/issues/13996")),
+    KnownBug(
         "nccl-2.18.5-cuda-invalid-argument", "https://github.com/NVIDIA/nccl/issues/1024",
         "NCCL 2.18.5 fails its first collective with Cuda failure 'invalid argument'",
         "NCCL 2.18.5", "NCCL 2.18.6",

@@ -25,7 +25,7 @@ def _ib(m: re.Match[str]) -> dict[str, Any]:
 SIGNATURES = (
     Signature(
         "nccl.watchdog_timeout", K.NCCL_WATCHDOG, "Watchdog caught collective operation timeout",
-        r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), "
+        r"Watchdog caught collective operation timeout: WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?"
         r"OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel_in>\d+), NumelOut=(?P<numel_out>\d+))?"
         r"(?:, Timeout\(ms\)=(?P<timeout_ms>\d+))?\) ran for (?P<ran_ms>\d+) milliseconds",
         "COLLECTIVE_TIMEOUT", "torch >= 1.13 (NumelIn/NumelOut from 2.0)",
@@ -269,6 +269,14 @@ SIGNATURES = (
                  "neither AF_INET(2) nor AF_INET6(10)", "https://github.com/NVIDIA/nccl/issues/1837",
                  {"family": "59936"}),),
         extra=lambda m: {"config": "NCCL_SOCKET_IFNAME"}),
+    Signature(
+        "nccl.no_interface_in_subnet", K.NET_CONFIG, "No interface found in the same subnet",
+        r"No interface found in the same subnet as remote address (?P<address>[^<\s]+)",
+        "ENV_NCCL_CONFIG", "NCCL >= 2.4",
+        (Example("e82c50601d13:213:213 [0] include/socket.h:197 NCCL WARN Net : No interface "
+                 "found in the same subnet as remote address 192.168.0.91<27030>",
+                 "https://github.com/NVIDIA/nccl/issues/331", {"address": "192.168.0.91"}),),
+        extra=lambda m: {"config": "NCCL_SOCKET_IFNAME / NCCL_COMM_ID"}),
     Signature(
         "nccl.watchdog_timeout_wrapped", K.NCCL_WATCHDOG,
         "Watchdog caught collective operation timeout",

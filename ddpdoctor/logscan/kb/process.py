@@ -282,6 +282,25 @@ SIGNATURES = (
                  {"activity": "Running predictions", "busy_rank": 0}),),
         convert={"busy_rank": int}),
     Signature(
+        # A data-preparation progress bar that names no rank: with the usual "main process
+        # first" (HF datasets, YOLO's torch_distributed_zero_first) it is rank 0's.
+        "progress.data_prep", K.BUSY,
+        ("examples", "%|", "it/s"),
+        r"(?P<activity>Generating \w+ split|Running tokenizer|[Tt]okeniz\w+(?: \w+)?|"
+        r"Grouping texts|Map|Filter|[Pp]reprocess\w*|Scanning|Caching \w+)\b[^:|\r\n]{0,160}:"
+        r"\s*(?:\d+%\||\d+ examples \[)",
+        "HANG_RANK_MISSING_COLLECTIVE", "HF datasets / tqdm progress bars",
+        (Example("Generating train split: 2230000 examples [29:59, 1466.92 examples/s]",
+                 "https://github.com/huggingface/alignment-handbook/issues/190",
+                 {"activity": "Generating train split"}),
+         Example("Tokenizing Prompts (num_proc=64):  92%|█████████▏| 328986/359152 [29:58<12:05, "
+                 "41.59 examples/s]", "https://github.com/axolotl-ai-cloud/axolotl/issues/2684",
+                 {"activity": "Tokenizing Prompts"}),
+         Example("train: Scanning '../coco/labels/train' images and labels...43718 found, 110 "
+                 "missing, 0 empty, 7 corrupted:  97%|██▉| 43830/45049 [01:07<00:18, 66.12it/s]",
+                 "https://github.com/ultralytics/yolov5/issues/4400", {"activity": "Scanning"})),
+        fallback=True),
+    Signature(
         "elastic.closing_signal", K.TEARDOWN, "closing signal",
         r"Sending process (?P<pid>\d+) closing signal (?P<signal>SIG\w+)", "RANK_CRASHED",
         "torch.distributed.elastic >= 1.9",
