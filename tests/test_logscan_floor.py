@@ -120,3 +120,22 @@ def test_the_floor_never_overrides_a_signature():
     findings = _diagnose(text)
     assert findings[0].id == "OOM"
     assert any("launcher or failure report" in f for f in findings[0].evidence.get("fallout", []))
+
+
+def test_nccl_versions_that_differ_across_nodes_are_a_mismatch():
+    """Two nodes' NCCL banners (the version lines as NCCL prints them; the versions are the
+    two of nccl#1267, where one node's pip NCCL differed) compared."""
+    text = ("node-a:440225:440225 [0] NCCL INFO NCCL version 2.19.3+cuda12.3\n"
+            "node-a:440226:440226 [1] NCCL INFO NCCL version 2.19.3+cuda12.3\n"
+            "node-b:81234:81234 [0] NCCL INFO NCCL version 2.20.5+cuda12.4\n"
+            "node-a:440225:440225 [0] NCCL INFO Bootstrap : Using ens7:10.128.0.30<0>\n")
+    (f,) = [f for f in _diagnose(text) if f.id == "ENV_VERSION_MISMATCH"]
+    assert f.severity == "error"
+    assert f.evidence["nccl_versions"] == {"2.19.3": ["node-a"], "2.20.5": ["node-b"]}
+    assert "node-b" in f.title
+
+
+def test_one_nccl_version_everywhere_is_no_finding():
+    text = ("node-a:1:1 [0] NCCL INFO NCCL version 2.19.3+cuda12.3\n"
+            "node-b:2:2 [0] NCCL INFO NCCL version 2.19.3+cuda12.3\n")
+    assert [f for f in _diagnose(text) if f.id == "ENV_VERSION_MISMATCH"] == []

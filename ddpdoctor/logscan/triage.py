@@ -27,12 +27,13 @@ from ddpdoctor.logscan import (
     rules_env,
     rules_floor,
     rules_training,
+    rules_versions,
 )
 from ddpdoctor.logscan.events import CASCADE, WEAK, Event, EventKind
 from ddpdoctor.logscan.index import EventIndex, Rule, Verdict, cut, ranks_of, verdict
 
-RULES: tuple[Rule, ...] = ((known_bugs.RULE,) + rules_env.RULES + rules_training.RULES
-                           + rules_collective.RULES + rules_crash.RULES
+RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE) + rules_env.RULES
+                           + rules_training.RULES + rules_collective.RULES + rules_crash.RULES
                            + rules_collective.ALONE[:1] + rules_crash.ALONE[:1]
                            + rules_collective.ALONE[1:] + rules_crash.ALONE[1:]
                            + (rules_floor.RULE,))
