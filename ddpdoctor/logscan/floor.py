@@ -198,6 +198,20 @@ PATTERNS: tuple[FloorPattern, ...] = (
           "https://github.com/ArjunaCluster/ArjunaUsers/issues/52"),
          ("Killed", "https://github.com/ArjunaCluster/ArjunaUsers/issues/52"))),
     FloorPattern(
+        "ray.worker_died", Evidence.LAUNCHER_DEATH,
+        ("worker process has died", "A worker died or was killed", "Worker unexpectedly exits"),
+        r"worker process has died|A worker died or was killed|Worker unexpectedly exits",
+        (("The actor is dead because its worker process has died. Worker exit type: "
+          "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error "
+          "code 2.", "https://github.com/verl-project/verl/issues/472"),)),
+    FloorPattern(
+        # a debugger's (or a core file's) backtrace of a process that aborted
+        "native.abort_backtrace", Evidence.PROCESS_KILLED, (" in abort ", " in raise "),
+        r"^#\d+\s+0x[0-9a-f]+ in (?:__GI_)?(?P<what>abort|raise) \(",
+        (("#1  0x000014753985ae05 in abort () from /lib64/libc.so.6",
+          "https://github.com/stas00/ml-engineering/blob/master/debug/pytorch.md"),),
+        accept=lambda d: True),
+    FloorPattern(
         "hardware.nvml", Evidence.HARDWARE, ("Unable to determine the device handle",
                                              "fallen off the bus", "AER:", "Xid"),
         r"Unable to determine the device handle for GPU|fallen off the bus|"
@@ -258,6 +272,9 @@ def _hit(p: FloorPattern, d: Mapping[str, Any]) -> FloorHit:
     if code is not None and code > 128 and p.name in ("generic.exit_code",):
         signal = killed_by(128 - code)  # a shell's 128+N (137 = SIGKILL)
     what = d.get("what") or d.get("what2") or ""
+    if what in ("abort", "raise"):
+        signal = "SIGABRT"
+        what = ""
     oom = p.oom or "Out Of Memory" in what
     if what and not signal and not what.startswith("Exited"):
         signal = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",

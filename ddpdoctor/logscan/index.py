@@ -153,6 +153,7 @@ def verdict(ix: EventIndex, fid: str, title: str, evs: list[Event],
                 if f.data.get("signal"):
                     ev.setdefault("signal", f.data["signal"])
     first = min((ix.pos(e) for e in evs), default=0)
+    title = " ".join(title.split())  # a quoted line's padding and box drawing stay out
     return Verdict(Finding(fid, title, ranks=ranks, evidence=ev, severity=severity),
                    tuple(evs), first)
 

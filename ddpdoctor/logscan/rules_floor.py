@@ -98,7 +98,7 @@ def _signal_death(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     if sig == "SIGKILL":
         ev["hint"] = _SIGKILL_HINT
     return verdict(ix, "RANK_CRASHED", f"{_who(bad)} died of {sig} "
-                   f"({e.data['evidence']}: {_q(e.text, 140)})", bad, ev)
+                   f"({e.data['evidence']}, {e.where})", bad, ev)
 
 
 def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:
