@@ -28,6 +28,26 @@ def _check(args, tmp_path, env=None, timeout=150, wrap=None):
     return rc, json.loads(out.read_text()), stdout
 
 
+def _ranks_of(pid: int) -> list[psutil.Process]:
+    """The launcher's rank processes under ``pid``, rank order: forked from its rank zygote
+    (a forkserver child of ``pid``), or spawned by ``pid`` (``--multiprocessing-fork``, the
+    launcher's fallback)."""
+    ranks = []
+    for c in psutil.Process(pid).children(recursive=True):
+        try:
+            parent = c.parent()
+            if parent is None or c.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if parent.pid == pid and "--multiprocessing-fork" in c.cmdline():
+                ranks.append(c)
+            elif parent.ppid() == pid and \
+                    "multiprocessing.forkserver" in " ".join(parent.cmdline()):
+                ranks.append(c)
+        except psutil.NoSuchProcess:
+            continue
+    return sorted(ranks, key=lambda c: (c.create_time(), c.pid))
+
+
 def _ids(report):
     return [(f["id"], f["ranks"]) for f in report["findings"]]
 
@@ -90,21 +110,14 @@ def test_a_rank_that_never_answers_sigstop(tmp_path):
     start = time.monotonic()
     stopped = None
     try:
-        # Freeze rank 1 the moment its process exists, before it has even imported torch
-        # (so it cannot have joined the process group). The launcher spawns rank 0, then
-        # rank 1: the second spawned child is rank 1 (the report's pids confirm it below).
+        # Freeze rank 1 the moment its process exists (so it cannot have joined the process
+        # group). The launcher starts rank 0, then rank 1: the second rank process is rank 1
+        # (the report's pids confirm it below).
         while stopped is None and time.monotonic() - start < 60:
-            spawned = []
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                try:
-                    if "--multiprocessing-fork" in child.cmdline():
-                        spawned.append(child)
-                except psutil.NoSuchProcess:
-                    continue
-            if len(spawned) >= 2:
-                rank1 = sorted(spawned, key=lambda c: (c.create_time(), c.pid))[1]
-                rank1.send_signal(signal.SIGSTOP)
-                stopped = rank1.pid
+            ranks = _ranks_of(proc.pid)
+            if len(ranks) >= 2:
+                ranks[1].send_signal(signal.SIGSTOP)
+                stopped = ranks[1].pid
             time.sleep(0.005)
         assert stopped, "rank 1 never started"
         stdout, _ = proc.communicate(timeout=deadline + 40)

@@ -18,11 +18,19 @@ pytestmark = [pytest.mark.slow]
 
 
 def _ranks_of(pid: int) -> list[psutil.Process]:
-    """The launcher's rank processes (spawned: ``--multiprocessing-fork``), rank order."""
+    """The launcher's rank processes under ``pid``, rank order: forked from its rank zygote
+    (a forkserver child of ``pid``), or spawned by ``pid`` (``--multiprocessing-fork``, the
+    launcher's fallback)."""
     ranks = []
-    for c in psutil.Process(pid).children():
+    for c in psutil.Process(pid).children(recursive=True):
         try:
-            if "--multiprocessing-fork" in c.cmdline():
+            parent = c.parent()
+            if parent is None or c.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if parent.pid == pid and "--multiprocessing-fork" in c.cmdline():
+                ranks.append(c)
+            elif parent.ppid() == pid and \
+                    "multiprocessing.forkserver" in " ".join(parent.cmdline()):
                 ranks.append(c)
         except psutil.NoSuchProcess:
             continue

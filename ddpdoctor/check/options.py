@@ -13,6 +13,19 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+DEPTHS = ("quick", "default", "full")
+
+# The largest bandwidth message by depth, (gloo, nccl), unless --max-bytes says otherwise.
+_DEPTH_MAX_BYTES = {"quick": (1 << 20, 16 << 20), "default": (16 << 20, 256 << 20),
+                    "full": (64 << 20, 1 << 30)}
+# What --quick and --full change from the field defaults below (the default depth). Every
+# probe runs at every depth: only the probes whose cost grows with what they move do less
+# (--quick) or more (--full).
+_DEPTH_FIELDS: dict[str, dict[str, Any]] = {
+    "quick": {"collectives": ("all_reduce",), "link_iters": 1, "dl_batches": 2},
+    "default": {},
+    "full": {"warmup": 2, "trial_budget_s": None},
+}
 
 
 class OptionsError(ValueError):
@@ -28,12 +41,18 @@ class CheckOptions:
     master_port: int | None = None
     # the backend the ranks ran on (set by the launcher's result)
     backend: str | None = None
+    # how thorough: "quick", "default" or "full" (see ``at_depth``)
+    depth: str = "default"
     # bandwidth
-    max_bytes: int | None = None  # None: 16 MiB on gloo, 256 MiB on nccl
+    max_bytes: int | None = None  # None: by depth and backend (16 MiB gloo, 256 MiB nccl)
     min_bytes: int = 1024
     expect_busbw: float | None = None  # GB/s; below half of it is COMM_BANDWIDTH_LOW
-    warmup: int = 2
-    iters: int = 5
+    warmup: int = 1  # untimed calls per size (the call that sizes the trials comes after)
+    iters: int = 5  # at most this many back-to-back calls per trial ...
+    # ... and fewer when one call takes longer than this share of a trial: a 16 MiB gloo
+    # all_reduce (~16 ms here) needs no averaging over 5, and on a slow link the sweep's
+    # cost stays bounded. None: always ``iters``.
+    trial_budget_s: float | None = 0.025
     trials: int = 3
     collectives: tuple[str, ...] = COLLECTIVES
     link_bytes: int | None = None  # None: min(8 MiB, max_bytes)
@@ -54,13 +73,23 @@ class CheckOptions:
         unknown = [c for c in self.collectives if c not in COLLECTIVES]
         if unknown:
             raise OptionsError(f"collectives: unknown {unknown}; choose from {COLLECTIVES}")
+        if self.depth not in DEPTHS:
+            raise OptionsError(f"depth must be one of {DEPTHS}, not {self.depth!r}")
         if self.backend not in (None, "gloo", "nccl"):
             raise OptionsError(f"backend must be gloo or nccl, not {self.backend!r}")
 
     def bandwidth_max_bytes(self, backend: str) -> int:
         if self.max_bytes is not None:
             return self.max_bytes
-        return (256 << 20) if backend == "nccl" else (16 << 20)
+        gloo, nccl = _DEPTH_MAX_BYTES[self.depth]
+        return nccl if backend == "nccl" else gloo
+
+    @classmethod
+    def at_depth(cls, depth: str, **fields: Any) -> CheckOptions:
+        """Options for ``--quick`` / ``--full`` (or the default depth); ``fields`` win."""
+        if depth not in DEPTHS:
+            raise OptionsError(f"depth must be one of {DEPTHS}, not {depth!r}")
+        return cls(**{**_DEPTH_FIELDS[depth], "depth": depth, **fields})
 
     def replace(self, **changes: Any) -> CheckOptions:
         return CheckOptions.from_dict({**self.to_dict(), **changes})
@@ -106,7 +135,7 @@ class CheckOptions:
 _LIMITS: dict[str, tuple[type, float | None]] = {
     "shm_min_free": (int, 1), "master_port": (int, 1), "max_bytes": (int, 1024),
     "min_bytes": (int, 1), "expect_busbw": (float, 0), "warmup": (int, 0),
-    "iters": (int, 1), "trials": (int, 1), "link_bytes": (int, 4),
+    "iters": (int, 1), "trials": (int, 1), "link_bytes": (int, 4), "trial_budget_s": (float, 0),
     "link_timeout_s": (float, 0), "link_iters": (int, 1), "p2p_timeout_s": (float, 0),
     "dl_workers": (int, 0), "dl_batch": (int, 1), "dl_item_bytes": (int, 4),
     "dl_timeout_s": (float, 0), "dl_batches": (int, 1),

@@ -54,7 +54,8 @@ def _bandwidth_table(report) -> None:
 @click.option("--master-port", type=click.IntRange(1, 65535), default=None,
               help="Rendezvous port your job will use [default: $MASTER_PORT or 29500].")
 @click.option("--max-bytes", default="auto", show_default=True,
-              help="Largest bandwidth message, e.g. 64M or 1G [auto: 16M on gloo, 256M on nccl].")
+              help="Largest bandwidth message, e.g. 64M or 1G [auto: 16M on gloo, 256M on "
+                   "nccl; see --quick, --full].")
 @click.option("--expect-busbw", type=FiniteFloat(min=0, min_open=True, max=1e6), default=None,
               metavar="GB/s",
               help="all_reduce bus bandwidth you expect; below half of it is a finding.")
@@ -69,14 +70,21 @@ def _bandwidth_table(report) -> None:
               help="torchrun rendezvous endpoint (multi-node), hosted on node 0.")
 @click.option("--local-addr", default=None,
               help="This node's address for torchrun's rendezvous (multi-node).")
+@click.option("--quick", is_flag=True,
+              help="Less of the probes whose cost grows with what they move: bandwidth sweeps "
+                   "all_reduce only, up to 1M on gloo (16M on nccl); the DataLoader moves 2 "
+                   "batches. Every probe still runs.")
+@click.option("--full", is_flag=True,
+              help="More of them: bandwidth up to 64M on gloo (1G on nccl), 2 warm-ups and "
+                   "5 calls a trial at every size (allow for it in --deadline).")
 @click.option("-v", "--verbose", is_flag=True, help="Show all evidence lines.")
 @json_option
 @html_option
 def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], deadline: float,
             master_addr: str | None, master_port: int | None, max_bytes: str,
             expect_busbw: float | None, shm_min_mb: int, nnodes: int, node_rank: int,
-            rdzv_endpoint: str | None, local_addr: str | None, verbose: bool,
-            json_path: str | None, html_path: str | None) -> int:
+            rdzv_endpoint: str | None, local_addr: str | None, quick: bool, full: bool,
+            verbose: bool, json_path: str | None, html_path: str | None) -> int:
     """Preflight every rank before a run.
 
     Starts NPROC ranks on this node, each with a process group, runs the probes in each and
@@ -100,10 +108,17 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
     from ddpdoctor.check.probes import PROBES
 
     names = _probe_names(probes)
-    opts = _options(max_bytes, shm_min_mb, master_addr, master_port, expect_busbw)
+    if quick and full:
+        raise click.BadParameter("choose one of --quick and --full", param_hint="--quick")
+    depth = "quick" if quick else "full" if full else "default"
+    opts = _options(depth, max_bytes, shm_min_mb, master_addr, master_port, expect_busbw)
     if node_rank >= nnodes:
         raise click.BadParameter(f"{node_rank} is not below --nnodes {nnodes}",
                                  param_hint="--node-rank")
+    if nnodes == 1 and not rdzv_endpoint and any(PROBES[n].stage != "parent" for n in names):
+        from ddpdoctor.check.launcher import prestart
+
+        prestart(("ddpdoctor.check.run",))  # the ranks import torch while we do
     nproc = _ranks(nproc, backend)
     if nnodes > 1 or rdzv_endpoint:
         if not rdzv_endpoint:
@@ -132,14 +147,14 @@ def _probe_names(probes: tuple[str, ...]) -> list[str]:
     return list(probes) or list(PROBES)
 
 
-def _options(max_bytes: str, shm_min_mb: int, master_addr: str | None,
+def _options(depth: str, max_bytes: str, shm_min_mb: int, master_addr: str | None,
              master_port: int | None, expect_busbw: float | None) -> CheckOptions:
     from ddpdoctor.check.options import CheckOptions
 
-    return CheckOptions(shm_min_free=shm_min_mb << 20,
-                        max_bytes=None if max_bytes == "auto" else _parse_size(max_bytes),
-                        master_addr=master_addr, master_port=master_port,
-                        expect_busbw=expect_busbw)
+    return CheckOptions.at_depth(
+        depth, shm_min_free=shm_min_mb << 20,
+        max_bytes=None if max_bytes == "auto" else _parse_size(max_bytes),
+        master_addr=master_addr, master_port=master_port, expect_busbw=expect_busbw)
 
 
 def _ranks(nproc: int | None, backend: str | None) -> int:

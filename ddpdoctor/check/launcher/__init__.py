@@ -2,7 +2,8 @@
 
 The public API: ``launch`` and what it returns (``LaunchResult``, ``RankOutcome``, the
 ``STATUS_*`` values), the ``RankContext`` a launched function receives, and
-``read_progress``, how anyone holding the store reads a rank's progress marks.
+``read_progress``, how anyone holding the store reads a rank's progress marks, and
+``prestart``, which starts the process ranks are forked from early (see ``zygote``).
 """
 
 from ddpdoctor.check.launcher.launch import default_backend, launch
@@ -17,9 +18,10 @@ from ddpdoctor.check.launcher.outcome import (
     RankOutcome,
     read_progress,
 )
+from ddpdoctor.check.launcher.zygote import prestart
 
 __all__ = [
     "STATUS_DIED", "STATUS_ERROR", "STATUS_OK", "STATUS_TIMEOUT", "STATUS_TORN_DOWN",
     "LaunchResult", "RankContext", "RankOutcome", "default_backend", "launch",
-    "read_progress",
+    "prestart", "read_progress",
 ]

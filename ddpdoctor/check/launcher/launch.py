@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.check.launcher import zygote
 from ddpdoctor.check.launcher.outcome import (
     STATUS_DIED,
     STATUS_OK,
@@ -82,19 +83,38 @@ def launch(
 ) -> LaunchResult:
     """Run ``fn(ctx, *args)`` on ``nproc`` local ranks and collect every rank's outcome.
 
-    ``fn`` must be a module-level function (spawn pickles it by reference). ``rank_env``
+    ``fn`` must be a module-level function (it is pickled by reference). ``rank_env``
     adds environment variables to single ranks (tests use it to plant a differing env).
     ``pre_init(ctx, *args)``, if given, runs on each rank before the process group is
     created; its result is kept even when process group creation fails (the env probe uses
     it to explain why). ``on_progress`` is called about twice a second with each rank's
     last progress label. Returns within ``deadline_s`` plus the time to kill what is left.
     """
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
-
     if nproc < 1:
         raise ValueError("nproc must be at least 1")
-    backend = backend or default_backend(nproc)
     started = time.monotonic()
+    # Before torch is imported here: the zygote's import of it overlaps ours.
+    modules = tuple(m for m in {fn.__module__, getattr(pre_init, "__module__", None)}
+                    if m and m != "__main__")
+    zygote.prestart(modules)
+    try:
+        result, address = _launch(fn, nproc, args, backend, deadline_s, rank_env, log_dir,
+                                  master_addr, pre_init, on_progress, started, modules)
+    finally:
+        zygote.stop()  # the ranks are gone; the next launch gets a fresh environment
+    result.store_address = address
+    if log_dir is None:
+        # Everything worth keeping (return values, errors, stderr tails) is in the outcomes.
+        shutil.rmtree(result.log_dir, ignore_errors=True)
+        result.log_dir = ""
+    return result
+
+
+def _launch(fn, nproc, args, backend, deadline_s, rank_env, log_dir, master_addr, pre_init,
+            on_progress, started, modules) -> tuple[LaunchResult, str]:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+
+    backend = backend or default_backend(nproc)
     work = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="ddpdoctor-launch-"))
     work.mkdir(parents=True, exist_ok=True)
     # A fresh private directory (0700, unpredictable name): results are unpickled from it,
@@ -118,17 +138,13 @@ def launch(
 
     logs = DefaultLogsSpecs(log_dir=str(work / "logs"), redirects=Std.ALL)
     try:
+        method = zygote.start_method(modules, deadline_s - (time.monotonic() - started))
         with _quiet_torch_launcher():
             result = _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir,
-                          work, started, pre_init, on_progress)
+                          work, started, pre_init, on_progress, method)
     finally:
         listener.close()
-    result.store_address = f"{master_addr}:{store.port}"
-    if log_dir is None:
-        # Everything worth keeping (return values, errors, stderr tails) is in the outcomes.
-        shutil.rmtree(work, ignore_errors=True)
-        result.log_dir = ""
-    return result
+    return result, f"{master_addr}:{store.port}"
 
 
 @contextlib.contextmanager
@@ -148,7 +164,7 @@ def _quiet_torch_launcher():
 
 
 def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, work,
-         started, pre_init, on_progress) -> LaunchResult:
+         started, pre_init, on_progress, method) -> LaunchResult:
     from torch.distributed.elastic.multiprocessing import start_processes
 
     pc = start_processes(
@@ -158,6 +174,7 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
               for r in range(nproc)},
         envs=envs,
         logs_specs=logs,
+        start_method=method,
     )
     pids = pc.pids()
     tree = RankTree(pids)

@@ -40,6 +40,7 @@ def rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: st
             # torch was imported by the spawn machinery before our env was applied; a rank
             # started by torchrun would have read OMP_NUM_THREADS at import.
             torch.set_num_threads(int(omp))
+        behave_like_a_torchrun_rank()
         if pre_init is not None:
             ctx.progress("pre_init")
             pre = pre_init(ctx, *args)
@@ -75,6 +76,20 @@ def rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: st
         return
     # Exit non-zero without raising: elastic's own error reporting would add noise.
     os._exit(1)
+
+
+def behave_like_a_torchrun_rank() -> None:
+    """Undo what being a spawn child changed, so probes see what a job's ranks see.
+
+    multiprocessing's bootstrap forces a spawned process's default start method to
+    "spawn"; a rank that torchrun starts (``python train.py``) keeps the platform default
+    (fork on Linux before Python 3.14). With "spawn", every DataLoader worker of the
+    dataloader probe re-imported torch (seconds each, most of the check's time on a
+    2-core host) and tested a start method the job does not use.
+    """
+    import multiprocessing
+
+    multiprocessing.set_start_method(None, force=True)
 
 
 def free_store(host: str, world: int, deadline_s: float):

@@ -2,7 +2,9 @@
 
 Sizes run from 1 KiB to ``max_bytes`` (x4 steps); each size gets warm-up iterations, then
 trials of back-to-back timed iterations (as nccl-tests times them), and the median trial
-is kept. Times are per rank; the
+is kept. A trial has ``iters`` iterations, fewer for a size whose one call already takes
+longer than the trial budget (large messages, slow links): the sweep's cost stays bounded
+while every trial stays long enough to time. Times are per rank; the
 analysis uses the slowest rank's, as a collective is only done when every rank is.
 Links: round-robin pairs (O(N) rounds); each direction is timed on the receiver after a
 handshake, so a slow egress of one node shows as slow links *from* its ranks.
@@ -57,12 +59,31 @@ def _op(name: str, size: int, world: int, device: str):
     raise ValueError(name)
 
 
+def _iters(run: Any, ctx: Any, opts: CheckOptions) -> int:
+    """Back-to-back calls per trial: ``iters``, or as many as fit in the trial budget.
+
+    One timed call sizes it; the slowest rank's time decides for every rank (they must
+    issue the same number of collectives, or they would wait on each other forever).
+    """
+    if opts.trial_budget_s is None:
+        return opts.iters
+    import torch
+    import torch.distributed as dist
+
+    start = time.perf_counter()
+    run()
+    _sync(ctx.device)
+    one = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(one, op=dist.ReduceOp.MAX)
+    return max(1, min(opts.iters, int(opts.trial_budget_s / max(float(one.item()), 1e-9))))
+
+
 def sweep(ctx: Any, opts: CheckOptions | dict[str, Any]) -> list[dict[str, Any]]:
     """Like nccl-tests: time ``iters`` back-to-back calls and divide, in ``trials`` trials."""
     import torch.distributed as dist
 
     opts = CheckOptions.coerce(opts)
-    warmup, iters, trials = opts.warmup, opts.iters, opts.trials
+    warmup, trials = opts.warmup, opts.trials
     rows = []
     for coll in opts.collectives:
         ctx.progress(f"{NAME}: {coll}")
@@ -71,6 +92,7 @@ def sweep(ctx: Any, opts: CheckOptions | dict[str, Any]) -> list[dict[str, Any]]
             for _ in range(warmup):
                 run()
             _sync(ctx.device)
+            iters = _iters(run, ctx, opts)
             times = []
             for _ in range(trials):
                 dist.barrier()
@@ -79,7 +101,7 @@ def sweep(ctx: Any, opts: CheckOptions | dict[str, Any]) -> list[dict[str, Any]]
                     run()
                 _sync(ctx.device)
                 times.append((time.perf_counter() - start) / iters)
-            rows.append({"collective": coll, "size": size,
+            rows.append({"collective": coll, "size": size, "iters": iters,
                          "median_s": statistics.median(times), "times_s": times})
     return rows
 
