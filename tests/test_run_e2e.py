@@ -40,8 +40,10 @@ CRASHES = {
     "sigkill": (trainer("--steps", "5", "--inject", "oom-kill@1:2"),
                 {"RANK_CRASHED", "OOM"}, [1]),
     "oom": (trainer("--steps", "5", "--inject", "oom@1:2"), {"OOM"}, [1]),
+    # a DataLoader worker SIGKILLed: the OOM killer's usual victim, so "most likely the
+    # host ran out of memory" may lead (the worker failure follows it)
     "worker-killed": (trainer("--steps", "5", "--inject", "worker-kill@1:2"),
-                      {"DATALOADER_WORKER_FAILURE"}, [1]),
+                      {"DATALOADER_WORKER_FAILURE", "OOM"}, [1]),
     "unused": (trainer("--steps", "5", "--inject", "unused-branch@1:2"),
                {"DDP_REDUCTION_NOT_FINISHED", "DDP_UNUSED_PARAMETERS"}, [1]),
 }

@@ -232,8 +232,9 @@ class FakeJob:
 
 
 def _stack(rank: int, pid: int, frames: list[Frame]) -> RankStack:
+    # a Python busy-wait holds the GIL in every read (spinning.py: native work does not)
     return RankStack(rank, pid, "running", [ThreadStack(1, "MainThread", True, frames,
-                                                        is_main=True)])
+                                                        owns_gil=True, is_main=True)])
 
 
 def _recheck_with(monkeypatch, stacks_of_read) -> object:

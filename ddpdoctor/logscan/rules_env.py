@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from typing import Any
 
 from ddpdoctor.logscan.events import Event
@@ -163,7 +165,52 @@ def families(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return out
 
 
+_STORE_WAITED = re.compile(r"clients joined|waiting for clients")
+
+
+def rendezvous_split(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A rendezvous that never completed, and the ranks its lines show it starts from.
+
+    A rank's own c10d connect lines name the store address it was given ("...while trying
+    to connect to (host, port)"). The ranks that timed out connecting while another rank's
+    store sat waiting for its clients ("1/2 clients joined": it was up) were given an
+    endpoint that does not reach it; among several connecting ranks, those naming another
+    address than most are. Needs the ranks of the lines (prefixes, per-rank logs); run
+    adds each rank's environment (supervise/rendezvous.py)."""
+    connects = [e for e in ix.of(K.CONNECT_TIMEOUT) if e.rank is not None
+                and e.data.get("host") and e.data.get("port")]
+    waited = [e for e in ix.events if e.rank is not None and e.kind is not K.CONNECT_TIMEOUT
+              and _STORE_WAITED.search(e.text)]
+    if not connects:
+        return []
+    address = {}
+    for e in connects:
+        address.setdefault(e.rank, f"{e.data['host']}:{e.data['port']}")
+    counts = Counter(address.values())
+    top = max(counts.values())
+    hosts = {e.rank for e in waited} - set(address)
+    if len(counts) > 1 and list(counts.values()).count(top) == 1:
+        usual = counts.most_common(1)[0][0]
+        odd = sorted(r for r, a in address.items() if a != usual)
+        why = f"the other ranks connect to {usual}"
+    elif hosts:
+        odd, usual = sorted(address), ""
+        why = f"rank {fmt(waited)}'s store was up, waiting for its clients"
+    else:
+        return []
+    evs = [e for e in connects if e.rank in odd] + waited
+    named = ", ".join(sorted({address[r] for r in odd}))
+    return [verdict(ix, "ENV_RENDEZVOUS_UNREACHABLE",
+                    f"rank {', '.join(map(str, odd))} could not reach the rendezvous store at "
+                    f"{named}: {why} (its endpoint differs or its path is blocked)", evs,
+                    {"endpoints": {str(r): a for r, a in sorted(address.items())},
+                     **({"expected": usual} if usual else {})}, ranks=odd)]
+
+
 RULES = (
+    Rule("rendezvous_split", rendezvous_split, frozenset({
+        K.EXCEPTION, K.TRACEBACK, K.ERROR_LINE, K.CONNECT_TIMEOUT, K.CONN_REFUSED,
+        K.STORE_TIMEOUT})),
     Rule("port_in_use", port_in_use, frozenset({K.EXCEPTION, K.ERROR_LINE, K.PROCESS_EXIT})),
     Rule("device_mapping", device_mapping, _NCCL_FALLOUT),
     Rule("gpu_health", gpu_health, _NCCL_FALLOUT | {K.CUDA_ILLEGAL}),

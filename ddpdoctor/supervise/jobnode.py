@@ -154,7 +154,7 @@ def answer(job: Any, tracker: Any, request: Any, opts: Any, rank_cache: dict,
     d = outcome.diagnosis
     if d is None:
         return StackReply(-1, host, (), error=outcome.error or "no stacks")
-    busy = _busy_ranks(job, d.states, request.recheck_s)
+    busy = _busy_ranks(job, d.states, request.recheck_s, d)
     now = time.monotonic()
     tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
     moved = tracker.stalled_for(now) < before
@@ -166,20 +166,49 @@ def answer(job: Any, tracker: Any, request: Any, opts: Any, rank_cache: dict,
                       traces=traces, traced=tuple(sorted(traced_pids(d))))
 
 
-def _busy_ranks(job: Any, states: list, seconds: float) -> list[int]:
-    from ddpdoctor.supervise.looks import is_working, rank_usage
+def _busy_ranks(job: Any, states: list, seconds: float, diagnosis: Any = None) -> list[int]:
+    """The ranks not waiting that worked while this node watched them ``seconds`` (at
+    least SPIN_WINDOW_S: their stacks are read meanwhile). CPU alone is not work: a rank
+    that burned it on the same lines in every read, with no storage I/O and no native
+    work, spins (supervise/spinning.py) and is left out, so the leader can name it."""
+    from ddpdoctor.supervise.looks import rank_usage
+    from ddpdoctor.supervise.stack_reads import SPIN_WINDOW_S, StackReads
     from ddpdoctor.supervise.verdict import GONE_KINDS, WAITING_KINDS
 
     pids = {s.rank: s.pid for s in states
             if s.pid and s.kind not in GONE_KINDS and s.kind not in WAITING_KINDS}
+    seconds = max(seconds, SPIN_WINDOW_S) if pids else seconds
     first = rank_usage(pids)
     start = time.monotonic()
-    while time.monotonic() - start < seconds and job.poll() is None:
-        time.sleep(min(0.2, seconds))
+    # a tight torch loop (an evaluation: ``x = torch.tanh(x @ w)``) stays on two lines
+    # like a spin; most of its reads find it in a kernel with the GIL released: work
+    reads = StackReads(pids, diagnosis, start, native_is_work=True)
+    while (left := seconds - (time.monotonic() - start)) > 0 and job.poll() is None:
+        if reads.due(time.monotonic()):
+            reads.read(time.monotonic())
+        time.sleep(max(0.01, min(0.05 if pids else 0.2, left)))
     took = time.monotonic() - start
     after = rank_usage(pids)
-    return sorted(r for r in pids if r in first and r in after
-                  and is_working(after[r][0] - first[r][0], after[r][1] - first[r][1], took))
+    return busy_of(pids, first, after, took, reads)
+
+
+def busy_of(pids: dict[int, int], first: dict, after: dict, took: float, reads: Any
+            ) -> list[int]:
+    """Pure: the ranks that worked (CPU or storage I/O over ``took`` s), less those whose
+    stack ``reads`` show spinning with under 256 KiB of I/O (a spin loop writes nothing)."""
+    from ddpdoctor.supervise.looks import _WORK_IO_BYTES, is_working
+
+    out = []
+    for r in sorted(pids):
+        if r not in first or r not in after:
+            continue
+        cpu, io = after[r][0] - first[r][0], after[r][1] - first[r][1]
+        if not is_working(cpu, io, took):
+            continue
+        if io < _WORK_IO_BYTES and reads.verdict(r).spinning:
+            continue
+        out.append(r)
+    return out
 
 
 # ---- failures: this node's first failing rank, and the job's root cause
@@ -190,7 +219,8 @@ def local_failure(job: Any, tracker: Any, returncode: int | None) -> Failure | N
     first = tracker.exits[0] if tracker.exits else None
     if first is None and not returncode:
         return None
-    findings, _ = triage_output(job.copy.combined_path, tracker.exits, returncode or 1)
+    findings, _ = triage_output(job.copy.combined_path, tracker.exits, returncode or 1,
+                                getattr(tracker, "endpoints", None))
     host = socket.gethostname()
     if not findings:
         return None
@@ -209,7 +239,8 @@ def raised_failure(job: Any, tracker: Any) -> Failure | None:
     output so far; torchrun's summary is not written yet). None: no rank is named."""
     from ddpdoctor.supervise.triage import triage_output
 
-    findings, _ = triage_output(job.copy.combined_path, [], 1)
+    findings, _ = triage_output(job.copy.combined_path, [], 1,
+                                getattr(tracker, "endpoints", None))
     lead = next((f for f in findings if f.ranks), None)
     if lead is None:
         return None

@@ -185,7 +185,9 @@ def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis
     reason = _title(verdict, diagnosis)
     before = rank_usage(pids)
     start = time.monotonic()
-    reads = StackReads(pids, diagnosis, start)
+    # a rank mostly inside a native call with the GIL released (a tight loop of tensor
+    # ops) is working, not spinning: never stop a healthy job for it (spinning.py)
+    reads = StackReads(pids, diagnosis, start, native_is_work=True)
     while (left := seconds - (time.monotonic() - start)) > 0:
         if job.poll() is not None:
             return None

@@ -24,10 +24,13 @@ REPORT_NAME = REPORT_FILE
 _MEMORY_IDS = ("RANK_CRASHED", "OOM")
 
 
+def job_exit_code(returncode: int) -> int:
+    """What a shell would report: a signal death becomes 128 + the signal number."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
                  wall0: float) -> None:
-    from ddpdoctor.supervise.runner import job_exit_code
-
     report = result.report
     tracker = result.tracker
     rank_paths = job.copy.rank_paths()
@@ -49,7 +52,7 @@ def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
     _output_check(report, job, rank_paths)
     _stall_check(report, result, opts)
 
-    _job_outcome(result, job, opts, took, job_exit_code)
+    _job_outcome(result, job, opts, took)
     _memory_evidence(report, result)
     # After the outcome's own findings: the root cause of a crash or hang leads.
     for f in merge(report.findings, watched):
@@ -125,7 +128,7 @@ def _memory_evidence(report: Any, result: Any) -> None:
                 f.evidence.setdefault("memory", ev)
 
 
-def _job_outcome(result: Any, job: Job, opts: Any, took: float, job_exit_code: Any) -> None:
+def _job_outcome(result: Any, job: Job, opts: Any, took: float) -> None:
     report = result.report
     rc = result.returncode
     tracker = result.tracker
@@ -156,7 +159,8 @@ def _job_outcome(result: Any, job: Job, opts: Any, took: float, job_exit_code: A
         result.exit_code = EXIT_FINDINGS if result.hang is not None else 0
         return
 
-    findings, info = triage_mod.triage_output(job.copy.combined_path, tracker.exits, rc)
+    findings, info = triage_mod.triage_output(job.copy.combined_path, tracker.exits, rc,
+                                              getattr(tracker, "endpoints", None))
     info["returncode"] = rc
     if job.copy.incomplete():
         info["log_incomplete"] = True

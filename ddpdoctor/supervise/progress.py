@@ -21,6 +21,7 @@ from typing import Any
 
 from ddpdoctor import safefile
 from ddpdoctor.supervise.background_threads import BackgroundThreads
+from ddpdoctor.supervise.rendezvous import RankEndpoint, endpoint_of
 
 JOB = -1  # the unit when no process carries RANK (a plain script, mp.spawn, startup)
 DEFAULT_CPU_RATE = 0.05  # share of one core
@@ -38,6 +39,16 @@ class ProcSample:
     zombie: bool = False
     top: bool = True  # the rank's own process, not one of its workers
     rss: int = 0  # bytes
+    # where it was told to rendezvous (its environment / init_method): supervise/rendezvous
+    rdzv: RankEndpoint | None = None
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """What a process's environment says, read once per (pid, create time)."""
+
+    rank: int | None
+    rdzv: RankEndpoint | None = None
 
 
 @dataclass
@@ -62,22 +73,31 @@ class Heartbeat:
                 and (self.step > 0 or self.phase not in ("", "starting")))
 
 
-def _rank_of(proc: Any) -> int | None:
+def _identity_of(proc: Any) -> _Identity:
     import psutil
 
     try:
-        value = proc.environ().get("RANK")
+        env = proc.environ()
     except (psutil.Error, OSError):
-        return None
+        return _Identity(None)
+    value = env.get("RANK")
     try:
-        return int(value) if value is not None else None
+        rank = int(value) if value is not None else None
     except ValueError:
-        return None
+        return _Identity(None)
+    if rank is None:
+        return _Identity(None)
+    try:
+        cmdline = proc.cmdline()
+    except (psutil.Error, OSError):
+        cmdline = []
+    return _Identity(rank, endpoint_of(env, cmdline))
 
 
-def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], int | None]
+def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], _Identity]
                 ) -> TreeSample:
-    """CPU time and RANK of the root and every descendant (environments read once)."""
+    """CPU time, RANK and rendezvous endpoint of the root and every descendant
+    (environments read once)."""
     import psutil
 
     sample = TreeSample(now)
@@ -88,6 +108,7 @@ def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], i
         return sample
     pids = {p.pid for p in procs}
     ranks: dict[int, int | None] = {}
+    rdzv: dict[int, RankEndpoint | None] = {}
     rows = []
     for p in procs:
         try:
@@ -102,15 +123,16 @@ def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], i
             continue
         key = (p.pid, created)
         if key not in rank_cache:
-            rank_cache[key] = None if zombie else _rank_of(p)
-        ranks[p.pid] = rank_cache[key]
+            rank_cache[key] = _Identity(None) if zombie else _identity_of(p)
+        ranks[p.pid], rdzv[p.pid] = rank_cache[key].rank, rank_cache[key].rdzv
         if ranks[p.pid] is not None and not zombie:
             cpu = max(0.0, cpu - BACKGROUND.cpu_s(p.pid))
         rows.append((p.pid, cpu, created, zombie, ppid, rss))
     for pid, cpu, created, zombie, ppid, rss in rows:
         rank = ranks[pid]
         top = not (ppid in pids and ranks.get(ppid) is not None and ranks.get(ppid) == rank)
-        sample.procs.append(ProcSample(pid, rank, cpu, created, zombie, top, rss))
+        sample.procs.append(ProcSample(pid, rank, cpu, created, zombie, top, rss,
+                                       rdzv[pid]))
     return sample
 
 
@@ -162,6 +184,8 @@ class ProgressTracker:
         # unit -> last time it used CPU, heartbeat or not: a quiet rank that still works
         # (an evaluation, a checkpoint save) is not hung (supervise/verdict.py)
         self.cpu_last: dict[int, float] = {}
+        # rank -> the rendezvous endpoint its process was given (supervise/rendezvous.py)
+        self.endpoints: dict[int, RankEndpoint] = {}
 
     def update(self, now: float, lines: int, sample: TreeSample,
                heartbeats: dict[int, Heartbeat] | None = None) -> None:
@@ -231,6 +255,8 @@ class ProgressTracker:
         for p in sample.procs:
             if p.rank is not None and p.top and not p.zombie:
                 live.setdefault(p.rank, set()).add(p.pid)
+                if p.rdzv is not None:
+                    self.endpoints[p.rank] = p.rdzv
         gone_already = {e.rank for e in self.exits}
         for rank, pids in self._rank_pids.items():
             if rank not in live and rank not in gone_already:

@@ -26,6 +26,8 @@ from ddpdoctor.supervise.env import RUN_ID, job_environment, watch_bootstrap_dir
 from ddpdoctor.supervise.looks import Look
 from ddpdoctor.supervise.loop import Loop, Node
 from ddpdoctor.supervise.memory import MemoryHistory
+from ddpdoctor.supervise.outcome import build_report
+from ddpdoctor.supervise.outcome import job_exit_code as job_exit_code  # its old home's name
 from ddpdoctor.supervise.process import Job, JobStartError
 from ddpdoctor.supervise.progress import ProgressTracker, sample_tree
 from ddpdoctor.supervise.reaper import Reaper
@@ -94,11 +96,6 @@ class RunResult:
     job_end: Any = None  # supervise.jobnode.NodeEnd: what the job view knew at the end
 
 
-def job_exit_code(returncode: int) -> int:
-    """What a shell would report: a signal death becomes 128 + the signal number."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def _prepare_run_dir(path: str | None) -> tuple[str, list[str]]:
     """The run directory and the directories created for it (removed again if the job
     cannot start: a failed start leaves nothing behind)."""
@@ -131,7 +128,6 @@ def env_snapshot(env: dict[str, str]) -> dict[str, str]:
 
 def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
     """Run ``cmd`` to its end (or end it). Raises process.JobStartError."""
-    from ddpdoctor.supervise.outcome import build_report
     from ddpdoctor.supervise.secrets import secret_values
 
     run_dir, created = _prepare_run_dir(opts.run_dir)

@@ -20,7 +20,20 @@ waiting in a collective (the caller's premise):
   (a tight loop: ``while cond: pass``, or a condition and a one-line body);
 - the library calls below it were at most ``MAX_INNER_CALLS`` distinct chains (none, or
   the one helper a poll loop calls: ``os.path.exists``);
-- at least ``MIN_SAMPLES`` reads spanning ``MIN_SPAN_S`` seconds.
+- at least ``MIN_SAMPLES`` reads spanning ``MIN_SPAN_S`` seconds;
+- in most reads the loop ran Python: the main thread held the GIL, or a Python call sat
+  below its frame (``os.path.exists``). A read that finds it inside a native call that
+  released the GIL, with no Python frame below (a torch op, a BLAS kernel), is a
+  ``native`` read: a tight ``x = torch.tanh(x @ w)`` evaluation loop stays on the same
+  two lines with no Python call below, like a spin, but spends nearly every read in
+  torch's kernels with the GIL released (measured: 19 of 20 reads), while a Python busy
+  loop holds the GIL (``n += 1``, ``time.time() < deadline``: 20 of 20) or polls a
+  Python helper (``os.path.exists``: its frame in nearly every read). More than
+  ``MAX_NATIVE_SHARE`` of native reads: not known to spin (a rank spinning inside one
+  native call that released the GIL, such as a GPU host thread in ``.item()`` on a stuck
+  kernel, is not named by this rule: better a missed spin than a stopped evaluation).
+  This last condition is on where ``native_is_work`` is set: the job view's recheck
+  (supervise/jobnode.py) sets it; one node's recheck (looks.py) does not yet.
 
 Then the rank spins: it is the culprit, whatever its CPU says. Storage I/O still proves
 work (the caller checks it first): a spin loop writes nothing.
@@ -43,6 +56,7 @@ MIN_SAMPLES = 6
 MIN_SPAN_S = 0.5
 MAX_LOOP_LINES = 2  # ``while cond:`` / its one-line body
 MAX_INNER_CALLS = 2  # none, and the helper the loop polls (os.path.exists)
+MAX_NATIVE_SHARE = 0.5  # of the reads: above it, the time goes to native work (a kernel)
 _IN_PLACE = (COMPUTE, IDLE)  # kinds a spinning rank shows; any other means it moved on
 
 
@@ -65,6 +79,8 @@ class StackSample:
     user: tuple[Spot, ...] = ()  # the main thread's user-code frames, innermost first
     inner: tuple[tuple[str, str], ...] = ()  # library (file, function) inside user[0]
     error: str = ""  # why the stack could not be read
+    # inside a native call that released the GIL, no Python frame below the user frame
+    native: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,7 +110,8 @@ def sample_of(stack: RankStack, at: float) -> StackSample:
     user = tuple(Spot(f.filename, f.name, f.line) for f in frames[first_user:]
                  if not is_library(f.filename))
     inner = tuple((f.filename, f.name) for f in frames[:first_user])
-    return StackSample(at, kind, user, inner)
+    native = main is not None and not main.owns_gil and not inner
+    return StackSample(at, kind, user, inner, native=native)
 
 
 def _moved(samples: list[StackSample]) -> str:
@@ -115,8 +132,10 @@ def _moved(samples: list[StackSample]) -> str:
     return ""
 
 
-def spin_verdict(samples: list[StackSample]) -> SpinVerdict:
-    """Does this rank spin in place? ``samples``: its stack reads, oldest first."""
+def spin_verdict(samples: list[StackSample], native_is_work: bool = False) -> SpinVerdict:
+    """Does this rank spin in place? ``samples``: its stack reads, oldest first;
+    ``native_is_work``: reads inside a native call with the GIL released (most of them)
+    mean native work (a torch op), not a spin."""
     read = [s for s in samples if not s.error]
     if len(read) < MIN_SAMPLES:
         why = next((s.error for s in samples if s.error), "")
@@ -133,6 +152,11 @@ def spin_verdict(samples: list[StackSample]) -> SpinVerdict:
     moved = _moved(read)
     if moved:
         return SpinVerdict(False, moved)
+    native = sum(1 for s in read if s.native)
+    if native_is_work and native > MAX_NATIVE_SHARE * len(read):
+        return SpinVerdict(False, f"{native} of its {len(read)} stacks found it inside a "
+                           "native call with the GIL released (a torch op, a kernel): "
+                           "native work, not a Python spin")
     lines = sorted({s.user[0].line for s in read})
     top = read[0].user[0]
     where = str(top) if len(lines) == 1 else \

@@ -4,7 +4,10 @@ The output copy holds every rank's lines in arrival order with torchrun's rank p
 so logscan can tell the first root cause from the cascade. This is the same code path as
 ``ddpdoctor diagnose`` (one knowledge base, ``ddpdoctor/logscan/kb``, and one list of triage
 rules): every signature works live and after the fact. When the output names no cause,
-the rank whose process went away first (the sampler watched them) is the lead.
+the rank whose process went away first (the sampler watched them) is the lead. When the
+output shows a rendezvous that never completed and one rank was given another endpoint
+than the others (its environment or command line, read from its process), that rank is
+the lead (supervise/rendezvous.py).
 """
 
 from __future__ import annotations
@@ -33,18 +36,27 @@ def first_exit(exits: list[RankExit]) -> RankExit | None:
     return first if len(tied) == 1 else None
 
 
-def triage_output(output_log: Path, exits: list[RankExit], returncode: int
+def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
+                  endpoints: dict[int, Any] | None = None
                   ) -> tuple[list[Finding], dict[str, Any]]:
-    """Findings (root cause first) for a job that exited with ``returncode``."""
+    """Findings (root cause first) for a job that exited with ``returncode``;
+    ``endpoints``: each rank's rendezvous endpoint (ProgressTracker.endpoints)."""
     from ddpdoctor.logscan import LogInput, diagnose_logs
+    from ddpdoctor.supervise.rendezvous import culprit_finding
 
     info: dict[str, Any] = {"log": str(output_log)}
     try:
         findings, scan = diagnose_logs([LogInput(str(output_log))])
         info["events"] = len(scan.events)
     except OSError as e:
-        findings = []
+        findings, scan = [], None
         info["error"] = f"cannot read {output_log}: {e.strerror or e}"
+    if scan is not None:
+        lead, fallout = culprit_finding(scan.events, endpoints or {}, findings)
+        if lead is not None:
+            drop = {id(f) for f in fallout}
+            findings = [lead, *(f for f in findings if id(f) not in drop)]
+            return findings, info
     first = first_exit(exits)
     if first is not None:
         info["first_exit"] = {"rank": first.rank, "pid": first.pid}
