@@ -168,6 +168,20 @@ def families(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 _STORE_WAITED = re.compile(r"clients joined|waiting for clients")
 
 
+def _odd_endpoints(address: dict[int, str], waited: list[Event]
+                   ) -> tuple[list[int], str, str] | None:
+    """(the ranks whose endpoint is the odd one out, the usual endpoint, why), or None."""
+    counts = Counter(address.values())
+    top = max(counts.values())
+    if len(counts) > 1 and list(counts.values()).count(top) == 1:
+        usual = counts.most_common(1)[0][0]
+        return (sorted(r for r, a in address.items() if a != usual), usual,
+                f"the other ranks connect to {usual}")
+    if {e.rank for e in waited} - set(address):
+        return sorted(address), "", f"rank {fmt(waited)}'s store was up, waiting for its clients"
+    return None
+
+
 def rendezvous_split(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A rendezvous that never completed, and the ranks its lines show it starts from.
 
@@ -183,21 +197,13 @@ def rendezvous_split(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdi
               and _STORE_WAITED.search(e.text)]
     if not connects:
         return []
-    address = {}
+    address: dict[int, str] = {}
     for e in connects:
         address.setdefault(e.rank, f"{e.data['host']}:{e.data['port']}")
-    counts = Counter(address.values())
-    top = max(counts.values())
-    hosts = {e.rank for e in waited} - set(address)
-    if len(counts) > 1 and list(counts.values()).count(top) == 1:
-        usual = counts.most_common(1)[0][0]
-        odd = sorted(r for r, a in address.items() if a != usual)
-        why = f"the other ranks connect to {usual}"
-    elif hosts:
-        odd, usual = sorted(address), ""
-        why = f"rank {fmt(waited)}'s store was up, waiting for its clients"
-    else:
+    split = _odd_endpoints(address, waited)
+    if split is None:
         return []
+    odd, usual, why = split
     evs = [e for e in connects if e.rank in odd] + waited
     named = ", ".join(sorted({address[r] for r in odd}))
     return [verdict(ix, "ENV_RENDEZVOUS_UNREACHABLE",
