@@ -22,10 +22,32 @@ check: venv
 
 test: venv
 	$(BIN)/ruff check ddpdoctor tests benchmarks setup.py
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -ra tests
+
+# The tests without the `slow` marker, for every edit; tests/spawn_report.py names those
+# among them that still start a process (they belong under `slow`).
+.PHONY: test-quick
+test-quick: venv
+	$(BIN)/python -m pytest -q -ra -m "not slow" -p tests.spawn_report tests
 
 lint: venv
 	$(BIN)/ruff check ddpdoctor tests benchmarks setup.py
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# Issue #30: every CUDA / NCCL / NVML path on one real GPU, in one bounded run (under 8 min
+# by default); without a GPU every GPU step is "skipped: no GPU (why)" and it exits 0.
+# On a lent GPU machine, with no network and no .venv: GPU_PYTHON=python3 (the image's
+# torch) after `pip install --no-deps` of ddpdoctor; see docs/development.md.
+GPU_PYTHON ?= $(BIN)/python
+GPU_VERIFY_DEADLINE ?= 480
+GPU_VERIFY_OUT ?= gpu-verify
+GPU_VERIFY_ONLY ?=
+
+.PHONY: gpu-verify
+gpu-verify: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),venv)
+	$(GPU_PYTHON) tools/gpu_verify.py --deadline $(GPU_VERIFY_DEADLINE) \
+		--out $(GPU_VERIFY_OUT) $(if $(GPU_VERIFY_ONLY),--only $(GPU_VERIFY_ONLY))

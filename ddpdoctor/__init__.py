@@ -4,10 +4,12 @@ Kept import-light: ``import ddpdoctor`` must not import torch (the CLI's torch-f
 commands rely on it).
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):  # lazy exports keep `import ddpdoctor` torch-free
+def __getattr__(name: str) -> Any:  # lazy exports keep `import ddpdoctor` torch-free
     # ``ddpdoctor.watch`` is the package ddpdoctor/watch/, whose module object is callable:
     # ``ddpdoctor.watch(model, optimizer, loader)``. Neither import pulls in torch.
     if name == "watch":

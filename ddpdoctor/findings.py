@@ -83,7 +83,7 @@ def format_ranks(ranks: list[int]) -> str:
         return ""
     parts: list[str] = []
     start = prev = ranks[0]
-    for r in ranks[1:] + [None]:  # type: ignore[list-item]
+    for r in [*ranks[1:], None]:
         if r is not None and r == prev + 1:
             prev = r
             continue

@@ -17,8 +17,16 @@ Format (kept dependency-free, so no YAML parser)::
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # where the type lives moved in 3.11
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 REQUIRED_KEYS = ("id", "title", "severity", "applies-to")
 REQUIRED_SECTIONS = ("Symptoms", "Why it happens", "Fix", "Verify")
@@ -79,7 +87,7 @@ def parse(text: str, source: str = "<playbook>") -> Playbook:
     )
 
 
-def _dir():
+def _dir() -> Traversable:
     return resources.files("ddpdoctor.playbooks")
 
 

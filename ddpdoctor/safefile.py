@@ -15,6 +15,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import TextIO
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -72,7 +73,8 @@ def touch(path: str | os.PathLike[str], mode: int = 0o600) -> None:
         os.close(fd)
 
 
-def open_append(path: str | os.PathLike[str], mode: int = 0o644, buffering: int = 1):
+def open_append(path: str | os.PathLike[str], mode: int = 0o644,
+                buffering: int = 1) -> TextIO:
     """A text file opened for appending, line-buffered by default; never through a link."""
     fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
     return os.fdopen(fd, "a", buffering=buffering, encoding="utf-8", errors="replace")

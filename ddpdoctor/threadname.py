@@ -22,6 +22,6 @@ def name_this_thread(name: str) -> bool:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_NAME, name.encode()[:_COMM_MAX], 0, 0, 0) == 0
+        return bool(libc.prctl(_PR_SET_NAME, name.encode()[:_COMM_MAX], 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False

@@ -6,14 +6,23 @@ No torch: the CLI runs them for every rank before torchrun starts.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ddpdoctor.train.injections import Injection
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 
-def check_host(injections: list[Injection], rank: int, device_type: str = "cpu",
-               env: dict[str, str] | None = None) -> None:
+class PlantedFault(Protocol):
+    """What these checks read of an ``injections.Injection``. A protocol rather than an
+    import: injections re-exports check_host, and the two files must not import each other
+    (tests/test_layers.py)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def on(self, rank: int) -> bool: ...
+
+
+def check_host(injections: Sequence[PlantedFault], rank: int, device_type: str = "cpu",
+               env: Mapping[str, str] | None = None) -> None:
     """Raise ValueError when this rank cannot plant a fault that touches the host.
 
     ``slow-link`` rewrites a network interface's queueing: only allowed inside a named
@@ -28,8 +37,7 @@ def check_host(injections: list[Injection], rank: int, device_type: str = "cpu",
     inj = next((i for i in injections if i.name == "slow-link" and i.on(rank)), None)
     if inj is None:
         return
-    env = os.environ if env is None else env
-    dev = env.get("GLOO_SOCKET_IFNAME", "")
+    dev = (os.environ if env is None else env).get("GLOO_SOCKET_IFNAME", "")
     if not dev or "," in dev or dev == "lo":
         raise ValueError(f"--inject {inj}: set GLOO_SOCKET_IFNAME to the one interface "
                          "(not lo) whose egress to throttle")

@@ -1,0 +1,63 @@
+"""``make test-quick``'s plugin (``-p tests.spawn_report``): names the tests that start a
+process without the ``slow`` marker.
+
+Unit tests spawn no processes (project rule); ``make test-quick`` is ``-m "not slow"`` and is
+only quick while that holds. This plugin changes no test: it watches ``subprocess.Popen``,
+``os.fork`` and ``os.posix_spawn`` during each test (its set-up too) and prints one summary line per
+file at the end, so the list of tests to mark ``slow`` (or to make process-free) is in
+front of whoever runs the quick set.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+from collections.abc import Callable, Generator
+from typing import Any
+
+import pytest
+
+_current: list[str | None] = [None]
+_started: collections.Counter[str] = collections.Counter()
+
+
+def _count() -> None:
+    if _current[0] is not None:
+        _started[_current[0]] += 1
+
+
+def _counting(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _count()
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+subprocess.Popen.__init__ = _counting(subprocess.Popen.__init__)  # type: ignore[method-assign]
+os.fork = _counting(os.fork)
+if hasattr(os, "posix_spawn"):
+    os.posix_spawn = _counting(os.posix_spawn)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item,
+                            nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    if item.get_closest_marker("slow") is None:
+        _current[0] = item.nodeid
+    try:
+        yield
+    finally:
+        _current[0] = None
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _started:
+        return
+    per_file = collections.Counter(nodeid.split("::")[0] for nodeid in _started)
+    tr = terminalreporter
+    tr.section("tests not marked slow that start a process")
+    for path, n in sorted(per_file.items(), key=lambda kv: (-kv[1], kv[0])):
+        tr.write_line(f"{n:4d}  {path}")
+    tr.write_line(f"{len(_started)} tests: mark them slow or make them process-free "
+                  "(docs/development.md, Tests)")
