@@ -66,9 +66,32 @@ def check(option: str, path: str | None, stdout_ok: bool = True) -> Target | Non
         raise DoctorError(f"{option} {path}: is a directory (give a file path)", ExitCode.USAGE)
     if st is not None and stat.S_ISSOCK(st.st_mode):
         raise DoctorError(f"{option} {path}: is a socket (give a file path)", ExitCode.USAGE)
+    _check_links(option, path, ExitCode.USAGE)
     if st is None or stat.S_ISREG(st.st_mode):
         _check_folder(option, path)
     return Target(option, path)
+
+
+def _check_links(option: str, path: str, code: ExitCode) -> None:
+    """Refuse a path that goes through another user's symlink in a sticky world-writable
+    folder (``/tmp/report.json -> /root/.bashrc`` planted by anyone): the kernel's
+    ``protected_symlinks`` rule, applied by hand because the path is resolved with
+    ``realpath`` (readlink), which that rule does not cover. Your own links keep working."""
+    parts = Path(os.path.abspath(path)).parts
+    for i in range(2, len(parts) + 1):
+        link = Path(*parts[:i])
+        try:
+            lst = os.lstat(link)
+            if not stat.S_ISLNK(lst.st_mode):
+                continue
+            folder = os.stat(link.parent)
+        except OSError:
+            return  # a missing component: nothing past it is followed
+        shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+        if shared and lst.st_uid not in (os.geteuid(), folder.st_uid):
+            raise DoctorError(f"{option} {path}: {link} is a symlink another user (uid "
+                              f"{lst.st_uid}) planted in the shared folder {link.parent}; "
+                              "not followed (give another path)", code)
 
 
 def _check_folder(option: str, path: str) -> None:
@@ -109,6 +132,7 @@ def _write_stdout(data: bytes) -> None:
 def _write_path(path: str, data: bytes) -> None:
     from ddpdoctor.safefile import write_atomic
 
+    _check_links("the report", path, ExitCode.DOCTOR_FAILED)  # planted since it was checked
     real = os.path.realpath(path)  # a symlink the user points at keeps pointing at the file
     try:
         st = os.stat(real)

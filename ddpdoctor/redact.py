@@ -95,10 +95,51 @@ _AUTH_HEADER = re.compile(r"(?i)(?<![\w\-])(?P<head>(?:proxy-)?authorization[\"'
 _SHORT_P = re.compile(r"(?<![\w\-])(?P<flag>-p)[ \t]+(?P<value>(?![\d/.~$\-])\S+)")
 
 
-def text(s: str) -> str:
-    """``s`` with secrets masked where it quotes a secret-looking assignment or flag."""
+# Secrets known by their value's shape, whatever name (or none) stands before them: a JWT
+# in `?state=...`, an AWS key id in prose, a GitHub/HF/OpenAI/Slack token in a URL's user
+# part, a PEM private key. Each starts at a word boundary with a literal prefix, so a long
+# word is scanned once (see _ASSIGN).
+_SHAPES = re.compile(
+    r"(?<![\w\-])(?:"
+    r"eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"  # JWT (JWS)
+    r"|(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])"  # AWS key id
+    r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"  # GitHub
+    r"|glpat-[A-Za-z0-9_\-]{20,}"  # GitLab
+    r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
+    r"|sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_\-]{20,}"  # OpenAI, Anthropic, Stripe
+    r"|xox[abposr]-[A-Za-z0-9\-]{10,}"  # Slack
+    r"|AIza[0-9A-Za-z_\-]{35}"  # Google API key
+    r")")
+# A PEM private key: the body after the BEGIN line, up to its END line or the end of text.
+_PEM = re.compile(r"(?P<head>-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(?P<body>.*?)"
+                  r"(?=-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S)
+# An AWS secret access key: 40 characters of base64 with upper, lower case and digits in
+# one word (git hashes are lower-case hex; paths are cut by their dots and dashes).
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])")
+
+
+def _aws_secret(m: re.Match[str]) -> str:
+    v = m[0]
+    mixed = (any(c.islower() for c in v) and any(c.isupper() for c in v)
+             and any(c.isdigit() for c in v))
+    return MASK if mixed else v
+
+
+def shapes(s: str) -> str:
+    """``s`` with secrets masked that are known by their value's shape alone."""
     if not s:
         return s
+    s = _PEM.sub(lambda m: m["head"] + MASK if m["body"].strip() else m[0], s)
+    s = _SHAPES.sub(MASK, s)
+    return _AWS_SECRET.sub(_aws_secret, s)
+
+
+def text(s: str) -> str:
+    """``s`` with secrets masked where it quotes a secret-looking assignment or flag, or
+    holds a value whose shape is a known secret's (``shapes``)."""
+    if not s:
+        return s
+    s = shapes(s)
     s = _AUTH_HEADER.sub(lambda m: m["head"] + MASK if m["cred"] != MASK else m[0], s)
     s = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", s)
     s = _URL_AUTH.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", s)

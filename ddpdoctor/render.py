@@ -8,9 +8,14 @@ diagnose, run) are listed under "Findings".
 from __future__ import annotations
 
 import json
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderHook
 from rich.markup import escape
+from rich.segment import Segment
 from rich.text import Text
 
 from ddpdoctor.findings import Finding, format_ranks
@@ -27,6 +32,64 @@ FINDING_MARKS = {"error": ("✗", "red"), "warning": ("!", "yellow"), "info": ("
 # Evidence longer than this is cut in the terminal unless -v; --json always has it whole.
 _MAX_EVIDENCE_CHARS = 400
 _MAX_EVIDENCE_LINES = 12
+
+
+# Characters a terminal acts on instead of showing: C0 controls but tab and newline (ESC
+# starts CSI/OSC sequences: clear the screen, set the title, fake colours), DEL, C1
+# controls (U+009B is a one-character CSI), and the bidi and line-separator characters that
+# reorder or split what is shown (Trojan Source). A log line, a file name or a process's
+# argv can hold any of them; the view shows them as escapes.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                     "\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(s: str) -> str:
+    """``s`` with every character a terminal would act on shown as its escape."""
+    return _UNSAFE.sub(lambda m: (f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100
+                                  else f"\\u{ord(m[0]):04x}"), s)
+
+
+class _Printable:
+    """A renderable whose text segments went through ``printable`` (rich's own control
+    segments, its colours, are kept)."""
+
+    def __init__(self, renderable: Any) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for seg in console.render(self.renderable, options):
+            yield seg if seg.control else Segment(printable(seg.text), seg.style)
+
+
+class _PrintableHook(RenderHook):
+    """Every renderable printed on the console goes through ``_Printable``."""
+
+    def process_renderables(self, renderables: list[Any]) -> list[Any]:
+        return [_Printable(r) for r in renderables]
+
+
+def safe_console(console: Console | None = None) -> Console:
+    """``console`` (or a new one for stdout) that shows control characters as escapes."""
+    if console is None:
+        _tolerant_stdout()
+        # Piped into a log: keep each line whole instead of wrapping at 80 columns.
+        console = Console(highlight=False)
+        console.soft_wrap = not console.is_terminal
+    if not getattr(console, "_ddpdoctor_printable", False):
+        console.push_render_hook(_PrintableHook())
+        console._ddpdoctor_printable = True  # type: ignore[attr-defined]
+    return console
+
+
+def _tolerant_stdout() -> None:
+    """A stdout that cannot encode the view's marks (PYTHONIOENCODING=ascii) shows them as
+    escapes instead of failing the command with UnicodeEncodeError."""
+    encoding = (getattr(sys.stdout, "encoding", "") or "").lower().replace("-", "")
+    if encoding not in ("utf8", "utf16", "utf32") and hasattr(sys.stdout, "reconfigure"):
+        try:
+            sys.stdout.reconfigure(errors="backslashreplace")
+        except (ValueError, OSError):
+            pass
 
 
 def _evidence_lines(finding: Finding, verbose: bool) -> list[str]:
@@ -63,10 +126,7 @@ def _render_finding(console: Console, finding: Finding, indent: str, verbose: bo
 
 
 def render(report: Report, console: Console | None = None, verbose: bool = False) -> None:
-    if console is None:
-        # Piped into a log: keep each line whole instead of wrapping at 80 columns.
-        console = Console(highlight=False)
-        console.soft_wrap = not console.is_terminal
+    console = safe_console(console)  # a log line's ESC[2J is shown, not obeyed
     report.finish()
     report = report.redacted()  # secrets never reach the terminal (report.scrub)
     _render_head(console, report)

@@ -90,12 +90,17 @@ class Report:
     def redacted(self) -> Report:
         """A copy whose every text and evidence value went through ``scrub``: what the
         terminal view and the JSON show, whichever command built the report."""
-        copy = Report(self.command, world=scrub(self.world), started=self.started,
+        # `command` is free text in a report read back by `ddpdoctor report` (the page's
+        # title): "run --token X" was shown as written.
+        copy = Report(redact.text(self.command), world=scrub(self.world), started=self.started,
                       duration_s=self.duration_s, doctor_error=redact.text(self.doctor_error),
                       exit_override=self.exit_override)
         copy.findings = [f.redacted() for f in self.findings]
-        copy.checks = [Check(c.name, redact.text(c.summary), c.status, c.group, scrub(c.data))
-                       for c in self.checks]
+        for f in copy.findings:  # keeps naming its check line, whose name is masked below
+            f.check = redact.text(f.check)
+        # A check's name can be a log file's name (diagnose): `HF_TOKEN=x.log` is masked too.
+        copy.checks = [Check(redact.text(c.name), redact.text(c.summary), c.status, c.group,
+                             scrub(c.data)) for c in self.checks]
         return copy
 
     def next_step(self) -> NextStep:
@@ -109,7 +114,8 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The JSON report, secrets masked (``scrub``)."""
         self.finish()
-        return scrub(self._plain_dict())
+        plain: dict[str, Any] = scrub(self._plain_dict())
+        return plain
 
     def _plain_dict(self) -> dict[str, Any]:
         return {

@@ -6,13 +6,15 @@ from rich.console import Console
 from rich.text import Text
 
 from ddpdoctor.attach.analyze import StackGroup, ranks_text
+from ddpdoctor.render import safe_console
 
 _MAX_FRAMES = 16
 
 
 def render_stack_groups(groups: list[StackGroup], culprits: list[int],
                         console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
+    # a rank's file and function names are the job's text: no escape reaches the terminal
+    console = safe_console(console)
     console.print(Text("Stacks (identical stacks merged; innermost frame first)",
                        style="bold underline"))
     odd = set(culprits)

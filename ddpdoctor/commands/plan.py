@@ -5,6 +5,7 @@ Torch-free unless ``--model`` asks to build the user's module (on the meta devic
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
@@ -87,7 +88,18 @@ def _shape(size: str | None, params: int | None, model: str | None,
     if params is not None:
         return from_params(params, layers=dims["layers"], dim=dims["dim"],
                            heads=dims["heads"], seq=seq, vocab=dims["vocab"] or 32000)
+    mod_name, _, attr = model.partition(":")  # type: ignore[union-attr]
+    if not (_DOTTED.fullmatch(mod_name) and _DOTTED.fullmatch(attr)):
+        # importlib raises TypeError, not ImportError, for '../x' (a relative name).
+        raise ValueError(f"--model {model!r}: expected module.path:factory (Python names, "
+                         "as `python -m` takes them; not a file path)")
     return from_module(model, seq=seq, heads=dims["heads"])  # type: ignore[arg-type]
+
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+# The model is computed per rank group, a list of its ranks: 10 million ranks took minutes
+# and 3 GB. The largest jobs run on about 100,000 GPUs.
+MAX_WORLD = 1 << 17
 
 
 def _gpu_memory(gpu_mem: int | None, data: dict[str, Any]) -> tuple[int | None, str]:
@@ -121,7 +133,7 @@ def _gpu_memory(gpu_mem: int | None, data: dict[str, Any]) -> tuple[int | None, 
 @click.option("--seq", type=click.IntRange(min=1), default=None,
               help="Sequence length (default: the preset's, else 2048).")
 @click.option("--vocab", type=click.IntRange(min=1), default=None)
-@click.option("--nproc", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--nproc", type=click.IntRange(min=1, max=MAX_WORLD), default=2, show_default=True,
               help="World size: GPUs in the job.")
 @click.option("--strategy", default="all", show_default=True,
               help=f"Comma list or all: {', '.join(STRATEGY_ORDER)}.")

@@ -20,6 +20,7 @@ def to_html(text: str) -> str:
     return _parser().render(text)
 
 
+@lru_cache(maxsize=256)  # a report of 50,000 crashes rendered one playbook 50,000 times
 def playbook_html(finding_id: str) -> tuple[str, str, str]:
     """(title, Fix section HTML, whole body HTML) of the playbook for ``finding_id``; a
     missing or unreadable one says so instead."""

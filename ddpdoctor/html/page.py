@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from ddpdoctor import __version__, redact
 from ddpdoctor.html import charts_check, charts_hang, charts_scale, charts_training, diagnose_view
@@ -36,6 +36,20 @@ def sections_for(report: Report, series: RunSeries) -> list[Section]:
     if report.command == "scale":
         out += charts_scale.section(report)
     return [s for s in out if s]
+
+
+def _finding_views(findings: list[Any]) -> list[dict[str, Any]]:
+    """Each finding's view; a playbook is written out in full once per page (thousands of
+    findings with one playbook made a page of hundreds of MB)."""
+    views, shown = [], set()
+    for f in findings:
+        view = _finding_view(f)
+        if f.playbook in shown:
+            view["playbook_html"] = Markup(f"<p>The same playbook as the first "
+                                           f"{escape(f.playbook)} finding above.</p>")
+        shown.add(f.playbook)
+        views.append(view)
+    return views
 
 
 def _finding_view(f: Any) -> dict[str, Any]:
@@ -84,7 +98,7 @@ def render_page(report: Report, series: RunSeries | None = None) -> str:
                "status": report.check_status(c)} for c in report.checks]
     return environment().get_template("page.html.j2").render(
         report=report, v=verdict(report), head=" · ".join(h for h in head if h),
-        findings=[_finding_view(f) for f in report.sorted_findings()], sections=sections,
+        findings=_finding_views(report.sorted_findings()), sections=sections,
         checks=checks, notes=[redact.text(n) for n in series.notes], divs=divs, css=Markup(_css()),
         bokeh_js=Markup(bokeh_js), bokeh_script=Markup(bokeh_script),
         version=__version__, schema=SCHEMA)

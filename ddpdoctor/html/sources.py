@@ -47,6 +47,11 @@ def _read(p: Path) -> Report:
         data = json.loads(S._read_bytes(p).decode("utf-8", "replace"))
     except (OSError, ValueError) as e:
         raise SourceError(f"{p}: not a ddpdoctor JSON report ({e})") from None
+    except RecursionError:  # json's decoder recurses: '[' * 100000
+        raise SourceError(f"{p}: not a ddpdoctor JSON report (nested too deeply)") from None
+    if _depth(data) > MAX_DEPTH:  # the scrub and the page recurse too: refuse it here
+        raise SourceError(f"{p}: not a ddpdoctor JSON report (nested deeper than "
+                          f"{MAX_DEPTH} levels)")
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(
             REPORT_SCHEMA.rsplit("/", 1)[0] + "/"):
         raise SourceError(f"{p}: not a ddpdoctor JSON report (no ddpdoctor.report schema)")
@@ -57,6 +62,24 @@ def _read(p: Path) -> Report:
     report.exit_override = data.get("exit_code") if isinstance(data.get("exit_code"), int) \
         else None
     return report
+
+
+# A real report is nested about 8 levels deep (world -> probes -> data -> lists).
+MAX_DEPTH = 100
+
+
+def _depth(data: object) -> int:
+    """How deeply ``data`` nests lists and dicts, without recursing."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        obj, level = todo.pop()
+        if isinstance(obj, dict | list):
+            deepest = max(deepest, level)
+            if deepest > MAX_DEPTH:
+                return deepest
+            todo.extend((v, level + 1) for v in (obj.values() if isinstance(obj, dict)
+                                                  else obj))
+    return deepest
 
 
 def _report_from_run_dir(run_dir: Path) -> Report:

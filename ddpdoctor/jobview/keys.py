@@ -53,6 +53,8 @@ def parse_endpoint(text: str, default_port: int = DEFAULT_RDZV_PORT,
     text = text.strip()
     host, port = text, str(default_port)
     if text.startswith("["):
+        if "]" not in text:
+            raise ValueError(f"{source}: {text!r} opens an IPv6 '[' it does not close")
         host, _, rest = text[1:].partition("]")
         port = rest[1:] if rest.startswith(":") else port
     elif text.count(":") == 1:

@@ -7,6 +7,7 @@ deadline (the store's timeout); any failure is a StoreLost with a one-line reaso
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -31,15 +32,31 @@ class JobStore:
         # lines and the job's output go: quiet it in this process (read when torch loads;
         # the job's environment was copied before, so the ranks keep their own setting)
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
-        try:
-            from torch.distributed import TCPStore
+        from torch.distributed import TCPStore
 
-            store = TCPStore(endpoint.host, endpoint.port, is_master=False,
-                             timeout=timedelta(seconds=timeout), wait_for_workers=False)
-        except Exception as e:  # RuntimeError, DistNetworkError, OSError
+        # A server that accepts the connection and never answers holds TCPStore's
+        # handshake past its own timeout: the connect runs under a deadline of our own.
+        got: dict[str, Any] = {}
+
+        def make() -> None:
+            try:
+                got["store"] = TCPStore(endpoint.host, endpoint.port, is_master=False,
+                                        timeout=timedelta(seconds=timeout),
+                                        wait_for_workers=False)
+            except Exception as e:  # RuntimeError, DistNetworkError, OSError
+                got["error"] = e
+
+        t = threading.Thread(target=make, name="ddpdoctor-store-connect", daemon=True)
+        t.start()
+        t.join(timeout + 5.0)
+        if "store" in got:
+            return cls(got["store"], endpoint)
+        if "error" in got:
+            e = got["error"]
             raise StoreLost(f"cannot reach the job's store at {endpoint}: "
                             f"{_first_line(e)}") from e
-        return cls(store, endpoint)
+        raise StoreLost(f"cannot reach the job's store at {endpoint}: no answer within "
+                        f"{timeout + 5.0:.0f} s (is it a TCPStore?)")
 
     @classmethod
     def wrap(cls, store: Any, endpoint: Endpoint) -> JobStore:

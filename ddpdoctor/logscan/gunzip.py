@@ -18,14 +18,17 @@ class Gunzip:
         self._pending = head
         self._stats = stats
         self._z = zlib.decompressobj(wbits=31)
-        self._out = b""
+        # A bytearray drops its front in O(1) and decompress is capped per call
+        # (max_length): a gzip bomb costs linear time and bounded memory, not quadratic.
+        self._out = bytearray()
         self._done = False
         self._consumed = 0
 
     def read(self, n: int) -> bytes:
         while len(self._out) < n and not self._done:
             self._fill(n)
-        out, self._out = self._out[:n], self._out[n:]
+        out = bytes(self._out[:n])
+        del self._out[:n]
         return out
 
     def _fill(self, n: int) -> None:
@@ -45,14 +48,17 @@ class Gunzip:
                 return
             self._z = zlib.decompressobj(wbits=31)
         try:
-            self._out += self._z.decompress(data)
+            self._out += self._z.decompress(data, max(n, 1 << 16))
         except zlib.error as e:
             self._note(f"corrupt gzip after {self._consumed} compressed bytes ({e}); what "
                        "came before was read")
             self._done = True
             return
-        self._consumed += len(data) - len(self._z.unused_data)
-        if self._z.eof and self._z.unused_data:
+        tail = self._z.unconsumed_tail  # input held back by max_length: the same member
+        self._consumed += len(data) - len(tail) - len(self._z.unused_data)
+        if tail:
+            self._pending = tail
+        elif self._z.eof and self._z.unused_data:
             self._pending = self._z.unused_data
 
     def _note(self, text: str) -> None:
