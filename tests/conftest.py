@@ -79,3 +79,25 @@ def two_nodes():
     finally:
         for k in "ab":
             subprocess.run(["ip", "netns", "del", ns[k]], capture_output=True, timeout=30)
+
+
+def check_ranks_of(pid: int) -> list:
+    """The launcher's rank processes under ``pid``, rank order: forked from its rank zygote
+    (a forkserver child of ``pid``), or spawned by ``pid`` (``--multiprocessing-fork``, the
+    launcher's fallback)."""
+    import psutil
+
+    ranks = []
+    for c in psutil.Process(pid).children(recursive=True):
+        try:
+            parent = c.parent()
+            if parent is None or c.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if parent.pid == pid and "--multiprocessing-fork" in c.cmdline():
+                ranks.append(c)
+            elif parent.ppid() == pid and \
+                    "multiprocessing.forkserver" in " ".join(parent.cmdline()):
+                ranks.append(c)
+        except psutil.NoSuchProcess:
+            continue
+    return sorted(ranks, key=lambda c: (c.create_time(), c.pid))

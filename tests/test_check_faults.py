@@ -13,7 +13,7 @@ import pytest
 
 from ddpdoctor.check.run import run_check
 
-from conftest import ddpdoctor_cmd, run_job
+from conftest import check_ranks_of, ddpdoctor_cmd, run_job
 
 pytestmark = [pytest.mark.slow]
 
@@ -29,23 +29,7 @@ def _check(args, tmp_path, env=None, timeout=150, wrap=None):
 
 
 def _ranks_of(pid: int) -> list[psutil.Process]:
-    """The launcher's rank processes under ``pid``, rank order: forked from its rank zygote
-    (a forkserver child of ``pid``), or spawned by ``pid`` (``--multiprocessing-fork``, the
-    launcher's fallback)."""
-    ranks = []
-    for c in psutil.Process(pid).children(recursive=True):
-        try:
-            parent = c.parent()
-            if parent is None or c.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if parent.pid == pid and "--multiprocessing-fork" in c.cmdline():
-                ranks.append(c)
-            elif parent.ppid() == pid and \
-                    "multiprocessing.forkserver" in " ".join(parent.cmdline()):
-                ranks.append(c)
-        except psutil.NoSuchProcess:
-            continue
-    return sorted(ranks, key=lambda c: (c.create_time(), c.pid))
+    return check_ranks_of(pid)
 
 
 def _ids(report):
