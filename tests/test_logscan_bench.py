@@ -24,3 +24,17 @@ def test_bench_logscan_small(capsys):
     # measurement.
     assert result["ratio"] > 0.05
     assert "ratio" in capsys.readouterr().out
+
+
+def test_no_needle_fires_on_an_ordinary_training_log():
+    """The reader's speed rests on its needles being rare in a healthy log: one needle
+    found on every tqdm bar (``%|``, ``it/s``) made every line examined (6x slower). The
+    benchmark's ordinary epoch (bars, loss lines, evals, warnings) must hit none."""
+    spec = importlib.util.spec_from_file_location("bench_logscan", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from ddpdoctor.logscan import KEYWORDS
+
+    lines = bench.block(1).replace(b"\r", b"\n").split(b"\n")
+    hits = {k: sum(k in line for line in lines) for k in KEYWORDS}
+    assert {k: n for k, n in hits.items() if n} == {}

@@ -285,7 +285,10 @@ SIGNATURES = (
         # A data-preparation progress bar that names no rank: with the usual "main process
         # first" (HF datasets, YOLO's torch_distributed_zero_first) it is rank 0's.
         "progress.data_prep", K.BUSY,
-        ("examples", "%|", "it/s"),
+        # the activity words, not the bar's "%|"/"it/s": every tqdm line has those, and a
+        # needle on every line would make the reader examine every line (docs/benchmarks.md)
+        ("Generating", "okeniz", "Grouping texts", "Map", "Filter", "reprocess", "Scanning",
+         "Caching"),
         r"(?P<activity>Generating \w+ split|Running tokenizer|[Tt]okeniz\w+(?: \w+)?|"
         r"Grouping texts|Map|Filter|[Pp]reprocess\w*|Scanning|Caching \w+)\b[^:|\r\n]{0,160}:"
         r"\s*(?:\d+%\||\d+ examples \[)",
