@@ -62,13 +62,28 @@ def _free_port_pair() -> int:
     raise RuntimeError("no two free consecutive ports")
 
 
+def _stepped(text: str) -> bool:
+    """Whether a rank's endpoint shows the step gauge at 10 or more (its heartbeat thread
+    publishes once per interval: on a loaded machine the first scrape can come first)."""
+    import re
+
+    return any(float(v) >= 10 for v in re.findall(r"^ddpdoctor_step\{[^}]*\} (\S+)$", text,
+                                                   re.M))
+
+
 def _scrape_when_ready(scrape_dir: Path, port: int, texts: dict, deadline: float) -> None:
-    """The job's ranks wait at step 20 until the file 'scraped' appears."""
+    """The job's ranks wait at step 20 (10 s at most) until the file 'scraped' appears:
+    scrape each rank's endpoint until it shows that step, within 8 s of both being ready."""
     while time.time() < deadline:
         if all((scrape_dir / f"ready-rank{r}").exists() for r in (0, 1)):
+            until = time.time() + 8
             for r in (0, 1):
                 url = f"http://127.0.0.1:{port + r}/metrics"
-                texts[r] = urllib.request.urlopen(url, timeout=10).read().decode()
+                while True:
+                    texts[r] = urllib.request.urlopen(url, timeout=10).read().decode()
+                    if _stepped(texts[r]) or time.time() > until:
+                        break
+                    time.sleep(0.2)
             break
         time.sleep(0.1)
     (scrape_dir / "scraped").touch()
