@@ -94,9 +94,8 @@ def _signal_death(ix: EventIndex, hits: list[Event]) -> Verdict | None:
         return None
     e = bad[0]
     sig = e.data["signal"]
+    # SIGKILL never gets here: _killed, earlier in FAMILIES, takes every one
     ev: dict[str, Any] = {"evidence_kind": e.data["evidence"], "signal": sig}
-    if sig == "SIGKILL":
-        ev["hint"] = _SIGKILL_HINT
     return verdict(ix, "RANK_CRASHED", f"{_who(bad)} died of {sig} "
                    f"({e.data['evidence']}, {e.where})", bad, ev)
 
