@@ -1,12 +1,12 @@
 """Pure analysis of check probes: planted evidence in, exact findings out. No processes."""
 
-import itertools
+import math
 
 import pytest
 
 from ddpdoctor.check.analysis import bandwidth, connectivity, dataloader, env, rendezvous
 from ddpdoctor.check.busbw import busbw_gbps
-from ddpdoctor.check.schedule import round_robin
+from ddpdoctor.check.schedule import hypercube
 
 
 def _env(**over):
@@ -98,15 +98,24 @@ def test_shm_and_limits():
     assert any("32 threads on 16 CPUs" in p for p in problems)
 
 
-def test_round_robin_meets_every_pair_once_in_n_minus_1_rounds():
-    for n in range(2, 12):
-        rounds = round_robin(n)
-        assert len(rounds) == (n - 1 if n % 2 == 0 else n)
-        met = [frozenset((a, b)) for r in rounds for a, b in r.items() if a < b]
-        assert sorted(met, key=sorted) == sorted(
-            [frozenset(p) for p in itertools.combinations(range(n), 2)], key=sorted)
+def test_hypercube_gives_every_rank_log_n_partners_intra_node_first():
+    for n in range(2, 40):
+        rounds = hypercube(n)
+        assert len(rounds) == math.ceil(math.log2(n))
+        partners: dict[int, set[int]] = {r: set() for r in range(n)}
         for r in rounds:
-            assert all(r[r[a]] == a for a in r)
+            assert all(r[r[a]] == a for a in r)  # symmetric: a pair meets in one round
+            for a, b in r.items():
+                partners[a].add(b)
+        assert all(partners[r] for r in range(n))  # nobody sits out every round
+        if n & (n - 1) == 0:
+            assert all(len(p) == len(rounds) for p in partners.values())
+    # 8 ranks per node, numbered node by node: 3 rounds inside a node, then across nodes.
+    rounds = hypercube(64)
+    for k, r in enumerate(rounds):
+        same_node = {a // 8 == b // 8 for a, b in r.items()}
+        assert same_node == ({True} if k < 3 else {False})
+    assert len(hypercube(512)) == 9 and len(hypercube(4096)) == 12
 
 
 def _conn(p2p, ok=True):
@@ -121,15 +130,45 @@ def test_connectivity_names_the_failing_pair():
            3: _conn({"0": {"ok": True}, "1": {"ok": False, "error": "t/o"}, "2": {"ok": True}})}
     check, findings = connectivity.analyze(per, 4)
     assert _ids(findings) == [("COMM_CONNECTIVITY", [1, 3])]
-    assert "5/6 rank pairs ok" in check.summary
+    assert "3/4 rank pairs ok in 2 round(s)" in check.summary
 
 
 def test_connectivity_names_a_rank_that_fails_with_everyone():
+    # Hypercube on 4 ranks: 0-1 and 2-3, then 0-2 and 1-3. Rank 3 fails with both partners.
     bad = {"ok": False, "error": "Connection refused"}
-    per = {0: _conn({"1": {"ok": True}, "2": bad}), 1: _conn({"0": {"ok": True}, "2": bad}),
-           2: _conn({"0": bad, "1": bad})}
+    per = {0: _conn({"1": {"ok": True}, "2": {"ok": True}}),
+           1: _conn({"0": {"ok": True}, "3": bad}),
+           2: _conn({"3": bad, "0": {"ok": True}}), 3: _conn({"2": bad, "1": bad})}
+    _, findings = connectivity.analyze(per, 4)
+    assert _ids(findings) == [("COMM_CONNECTIVITY", [3])]
+
+
+def test_connectivity_one_partner_is_not_enough_to_blame_a_rank():
+    # 3 ranks: rank 2 meets only rank 0; a failure there is the pair, not rank 2.
+    bad = {"ok": False, "error": "Connection refused"}
+    per = {0: _conn({"1": {"ok": True}, "2": bad}), 1: _conn({"0": {"ok": True}}),
+           2: _conn({"0": bad})}
     _, findings = connectivity.analyze(per, 3)
-    assert _ids(findings) == [("COMM_CONNECTIVITY", [2])]
+    assert _ids(findings) == [("COMM_CONNECTIVITY", [0, 2])]
+
+
+def test_connectivity_allreduce_that_never_finishes():
+    per = {0: {**_conn({}, ok=False), "allreduce_error": "RuntimeError: Timed out"},
+           1: _conn({})}
+    check, findings = connectivity.analyze(per, 2)
+    assert _ids(findings) == [("COMM_CONNECTIVITY", [0])]
+    assert findings[0].title == "world all-reduce did not finish"
+    assert "unfinished on rank 0" in check.summary
+
+
+def test_connectivity_blames_no_link_for_ranks_that_never_ran_it():
+    # Ranks 1-3 never got past init: rank 0 alone ran the probe and timed out on them.
+    lone = {**_conn({"1": {"ok": False, "error": "Timed out"},
+                     "2": {"ok": False, "error": "pair closure"}}, ok=False),
+            "allreduce_error": "RuntimeError: Operation timed out!"}
+    check, findings = connectivity.analyze({0: lone}, 4)
+    assert findings == []
+    assert "unfinished on rank 0" in check.summary
 
 
 def test_connectivity_wrong_allreduce_result():

@@ -43,7 +43,8 @@ def test_derived_defaults_follow_the_backend():
 
 
 def test_every_probe_declares_a_stage_and_its_pure_analysis():
-    assert list(PROBES) == ["env", "rendezvous", "connectivity", "bandwidth", "dataloader",
+    assert list(PROBES) == ["env", "rendezvous", "reachability", "connectivity", "bandwidth",
+                            "dataloader",
                             "gpu", "topology"]
     assert {p.stage for p in PROBES.values()} == {"pre_init", "rank", "parent"}
     for name, probe in PROBES.items():

@@ -1,20 +1,26 @@
-"""Connectivity evidence -> COMM_CONNECTIVITY, naming the rank or the pair that fails."""
+"""Connectivity evidence (all-reduce, hypercube p2p rounds) -> COMM_CONNECTIVITY, naming
+the rank or the pair that fails."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.schedule import hypercube
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
 
 
 def failed_pairs(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], str]:
-    """Pairs (a < b) where either side saw the transfer fail, with the first error."""
+    """Pairs (a < b) where either side saw the transfer fail, with the first error.
+
+    Only pairs whose both ranks ran the probe: a partner that never got there (stuck in
+    init, dead) fails every transfer, and says nothing about the link (the launch analysis
+    names that rank)."""
     bad: dict[tuple[int, int], str] = {}
     for r, d in per_rank.items():
         for peer, res in d.get("p2p", {}).items():
-            if not res.get("ok"):
+            if not res.get("ok") and int(peer) in per_rank:
                 pair = (min(r, int(peer)), max(r, int(peer)))
                 bad.setdefault(pair, f"rank {r}: {res.get('error', 'failed')}")
     return bad
@@ -24,19 +30,30 @@ def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
             opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
     findings = []
     wrong = sorted(r for r, d in per_rank.items() if not d.get("allreduce_ok"))
+    unfinished = [r for r in wrong if per_rank[r].get("allreduce_error")]
+    # Without every rank in the probe the all-reduce cannot finish: the missing ranks are
+    # the finding (named by the launch analysis), not the ranks that waited for them.
+    if unfinished and len(per_rank) == world_size:
+        findings.append(Finding(
+            "COMM_CONNECTIVITY", "world all-reduce did not finish", ranks=unfinished,
+            evidence={"error": {r: per_rank[r]["allreduce_error"] for r in unfinished}}))
+    wrong = [r for r in wrong if r not in unfinished]
     if wrong:
         findings.append(Finding(
             "COMM_CONNECTIVITY", "world all-reduce returned a wrong result", ranks=wrong,
             evidence={"expected": per_rank[wrong[0]].get("allreduce_expected"),
                       "got": {r: per_rank[r].get("allreduce_got") for r in wrong}}))
     bad = failed_pairs(per_rank)
+    rounds = hypercube(world_size)
+    partners = {r: sum(r in p for p in rounds) for r in range(world_size)}
     if bad:
-        # A rank that fails with every partner is the problem; otherwise it is the pair.
+        # A rank that fails with every partner (two at least) is the problem; otherwise it
+        # is the pair.
         touched: dict[int, int] = {}
         for a, b in bad:
             touched[a] = touched.get(a, 0) + 1
             touched[b] = touched.get(b, 0) + 1
-        hubs = sorted(r for r, c in touched.items() if c == world_size - 1)
+        hubs = sorted(r for r, c in touched.items() if c == partners.get(r) and c >= 2)
         if world_size > 2 and hubs and all(a in hubs or b in hubs for a, b in bad):
             findings.append(Finding(
                 "COMM_CONNECTIVITY",
@@ -48,9 +65,12 @@ def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
                 findings.append(Finding(
                     "COMM_CONNECTIVITY", f"ranks {a} and {b} cannot exchange point-to-point",
                     ranks=[a, b], evidence={"pair": f"{a}<->{b}", "error": err}))
-    n_pairs = world_size * (world_size - 1) // 2
+    n_pairs = sum(len(p) for p in rounds) // 2
     worst = max((d.get("allreduce_ms", 0.0) for d in per_rank.values()), default=0.0)
     summary = (f"all-reduce on {world_size} ranks "
-               + ("ok" if not wrong else f"wrong on rank {format_ranks(wrong)}")
-               + f" ({worst:.1f} ms); {n_pairs - len(bad)}/{n_pairs} rank pairs ok")
+               + ("ok" if not (wrong or unfinished) else
+                  f"wrong on rank {format_ranks(wrong)}" if wrong else
+                  f"unfinished on rank {format_ranks(unfinished)}")
+               + f" ({worst:.1f} ms); {n_pairs - len(bad)}/{n_pairs} rank pairs ok in "
+               f"{len(rounds)} round(s)")
     return Check("connectivity", summary, group="Communication"), findings

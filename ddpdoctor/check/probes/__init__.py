@@ -15,6 +15,7 @@ from ddpdoctor.check.probes import (
     dataloader,
     env,
     gpu,
+    reachability,
     rendezvous,
     topology,
 )
@@ -22,7 +23,7 @@ from ddpdoctor.check.probes import (
 # In the order a full check runs and reports them.
 PROBES: dict[str, Probe] = {
     m.PROBE.name: m.PROBE
-    for m in (env, rendezvous, connectivity, bandwidth, dataloader, gpu, topology)
+    for m in (env, rendezvous, reachability, connectivity, bandwidth, dataloader, gpu, topology)
 }
 
 __all__ = ["PROBES", "Probe"]

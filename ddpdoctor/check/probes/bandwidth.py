@@ -6,8 +6,9 @@ is kept. A trial has ``iters`` iterations, fewer for a size whose one call alrea
 longer than the trial budget (large messages, slow links): the sweep's cost stays bounded
 while every trial stays long enough to time. Times are per rank; the
 analysis uses the slowest rank's, as a collective is only done when every rank is.
-Links: round-robin pairs (O(N) rounds); each direction is timed on the receiver after a
-handshake, so a slow egress of one node shows as slow links *from* its ranks.
+Links: the hypercube schedule (ceil(log2 N) rounds, intra-node partners first, then
+inter-node ones); each direction is timed on the receiver after a handshake, so a slow
+egress of one node shows as slow links *from* its ranks.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ddpdoctor.check.analysis.bandwidth import analyze
 from ddpdoctor.check.busbw import sizes as size_sweep
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
-from ddpdoctor.check.schedule import round_robin
+from ddpdoctor.check.schedule import hypercube
 
 NAME = "bandwidth"
 
@@ -120,7 +121,7 @@ def links(ctx: Any, opts: CheckOptions) -> dict[str, float]:
     buf = torch.empty(n, device=ctx.device)
     token = torch.zeros(1, device=ctx.device)
     out: dict[str, float] = {}
-    for i, pairs in enumerate(round_robin(ctx.world_size)):
+    for i, pairs in enumerate(hypercube(ctx.world_size)):
         peer = pairs.get(ctx.rank)
         if peer is None:
             continue

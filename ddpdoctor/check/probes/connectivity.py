@@ -1,7 +1,12 @@
-"""Connectivity: a world all-reduce with a known answer, then every pair point-to-point.
+"""Connectivity through the backend: a world all-reduce with a known answer, then
+point-to-point on the hypercube schedule.
 
-Pairs are scheduled round-robin (O(N) rounds, all pairs of a round in parallel); each
-transfer waits with its own deadline, so a dead link is a finding, not a hung doctor.
+ceil(log2 N) rounds (``ddpdoctor/check/schedule.py``), all pairs of a round in parallel,
+give every rank log2 N partners, inside its node first and then across nodes: a rank that
+fails with every partner is named, a single failing pair is the link. (That every pair can
+connect at all was proved before the process group existed, by the reachability mesh.)
+Each transfer, and the all-reduce, waits with its own deadline, so a dead link is a
+finding, not a hung doctor.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 from ddpdoctor.check.analysis.connectivity import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
-from ddpdoctor.check.schedule import round_robin
+from ddpdoctor.check.schedule import hypercube
 
 NAME = "connectivity"
 P2P_ELEMENTS = 4096
@@ -27,6 +32,12 @@ def _pattern(src: int, dst: int, device: str):
     return torch.arange(P2P_ELEMENTS, dtype=torch.float32, device=device) + (src * 1000 + dst)
 
 
+def _allreduce_s(ctx: Any) -> float:
+    # A small all-reduce takes milliseconds; a quarter of the deadline leaves the p2p
+    # rounds theirs when it cannot finish.
+    return max(2.0, ctx.deadline_s / 4)
+
+
 def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
@@ -34,16 +45,21 @@ def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     t = torch.full((1024,), float(ctx.rank + 1), device=ctx.device)
     expected = ctx.world_size * (ctx.world_size + 1) / 2
     start = time.perf_counter()
-    dist.all_reduce(t)
+    try:
+        dist.all_reduce(t, async_op=True).wait(timeout=timedelta(seconds=_allreduce_s(ctx)))
+        ok, error = bool(torch.all(t == expected).item()), ""
+    except Exception as e:  # a world collective that cannot finish is evidence
+        ok, error = False, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
     elapsed = time.perf_counter() - start
     out: dict[str, Any] = {
-        "allreduce_ok": bool(torch.all(t == expected).item()),
+        "allreduce_ok": ok,
+        **({"allreduce_error": error} if error else {}),
         "allreduce_expected": expected,
         "allreduce_got": float(t[0].item()),
         "allreduce_ms": round(elapsed * 1000, 3),
         "p2p": {},
     }
-    rounds = round_robin(ctx.world_size)
+    rounds = hypercube(ctx.world_size)
     per_pair_s = opts.p2p_timeout_s
     if per_pair_s is None:
         per_pair_s = max(2.0, ctx.deadline_s / (len(rounds) + 3))

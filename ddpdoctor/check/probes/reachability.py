@@ -1,0 +1,39 @@
+"""Reachability: every rank connects to every other rank over TCP, in one round, before
+the process group exists (``ddpdoctor/check/mesh.py``).
+
+Its evidence survives the failed init a blocked pair causes, and names the pair, the
+rank or the node, where the init failure would name only the rank that gave up first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpdoctor.check.analysis.reachability import analyze
+from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.check.probe import Probe
+
+NAME = "reachability"
+
+
+def budget(deadline_s: float, connect_timeout_s: float) -> float:
+    """The mesh's share of the check's deadline: enough for every rank to publish its
+    address and for a dead peer's connection to time out, never most of the deadline."""
+    return min(deadline_s / 3, 20.0 + 2 * connect_timeout_s)
+
+
+def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+    from ddpdoctor.check.mesh import run_mesh
+
+    if ctx.world_size < 2:
+        return {"skipped": "one rank"}
+    if ctx.store is None:
+        return {"skipped": "no store to exchange addresses"}
+    timeout = opts.p2p_timeout_s or max(2.0, min(5.0, ctx.deadline_s / 20))
+    ctx.progress(f"{NAME}: mesh")
+    return run_mesh(ctx.store, ctx.rank, ctx.world_size, ctx.backend, timeout,
+                    budget(ctx.deadline_s, timeout))
+
+
+PROBE = Probe(NAME, "Communication", "pre_init", collect, analyze,
+              stall_finding="COMM_CONNECTIVITY")
