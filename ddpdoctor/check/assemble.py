@@ -124,6 +124,7 @@ def assemble_report(result: Any, names: list[str], opts: CheckOptions | dict[str
     analyze_probes(per_rank, rank_names, result.world_size, report, options,
                    not_run_reason=_init_failure(result),
                    expected=list(range(result.world_size)))
+    _fold_into_reachability(report)
     _add_launch_findings(report, result, rank_names)
     _merge_duplicates(report)
     _order_checks(report)
@@ -131,6 +132,23 @@ def assemble_report(result: Any, names: list[str], opts: CheckOptions | dict[str
         first = next((o.error for o in result.outcomes if o.error), "no rank reported back")
         report.doctor_error = f"no rank could run a probe: {first}"
     return report
+
+
+def _fold_into_reachability(report: Report) -> None:
+    """A backend transfer that fails between ranks the mesh already found cut off is the
+    same fault seen again: kept as evidence of the mesh's finding, not a second culprit."""
+    mesh = [f for f in report.findings if f.check == "reachability" and f.severity == "error"]
+    if not mesh:
+        return
+    cut = {r for f in mesh for r in f.ranks}
+    kept = []
+    for f in report.findings:
+        if f.check == "connectivity" and set(f.ranks) & cut:
+            target = next((m for m in mesh if set(f.ranks) & set(m.ranks)), mesh[0])
+            target.evidence.setdefault("backend_also_failed", []).append(f.title)
+            continue
+        kept.append(f)
+    report.findings[:] = kept
 
 
 def _add_launch_findings(report: Report, result: Any, rank_names: list[str]) -> None:
@@ -142,6 +160,10 @@ def _add_launch_findings(report: Report, result: Any, rank_names: list[str]) -> 
     # A rank that raised (init failed, a probe harness error) and that no finding names yet
     # still fails the check: a rank that did not report is never healthy.
     named = {r for f in report.findings if f.severity == "error" for r in f.ranks}
+    if any(f.check == "reachability" and f.severity == "error" for f in report.findings):
+        # A pair that cannot connect fails gloo's full-mesh init on whichever ranks give
+        # up first, the innocent ones included: the mesh's finding already names the cause.
+        named |= {o.rank for o in result.outcomes if o.last_step == "init_process_group"}
     for f in raised_findings(result, named):
         report.add(f)
 

@@ -45,7 +45,8 @@ def _bandwidth_table(report) -> None:
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
               help="Force a backend [default: nccl when every rank has a GPU, else gloo].")
 @click.option("--probe", "probes", multiple=True, metavar="NAME",
-              help="Run only this probe (repeatable): env, rendezvous, connectivity, "
+              help="Run only this probe (repeatable): env, rendezvous, reachability, "
+                   "connectivity, "
                    "bandwidth, dataloader, gpu, topology.")
 @click.option("--deadline", type=FiniteFloat(1, 3600), default=120.0, show_default=True,
               help="Seconds after which ranks that have not answered are killed and named.")
