@@ -59,6 +59,25 @@ def sh(*args: str) -> None:
     subprocess.run(args, check=True, capture_output=True, timeout=30)
 
 
+def run_on_nodes(commands: dict, timeout: float) -> tuple[dict, dict]:
+    """Run each ``{key: (namespace, hostname, argv, extra_env)}`` in its network namespace
+    under its own hostname, all at once; (outputs, processes) by key. Every process tree
+    still alive at the end (a timeout, a failed assert) is killed."""
+    procs = {}
+    try:
+        for k, (ns, hostname, argv, extra_env) in commands.items():
+            inner = f"hostname {hostname} && exec " + " ".join(argv)
+            procs[k] = subprocess.Popen(
+                ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", inner],
+                env={**os.environ, **extra_env}, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        return {k: p.communicate(timeout=timeout)[0] for k, p in procs.items()}, procs
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                kill_tree(p.pid)
+
+
 @pytest.fixture
 def two_nodes():
     """(namespaces, veth devices, addresses) keyed "a" and "b"; removed afterwards."""

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import ddpdoctor_cmd, kill_tree, needs_netns, run_job, sh
+from conftest import ddpdoctor_cmd, needs_netns, run_job, run_on_nodes, sh
 
 pytestmark = [pytest.mark.slow]
 
@@ -72,25 +72,16 @@ def test_four_nodes_name_the_blocked_pair_and_the_unreachable_rank(four_nodes, t
     # node-4 drops everything for node-2: ranks 1 and 3 cannot open a connection either way.
     sh("ip", "-n", ns[3], "route", "add", "blackhole", f"{addr[1]}/32")
     out = tmp_path / "report.json"
-    procs = {}
-    try:
-        for i in range(4):
-            check = ddpdoctor_cmd() + [
-                "check", "--nnodes", "4", "--node-rank", str(i), "--nproc", "1",
-                "--rdzv-endpoint", f"{addr[0]}:29656", "--local-addr", addr[i],
-                "--probe", "reachability", "--probe", "connectivity", "--deadline", "20"]
-            check += ["--json", str(out)] if i == 0 else []
-            ifname = "lo" if i == 2 else dev[i]
-            inner = f"hostname node-{i + 1} && exec " + " ".join(check)
-            procs[i] = subprocess.Popen(
-                ["ip", "netns", "exec", ns[i], "unshare", "--uts", "sh", "-c", inner],
-                env={**os.environ, "GLOO_SOCKET_IFNAME": ifname}, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        outputs = {i: p.communicate(timeout=200)[0] for i, p in procs.items()}
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                kill_tree(p.pid)
+    commands = {}
+    for i in range(4):
+        check = ddpdoctor_cmd() + [
+            "check", "--nnodes", "4", "--node-rank", str(i), "--nproc", "1",
+            "--rdzv-endpoint", f"{addr[0]}:29656", "--local-addr", addr[i],
+            "--probe", "reachability", "--probe", "connectivity", "--deadline", "20"]
+        check += ["--json", str(out)] if i == 0 else []
+        ifname = "lo" if i == 2 else dev[i]
+        commands[i] = (ns[i], f"node-{i + 1}", check, {"GLOO_SOCKET_IFNAME": ifname})
+    outputs, procs = run_on_nodes(commands, timeout=200)
     assert out.exists(), outputs
     report = json.loads(out.read_text())
     reach = sorted((f for f in report["findings"]

@@ -5,12 +5,10 @@ across both nodes and name node b's link as the slow one.
 """
 
 import json
-import os
-import subprocess
 
 import pytest
 
-from conftest import ddpdoctor_cmd, kill_tree, needs_netns, sh
+from conftest import ddpdoctor_cmd, needs_netns, run_on_nodes, sh
 
 pytestmark = [pytest.mark.slow]
 
@@ -23,25 +21,16 @@ def test_two_node_check_names_the_throttled_nodes_link(two_nodes, tmp_path):
         "burst", "32kbit", "latency", "400ms")
     out = tmp_path / "report.json"
     endpoint = f"{addr['a']}:29655"
-    procs = {}
-    try:
-        for node, k in ((0, "a"), (1, "b")):
-            check = ddpdoctor_cmd() + [
-                "check", "--nnodes", "2", "--node-rank", str(node), "--nproc", "1",
-                "--rdzv-endpoint", endpoint, "--local-addr", addr[k],
-                "--probe", "env", "--probe", "connectivity", "--probe", "bandwidth",
-                "--max-bytes", "1M", "--deadline", "90"] + (["--json", str(out)] if node == 0
-                                                            else [])
-            inner = f"hostname node-{k} && exec " + " ".join(check)
-            procs[k] = subprocess.Popen(
-                ["ip", "netns", "exec", ns[k], "unshare", "--uts", "sh", "-c", inner],
-                env={**os.environ, "GLOO_SOCKET_IFNAME": dev[k]}, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        outputs = {k: p.communicate(timeout=220)[0] for k, p in procs.items()}
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                kill_tree(p.pid)
+    commands = {}
+    for node, k in ((0, "a"), (1, "b")):
+        check = ddpdoctor_cmd() + [
+            "check", "--nnodes", "2", "--node-rank", str(node), "--nproc", "1",
+            "--rdzv-endpoint", endpoint, "--local-addr", addr[k],
+            "--probe", "env", "--probe", "connectivity", "--probe", "bandwidth",
+            "--max-bytes", "1M", "--deadline", "90"] + (["--json", str(out)] if node == 0
+                                                        else [])
+        commands[k] = (ns[k], f"node-{k}", check, {"GLOO_SOCKET_IFNAME": dev[k]})
+    outputs, procs = run_on_nodes(commands, timeout=220)
     assert out.exists(), outputs
     report = json.loads(out.read_text())
     assert report["world"]["world_size"] == 2 and report["world"]["nodes"] == 2, outputs["a"]
