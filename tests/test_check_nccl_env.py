@@ -2,6 +2,8 @@
 of what NCCL and torch really read (ddpdoctor/check/nccl_vars.py). Planted env dicts in,
 exact ENV_NCCL_CONFIG findings (severity, ranks) out; one real 2-rank `check --probe env`."""
 
+import json
+
 import pytest
 
 from ddpdoctor.check import nccl_vars
@@ -236,3 +238,30 @@ def test_two_ranks_one_with_a_misspelt_variable():
     f = next(f for f in report.findings if f.id == "ENV_NCCL_CONFIG")
     assert f.severity == "warning" and f.evidence["suggestion"] == "NCCL_SOCKET_IFNAME"
     assert f.evidence["variable"] == "NCCL_SOCKET_IFNAM"
+
+
+def test_a_value_that_breaks_torch_distributed_import_is_found_before_any_rank_starts():
+    from ddpdoctor.check.analysis.nccl_env import import_breakers
+
+    found = import_breakers({"TORCH_DISTRIBUTED_DEBUG": "VERBOSE", "NCCL_DEBUG": "INFO",
+                             "PATH": "/usr/bin"})
+    assert [(f.id, f.severity, f.ranks) for f in found] == [("ENV_NCCL_CONFIG", "error", [])]
+    assert found[0].title.startswith("TORCH_DISTRIBUTED_DEBUG=VERBOSE is not a value torch "
+                                     "accepts (OFF, INFO, DETAIL)")
+    assert import_breakers({"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}) == []
+
+
+def test_check_with_such_a_value_reports_it_instead_of_an_internal_error():
+    import os
+    import subprocess
+
+    from conftest import ddpdoctor_cmd
+
+    env = {**os.environ, "TORCH_DISTRIBUTED_DEBUG": "VERBOSE"}
+    proc = subprocess.run(ddpdoctor_cmd() + ["check", "--nproc", "2", "--json", "-"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [(f["id"], f["evidence"]["variable"]) for f in report["findings"]] == [
+        ("ENV_NCCL_CONFIG", "TORCH_DISTRIBUTED_DEBUG")]
+    assert "internal error" not in proc.stderr

@@ -17,6 +17,7 @@ from ddpdoctor.errors import ExitCode
 
 if TYPE_CHECKING:
     from ddpdoctor.check.options import CheckOptions
+    from ddpdoctor.report import Report
 
 
 def _bandwidth_table(report) -> None:
@@ -116,6 +117,9 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
     if node_rank >= nnodes:
         raise click.BadParameter(f"{node_rank} is not below --nnodes {nnodes}",
                                  param_hint="--node-rank")
+    broken = _environment_that_breaks_torch()
+    if broken is not None:
+        return finish(broken, json_path, verbose=verbose, html_path=html_path)
     if nnodes == 1 and not rdzv_endpoint and any(PROBES[n].stage != "parent" for n in names):
         from ddpdoctor.check.launcher import prestart
 
@@ -136,6 +140,26 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
         report = _run_with_progress(nproc, names, backend, deadline, opts)
     return finish(report, json_path, verbose=verbose,
                   after=None if json_path == "-" else _bandwidth_table, html_path=html_path)
+
+
+def _environment_that_breaks_torch() -> Report | None:
+    """A report, with no rank started, when this environment makes every torch.distributed
+    import fail (the ranks, and the user's job, would die at start-up)."""
+    import os
+
+    from ddpdoctor.check.analysis.nccl_env import import_breakers
+    from ddpdoctor.report import Check, Report
+
+    findings = import_breakers(dict(os.environ))
+    if not findings:
+        return None
+    report = Report("check", world={"world_size": 0, "nodes": 1})
+    report.checks.append(Check("env vars", "no rank started: `import torch.distributed` "
+                                           "fails with this environment", status="error",
+                               group="Environment"))
+    for f in findings:
+        report.add(f, check="env vars")
+    return report
 
 
 def _probe_names(probes: tuple[str, ...]) -> list[str]:

@@ -236,6 +236,26 @@ def _group(per_rank: dict[int, dict], problems: dict[int, list[Problem]]) -> lis
     return sorted(findings, key=lambda f: (order[f.severity], f.ranks, f.title))
 
 
+def import_breakers(env: dict[str, str]) -> list[Finding]:
+    """Variables whose value makes ``import torch.distributed`` raise in every process that
+    has this environment (``TORCH_DISTRIBUTED_DEBUG=VERBOSE``): found before any rank is
+    started, since no rank (and no job) could start with it."""
+    found = []
+    for name in sorted(env):
+        var = nccl_vars.lookup(name) if nccl_vars.judged(name) else None
+        if var is None or not var.bad_value_breaks:
+            continue
+        problem = _value(name, var, env[name])
+        if problem is not None and problem.severity == "error":
+            findings = _group({0: {"env": env}}, {0: [problem]})
+            for f in findings:
+                f.ranks = []  # every process of this environment, not one rank
+                f.evidence.pop("ranks_by_value", None)
+                f.evidence.pop("hosts", None)
+            found += findings
+    return found
+
+
 def name_findings(per_rank: dict[int, dict[str, Any]]) -> tuple[int, list[Finding]]:
     """(how many judged variables are set on some rank, their findings)."""
     problems = {r: rank_problems(d.get("env", {}), d.get("versions", {}))
