@@ -92,8 +92,10 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
     Starts NPROC ranks on this node, each with a process group, runs the probes in each and
     turns what they find into findings. A rank that does not answer within --deadline is
     killed and named. Probes: env (versions, env vars, /dev/shm, limits, socket interfaces),
-    rendezvous (your MASTER_ADDR/MASTER_PORT), connectivity (all-reduce + every pair),
-    bandwidth (nccl-tests-style sweep + every link), dataloader (workers through /dev/shm),
+    rendezvous (your MASTER_ADDR/MASTER_PORT), reachability (every pair over TCP, one
+    round), connectivity (all-reduce + log2 N rounds of pairs),
+    bandwidth (nccl-tests-style sweep + each rank's links), dataloader (workers through
+    /dev/shm),
     gpu and topology (NVML; skipped without an NVIDIA driver).
 
     \b
