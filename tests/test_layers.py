@@ -71,9 +71,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("jobview.merge", "supervise.verdict"): "the job view uses run's hang verdict rules",
     ("plan.fit", "train.config"): _SIZES,
     ("plan.model", "train.config"): _SIZES,
-    ("scale.runner", "commands.train"): "scale builds the trainer's torchrun argv with "
-                                        "the train command's helper (a mode importing "
-                                        "commands: move torchrun_argv into train/)",
+    ("scale.runner", "train.launch"): _SCALE_TRAIN,
     ("scale.sweep", "logscan"): _TRIAGE,
     ("scale.sweep", "train.config"): _SCALE_TRAIN,
     ("scale.sweep", "train.injections"): _SCALE_TRAIN,
@@ -106,7 +104,6 @@ ALLOWED: dict[tuple[str, str], str] = {
 ALLOWED_PACKAGE_CYCLES: dict[frozenset[str], str] = {
     frozenset({"supervise", "jobview"}): "run hosts the job view, which judges with run's "
                                          "verdict rules",
-    frozenset({"scale", "entry"}): "scale.runner borrows the train command's torchrun argv",
     frozenset({"watch", "integrations"}): "watch(metrics_port=N) serves Prometheus, and the "
                                           "framework callbacks are watch() sinks",
     frozenset({"train", "plan"}): "plan sizes the trainer's models, the trainer reports "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from typing import Any
 
 import click
@@ -51,12 +50,6 @@ def _help() -> str:
 
 def _default_nproc(strategies: list[str]) -> int:
     return 4 if {"tp-dp", "hsdp"} & set(strategies) else 2
-
-
-def torchrun_argv(nproc: int, worker_argv: list[str]) -> list[str]:
-    """The launch command: torchrun from this interpreter, a free port (standalone)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={nproc}", "-m", "ddpdoctor.train", *worker_argv]
 
 
 def _add_options(f: Any) -> Any:
@@ -118,6 +111,8 @@ def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: A
         from ddpdoctor.html.train_sources import prepare
 
         events = prepare(values, env)
+    from ddpdoctor.train.launch import torchrun_argv
+
     argv = torchrun_argv(world, to_argv(values))
     if dry_run:
         click.echo(" ".join(argv))

@@ -93,7 +93,7 @@ def run_env(world: int, mode: str, rank_batch: int | None) -> dict[str, str]:
 
 
 def trainer_argv(world: int, options: list[str], json_log: Path) -> list[str]:
-    from ddpdoctor.commands.train import torchrun_argv
+    from ddpdoctor.train.launch import torchrun_argv
 
     return torchrun_argv(world, [*options, "--json-log", str(json_log)])
 
