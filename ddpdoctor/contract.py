@@ -81,7 +81,8 @@ REAPER_SCHEMA = "ddpdoctor.reaper/1"
 PROGRESS_KEY = "ddpdoctor/progress/{rank}"
 PRE_DONE_KEY = "ddpdoctor/pre_done/{rank}"
 CHECK_KEY = "ddpdoctor/check/{run}/{attempt}/{kind}/{rank}"  # kind: "pre" or "res"
-# The socket mesh (check/mesh.py): {what} is "addr/<rank>" ("host:port node") or "done".
+# The socket mesh (check/mesh.py): {what} is "addr/<rank>" ("host:port node"), "addresses"
+# (rank 0's JSON table of them all), "done" (a counter), "all_done" or "failed" (flags).
 MESH_KEY = "ddpdoctor/mesh/{run}/{attempt}/{what}"
 RANK_RESULT_FILE = "rank{rank}.pkl"  # the launcher's private result directory
 RANK_PRE_FILE = "rank{rank}.pre"
@@ -163,7 +164,7 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract(CHECK_KEY, "store key", "check worker", "check worker (rank 0)",
              "a rank's pre-init data / result"),
     Contract(MESH_KEY, "store key", "check rank (mesh)", "check ranks (mesh)",
-             "a rank's mesh listening address; how many ranks finished connecting"),
+             "mesh addresses, the finished-ranks counter and the cut flag"),
     Contract(JOBVIEW_PREFIX + "*", "store key", "run (each node), attach --job",
              "run (the leader, each node)", "the job view: nodes, stacks, verdict"),
     Contract(OWN_THREAD_PREFIX + "*", "thread name", "watch (in each rank)",

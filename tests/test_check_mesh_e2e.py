@@ -93,6 +93,11 @@ def test_four_nodes_name_the_blocked_pair_and_the_unreachable_rank(four_nodes, t
     assert reach[0]["evidence"]["node"] == "node-3", reach[0]["title"]
     assert reach[1]["evidence"]["pair"] == "1<->3"
     assert reach[1]["evidence"]["tier"] == "inter-node"
-    # The init failures the blocked pair causes are fallout, not more culprits.
+    # gloo's init cannot form with a blocked pair: every rank skipped it together, so the
+    # check ended without waiting for its deadline and blamed nobody else.
     assert {r for f in report["findings"] for r in f["ranks"]} <= {1, 2, 3}, report["findings"]
+    assert report["probes"]["connectivity"]["summary"] == (
+        "could not run: the reachability mesh found ranks that cannot connect, so gloo's "
+        "process group cannot form")
+    assert not any("deadline" in f["title"] for f in report["findings"]), report["findings"]
     assert procs[0].returncode == 1

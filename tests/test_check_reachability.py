@@ -11,15 +11,9 @@ def _rows(n, nodes, fail=()):
     """``n`` ranks on ``nodes`` (rank -> host); ``fail``: directed (i, j) that fail."""
     rows = {}
     for i in range(n):
-        peers = {}
-        for j in range(n):
-            if i == j:
-                continue
-            peers[str(j)] = ({"ok": False, "error": "TimeoutError: timed out"}
-                             if (i, j) in fail else {"ok": True, "ms": 0.4})
-            peers[str(j)]["node"] = nodes[j]
-        rows[i] = {"address": f"10.0.0.{i + 1}:4000{i}", "node": nodes[i], "peers": peers,
-                   "unpublished": []}
+        failed = {str(j): "TimeoutError: timed out" for j in range(n) if (i, j) in fail}
+        rows[i] = {"address": f"10.0.0.{i + 1}:4000{i}", "node": nodes[i], "tried": n - 1,
+                   "failed": failed, "slowest_ms": 0.4, "unpublished": []}
     return rows
 
 
@@ -86,8 +80,7 @@ def test_two_ranks_blocked_is_the_pair_not_a_rank():
 
 def test_a_listener_that_is_not_the_peer_fails_that_connection():
     rows = _rows(3, {r: "a" for r in range(3)})
-    rows[0]["peers"]["1"] = {"ok": False, "ms": 0.3, "node": "a",
-                             "error": "the listener at 10.0.0.2:40001 is not rank 1: b'x'"}
+    rows[0]["failed"]["1"] = "the listener at 10.0.0.2:40001 is not rank 1: b'x'"
     _, findings = analyze(rows, 3)
     assert _ids(findings) == [("COMM_CONNECTIVITY", [0, 1])]
     assert findings[0].evidence["direction"] == "0->1"
@@ -103,6 +96,30 @@ def test_ranks_that_sent_no_row_are_left_to_the_launch_analysis():
     rows = _rows(3, {r: "a" for r in range(3)}, {(0, 2), (1, 2)})
     del rows[2]
     rows[0]["unpublished"] = [2]
+    rows[1]["unpublished"] = [2]
     check, findings = analyze(rows, 3)
     assert findings == []
     assert "rank(s) 2 never published an address" in check.summary
+
+
+def test_a_rank_whose_address_one_peer_never_got_is_not_counted_against_it():
+    rows = _rows(3, {r: "a" for r in range(3)})
+    rows[0]["unpublished"] = [2]  # rank 0 never received rank 2's address
+    rows[0]["tried"] = 1
+    check, findings = analyze(rows, 3)
+    assert findings == []
+    assert check.summary.startswith("5/5 directed connections ok")
+
+
+def test_a_4096_rank_mesh_with_one_blocked_pair_is_that_pair():
+    # Rows carry only failures: the analysis is linear in ranks + failures (the pytest
+    # timeout would stop a quadratic one).
+    nodes = {r: f"n{r // 8}" for r in range(4096)}
+    rows = _rows(64, {r: nodes[r] for r in range(64)})
+    big = {r: {**rows[r % 64], "node": nodes[r], "tried": 4095, "failed": {}}
+           for r in range(4096)}
+    big[3]["failed"] = {"2050": "TimeoutError: timed out"}
+    big[2050]["failed"] = {"3": "TimeoutError: timed out"}
+    check, findings = analyze(big, 4096)
+    assert [(f.id, f.ranks) for f in findings] == [("COMM_CONNECTIVITY", [3, 2050])]
+    assert check.summary.startswith(f"{4096 * 4095 - 2}/{4096 * 4095} directed")

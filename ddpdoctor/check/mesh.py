@@ -13,6 +13,7 @@ The rank side is here; the pure analysis is ``ddpdoctor/check/analysis/reachabil
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -123,25 +124,51 @@ def _reach(me: str, peer: int, where: str, timeout_s: float) -> dict[str, Any]:
     return {"ok": True, "ms": ms}
 
 
-def _addresses(store: Any, world: int, budget_s: float) -> dict[int, str]:
-    keys = [_key(f"addr/{r}") for r in range(world)]
-    try:
-        store.wait(keys, timedelta(seconds=max(0.1, budget_s)))
-    except Exception:  # some ranks never published: test the others
-        pass
-    out: dict[int, str] = {}
-    for r, k in enumerate(keys):
+def _addresses(store: Any, rank: int, world: int, budget_s: float) -> dict[int, str]:
+    """Every published ``address node``, read with O(1) store operations per rank: rank 0
+    waits for them all (or the budget), then publishes the whole table under one key,
+    which every other rank reads once (a store is one server: N reads of N keys each would
+    be N^2 operations, 67 million at 4,096 ranks)."""
+    table_key = _key("addresses")
+    if rank == 0:
+        keys = [_key(f"addr/{r}") for r in range(world)]
         try:
-            if store.check([k]):
-                out[r] = store.get(k).decode()
-        except Exception:
-            continue
-    return out
+            store.wait(keys, timedelta(seconds=max(0.1, budget_s)))
+            values = [v.decode() for v in store.multi_get(keys)]
+            table = dict(enumerate(values))
+        except Exception:  # some ranks never published: test the others
+            table = {}
+            for r, k in enumerate(keys):
+                try:
+                    if store.check([k]):
+                        table[r] = store.get(k).decode()
+                except Exception:
+                    continue
+        store.set(table_key, json.dumps(table))
+    try:
+        store.wait([table_key], timedelta(seconds=max(0.1, budget_s + 1.0)))
+        return {int(r): str(v) for r, v in json.loads(store.get(table_key)).items()}
+    except Exception:  # rank 0 never got this far: nobody to test against
+        return {}
+
+
+def _barrier(store: Any, world: int, budget_s: float) -> bool:
+    """Wait (within ``budget_s``) until every rank has finished connecting, without
+    polling: the last rank to arrive sets one key the others wait on."""
+    if store.add(_key("done"), 1) >= world:
+        store.set(_key("all_done"), "1")
+    try:
+        store.wait([_key("all_done")], timedelta(seconds=max(0.1, budget_s)))
+        return True
+    except Exception:
+        return False
 
 
 def run_mesh(store: Any, rank: int, world: int, backend: str, timeout_s: float,
              budget_s: float) -> dict[str, Any]:
-    """This rank's row of the mesh: its address and, per peer, whether it connected.
+    """This rank's row of the mesh: its address, how many peers it tried, and only the
+    connections that failed (a row stays small at any scale); ``cut`` says whether any
+    rank of the job found a connection that failed.
 
     Waits (within ``budget_s``) for every rank to finish connecting before it stops
     listening, so a slow peer is not refused by a listener that already left.
@@ -150,24 +177,25 @@ def run_mesh(store: Any, rank: int, world: int, backend: str, timeout_s: float,
     addr = local_address(backend)
     listener = _Listener(addr, rank, backlog=min(4096, max(16, world)))
     node = socket.gethostname()
+    where = f"[{addr}]:{listener.port}" if ":" in addr else f"{addr}:{listener.port}"
     try:
-        where = f"[{addr}]:{listener.port}" if ":" in addr else f"{addr}:{listener.port}"
         store.set(_key(f"addr/{rank}"), f"{where} {node}")
-        published = _addresses(store, world, budget_s / 2)
-        peers = {r: v.split(" ", 1) for r, v in published.items() if r != rank}
+        published = _addresses(store, rank, world, budget_s / 2)
+        peers = {r: v.split(" ", 1)[0] for r, v in published.items() if r != rank}
         with ThreadPoolExecutor(max_workers=max(1, min(MAX_CONNECTING, len(peers)))) as pool:
-            futures = {r: pool.submit(_reach, addr, r, w, timeout_s)
-                       for r, (w, _) in peers.items()}
-            results = {str(r): f.result() for r, f in futures.items()}
-        for r, (_, peer_node) in peers.items():
-            results[str(r)]["node"] = peer_node
+            futures = {r: pool.submit(_reach, addr, r, w, timeout_s) for r, w in peers.items()}
+            results = {r: f.result() for r, f in futures.items()}
+        failed = {str(r): res["error"] for r, res in results.items() if not res["ok"]}
+        if failed:
+            store.set(_key("failed"), str(rank))
         connect_s = round(time.monotonic() - started, 3)
-        done = store.add(_key("done"), 1)
-        while done < world and time.monotonic() - started < budget_s:
-            time.sleep(0.05)
-            done = store.add(_key("done"), 0)
+        everyone = _barrier(store, world, budget_s - (time.monotonic() - started))
+        cut = bool(store.check([_key("failed")]))
     finally:
         listener.close()
-    return {"address": where, "node": node, "peers": results,
+    return {"address": where, "node": node, "tried": len(peers), "failed": failed,
+            "slowest_ms": max((res.get("ms", 0.0) for res in results.values()
+                               if res["ok"]), default=0.0),
             "unpublished": sorted(r for r in range(world) if r not in published),
+            "cut": cut, "all_finished": everyone,
             "connect_s": connect_s, "seconds": round(time.monotonic() - started, 3)}

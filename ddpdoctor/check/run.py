@@ -50,6 +50,12 @@ def run_pre_probes(ctx: Any, names: list[str],
 
 def run_probes(ctx: Any, names: list[str], opts: CheckOptions | dict[str, Any]) -> dict[str, Any]:
     """Rank side, with the process group; a probe that raises is recorded, not fatal."""
+    if getattr(ctx, "skip_init", ""):
+        # No process group (a pre-init probe proved it cannot form): every rank probe
+        # says why it did not run, and the check ends now instead of at the deadline.
+        ctx.progress("done")
+        return {n: {"error": ctx.skip_init, "seconds": 0.0} for n in names
+                if PROBES[n].stage == "rank"}
     out = _run(ctx, names, CheckOptions.coerce(opts), "rank")
     ctx.progress("done")
     return out

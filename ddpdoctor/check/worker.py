@@ -159,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pre = run_pre_probes(ctx, names, opts)
         store.set(_key("pre", rank), json.dumps(pre, default=str))
-        ctx.progress("init_process_group")
-        dist.init_process_group(backend, timeout=timeout)
+        if not ctx.skip_init:
+            ctx.progress("init_process_group")
+            dist.init_process_group(backend, timeout=timeout)
         res: dict[str, Any] = {"value": run_probes(ctx, names, opts)}
     except Exception as e:  # reported through the store
         res = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}

@@ -25,6 +25,9 @@ class RankContext:
     device: str
     deadline_s: float
     store: Any = None  # the torch.distributed.Store shared by all ranks and the launcher
+    # Set by a pre-init probe that proved the process group cannot form (a pair of ranks
+    # that cannot connect makes gloo's full-mesh init hang until the deadline): the reason.
+    skip_init: str = ""
     _progress: int = 0
 
     def progress(self, label: str) -> None:

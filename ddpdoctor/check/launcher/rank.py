@@ -52,9 +52,10 @@ def rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: st
             ctx.progress("pre_init done")
             store.set(PRE_DONE_KEY.format(rank=rank), "1")
             store.wait([PRE_DONE_KEY.format(rank=r) for r in range(world)], timeout)
-        ctx.progress("init_process_group")
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world,
-                                timeout=timeout)
+        if not ctx.skip_init:
+            ctx.progress("init_process_group")
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                    timeout=timeout)
         value = fn(ctx, *args)
         payload = {"status": STATUS_OK, "value": value}
     except BaseException as e:  # every failure must reach the launcher

@@ -1,8 +1,9 @@
 """Reachability: every rank connects to every other rank over TCP, in one round, before
 the process group exists (``ddpdoctor/check/mesh.py``).
 
-Its evidence survives the failed init a blocked pair causes, and names the pair, the
-rank or the node, where the init failure would name only the rank that gave up first.
+It names the pair, the rank or the node, where the init failure would name only the rank
+that gave up first; on gloo (whose init connects every pair) a mesh that found a pair that
+cannot connect skips the process group, so the check ends in seconds, not at its deadline.
 """
 
 from __future__ import annotations
@@ -31,8 +32,15 @@ def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
         return {"skipped": "no store to exchange addresses"}
     timeout = opts.p2p_timeout_s or max(2.0, min(5.0, ctx.deadline_s / 20))
     ctx.progress(f"{NAME}: mesh")
-    return run_mesh(ctx.store, ctx.rank, ctx.world_size, ctx.backend, timeout,
-                    budget(ctx.deadline_s, timeout))
+    row = run_mesh(ctx.store, ctx.rank, ctx.world_size, ctx.backend, timeout,
+                   budget(ctx.deadline_s, timeout))
+    if row["cut"] and ctx.backend == "gloo":
+        # gloo's init connects every pair before it returns: with one pair that cannot
+        # connect it hangs on every rank until the deadline. Every rank saw the same flag
+        # (after the mesh's barrier), so all of them skip it together.
+        ctx.skip_init = ("the reachability mesh found ranks that cannot connect, "
+                         "so gloo's process group cannot form")
+    return row
 
 
 PROBE = Probe(NAME, "Communication", "pre_init", collect, analyze,
