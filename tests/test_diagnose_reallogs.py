@@ -60,7 +60,16 @@ NOTHING_TO_SEE = {"L2_fairseq_rank0_dataloader_hang_multinode",
                   # seen only through the job's own debug prints: no failure line
                   "F4_bloom176b_eval_hang_dataloader_deadlock",
                   "F4_bloom176b_throughput_drop_slow_gpu",
-                  "F4_m4_rank0_dstate_fs_freeze_others_in_barrier"}
+                  "F4_m4_rank0_dstate_fs_freeze_others_in_barrier",
+                  # a hang seen only as start-up banners followed by silence
+                  "G2_broadcast_rank0_only_hang_no_timeout",
+                  # a tool's table as the only evidence: `nvidia-smi topo -m`, a P2P
+                  # bandwidth matrix (P2P slower than copies through the host)
+                  "G2_nccl_p2p_hang_pcie_switch_acs_vtd_topo",
+                  "G2_p2p_broken_iommu_bandwidth_matrix_training_hang",
+                  # a variable set on one node, seen only in the nccl-tests banner that
+                  # lists the other node's ranks (it printed no NCCL line of its own)
+                  "G1_nccl_shm_disable_not_propagated_second_node_mpirun"}
 
 
 def test_no_failed_job_is_called_healthy(results):
@@ -107,3 +116,24 @@ def test_titles_have_no_empty_slots():
         findings, _ = diagnose_logs([LogInput(str(case.log), rank_from_path=False)])
         for f in findings:
             assert not empty.search(f.title), (case.name, f.title)
+
+
+# A real death report of every launcher the field uses, each from its own public thread:
+# diagnose must call the job failed (an error finding, exit 1), whatever words it died in.
+LAUNCHER_DEATHS = {
+    "torchrun": "L1_torchrun_rc9_cpu_ram_alpaca13b",
+    "deepspeed": "G2_deepspeed_launcher_rc_minus9_dolly_56gb_node",
+    "accelerate": "G2_accelerate_launch_sighup_terminal_hangup_chatglm",
+    "torch.distributed.launch": "G2_torch_distributed_launch_rank0_sigkill_oomkilled",
+    "mpirun": "G2_mpirun_horovod_rank0_exit_others_hang",
+    "srun": "G2_srun_task_oom_kill_nemo_checkpoint_2407",
+    "kubernetes": "G2_k8s_learner_pod_memory_killed_137_ffdl",
+    "ray": "G2_ray_raylet_workers_killed_memory_pressure_wmpo",
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHER_DEATHS))
+def test_every_launchers_death_report_is_a_failure(launcher, results):
+    result = next(r for r in results if r.case.name == LAUNCHER_DEATHS[launcher])
+    assert result.case.failed
+    assert not result.healthy, (launcher, result.got_id)

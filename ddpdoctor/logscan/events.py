@@ -53,6 +53,7 @@ class EventKind(str, Enum):
     NCCL_WARN = "nccl_warn"
     NET_CONFIG = "net_config"  # an interface / address setting that cannot work
     VERSION = "version"  # informational: "NCCL version 2.19.3"
+    NCCL_NET = "nccl_net"  # informational: the network plugin / transport a process uses
     # GPU
     DUPLICATE_GPU = "duplicate_gpu"
     GPU_ECC = "gpu_ecc"
@@ -98,6 +99,7 @@ class EventKind(str, Enum):
     FAMILY_START = "family_start"  # the script or program to launch does not exist
     IB_ASYNC = "ib_async"  # "NET/IB : Got async event : port error"
     SIDE_TRACEBACK = "side_traceback"  # a dashboard/logger's traceback (visdom, wandb, ...)
+    HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"
 
 
 # What other ranks report when one rank goes away (or a collective never completes).
@@ -114,7 +116,7 @@ CASCADE = frozenset({
 WEAK = frozenset({EventKind.NCCL_WARN, EventKind.SIDE_TRACEBACK})
 # Facts that say nothing went wrong by themselves.
 INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,
-                           EventKind.NATIVE_FRAME, EventKind.BUSY})
+                           EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET})
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ class Evidence(str, Enum):
     PROCESS_KILLED = "a process was killed or crashed"
     HARDWARE = "a GPU or bus error"
     NONFINITE = "training numbers stopped being finite"
+    LIBRARY_ERROR = "a communication library reported an error"
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,20 @@ PATTERNS: tuple[FloorPattern, ...] = (
         (("The actor is dead because its worker process has died. Worker exit type: "
           "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error "
           "code 2.", "https://github.com/verl-project/verl/issues/472"),)),
+    FloorPattern(
+        # NCCL's WARN lines of healthy jobs are about optional pieces (libibverbs, its
+        # service threads at exit); one that says Error or a CUDA failure is NCCL failing.
+        "nccl.warn_error", Evidence.LIBRARY_ERROR, ("NCCL WARN Error", "NCCL WARN Cuda failure"),
+        r"NCCL WARN (?:Error\b|Cuda failure)",
+        (("[7] graph/rings.cc:38 NCCL WARN Error : ring 0 does not loop back to start (13 != "
+          "15).", "https://github.com/NVIDIA/nccl/issues/1020"),),
+        accept=lambda d: True),
+    FloorPattern(
+        "ray.memory_pressure", Evidence.LAUNCHER_DEATH, ("killed due to memory pressure",),
+        r"Workers? \(tasks / actors\) killed due to memory pressure",
+        (("(raylet) [2025-12-07 09:57:19,206 E 393463 393463] (raylet) node_manager.cc:3277: 2 "
+          "Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due "
+          "to other reasons at", "https://github.com/WM-PO/WMPO/issues/3"),), oom=True),
     FloorPattern(
         # a debugger's (or a core file's) backtrace of a process that aborted
         "native.abort_backtrace", Evidence.PROCESS_KILLED, (" in abort ", " in raise "),

@@ -119,9 +119,33 @@ def _nccl_id_never_published(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Ve
               "the preprocessing before init_process_group / on every rank"}, ranks=src)
 
 
+def _stalled_ops(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
+    """Horovod's stall inspector: one ready set for every stalled tensor leaves out the
+    ranks that never submitted it; different sets mean different tensors per rank."""
+    stalls = ix.of(K.HOROVOD_STALL)
+    if not stalls:
+        return None
+    sets = {tuple(sorted(e.data["ready_ranks"])) for e in stalls}
+    seen = {r for e in stalls for r in e.data["ready_ranks"]} | {
+        e.rank for e in ix.events if e.rank is not None}
+    ev = {"stalled_ops": len(stalls), "ready_ranks": sorted(sets)[:5],
+          "first": stalls[0].data.get("op", "")}
+    if len(sets) == 1:
+        missing = sorted(set(range(max(seen) + 1)) - set(sets.pop()))
+        if missing:
+            return verdict(ix, "HANG_RANK_MISSING_COLLECTIVE",
+                           f"rank {format_ranks(missing)} never submitted the {len(stalls)} "
+                           f"tensor(s) the other ranks wait for (Horovod's stall inspector)",
+                           stalls, ev, ranks=missing)
+    return verdict(ix, "HANG_COLLECTIVE_MISMATCH",
+                   f"ranks submitted different tensors: Horovod's stall inspector lists "
+                   f"{len(stalls)} stalled tensor(s) ready on different ranks", stalls, ev,
+                   ranks=[])
+
+
 # In the order their findings are reported.
 _NAMED_CULPRIT_FINDERS = (_desync_lagging, _barrier_missing, _store_missing,
-                          _nccl_id_never_published)
+                          _nccl_id_never_published, _stalled_ops)
 
 
 def _silent(reporting: list[int]) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -86,9 +87,19 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                 ev["exit_code"] = f.data.get("exit_code")
         at = f" at {_short(where)}" if where else ""
         who = f"rank {format_ranks(ranks)}" if ranks else "the job"
+        if _MEMORY.search(msg):
+            # The exception's own type or message is the memory family, whoever raised it
+            # (ray.exceptions.OutOfMemoryError, MemoryError, a CUDA allocator's words).
+            out.append(verdict(ix, "OOM", f"{who} ran out of memory: {cut(msg, 160)}{at}",
+                               evs, {**ev, "family": "memory"}, ranks=ranks))
+            continue
         out.append(verdict(ix, "RANK_CRASHED", f"{who} raised {cut(msg, 160)}{at}", evs, ev,
                            ranks=ranks))
     return out
+
+
+_MEMORY = re.compile(r"OutOfMemory|\bMemoryError\b|out of memory|running low on memory|"
+                     r"Cannot allocate memory|can't allocate memory", re.IGNORECASE)
 
 
 def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

@@ -4,7 +4,8 @@ Runs after every other rule and only when none of them found an error: a log who
 failed is never "healthy", whatever words it failed in. The finding is decided by the
 family of the evidence (logscan/floor.py), in the order one fault causes the next: a GPU
 that fell off the bus kills its process; a kill for memory is an OOM; a loss scale that
-collapsed is the numbers; then a death by signal; then a bare non-zero exit.
+collapsed is the numbers; then a death by signal; then a library's own error line;
+then a bare non-zero exit.
 """
 
 from __future__ import annotations
@@ -100,6 +101,17 @@ def _signal_death(ix: EventIndex, hits: list[Event]) -> Verdict | None:
                    f"({e.data['evidence']}, {e.where})", bad, ev)
 
 
+def _library_error(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    bad = [e for e in hits if e.data.get("evidence") == Evidence.LIBRARY_ERROR.value]
+    if not bad:
+        return None
+    return verdict(ix, "UNRECOGNIZED_FAILURE", f"NCCL reported an error that no known "
+                   f"signature explains: {_q(bad[0].text, 160)}", bad,
+                   {"evidence_kind": Evidence.LIBRARY_ERROR.value,
+                    "hint": "search the NCCL issues for this line with your NCCL version; "
+                            "NCCL_DEBUG=INFO on every rank shows what preceded it"})
+
+
 def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     bad = hits
     if not bad:
@@ -118,7 +130,8 @@ def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:
 
 # The families, the cause before its effect.
 FAMILIES: tuple[Callable[[EventIndex, list[Event]], Verdict | None], ...] = (
-    _hardware, _oom, _nonfinite, _bus_error, _killed, _signal_death, _exit_code)
+    _hardware, _oom, _nonfinite, _bus_error, _killed, _signal_death, _library_error,
+    _exit_code)
 
 
 def floor(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

@@ -45,4 +45,22 @@ def nccl_versions_differ(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[V
                     ranks=sorted({e.rank for e in odd if e.rank is not None}))]
 
 
+def nccl_plugins_differ(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """Nodes that load different NCCL network plugins (HPC-X's on some, NCCL's internal one
+    on others) do not speak the same transport: the job hangs with no error."""
+    by_plugin: dict[str, list[Event]] = defaultdict(list)
+    for e in ix.of(K.NCCL_NET):
+        if e.data.get("plugin") and _HOST.match(e.text):
+            by_plugin[str(e.data["plugin"])].append(e)
+    hosts = {p: sorted({_who(e) for e in evs}) for p, evs in by_plugin.items()}
+    if len(hosts) < 2 or len({h for hs in hosts.values() for h in hs}) < 2:
+        return []
+    said = "; ".join(f"{p} on {', '.join(h)}" for p, h in sorted(hosts.items()))
+    evs = [e for group in by_plugin.values() for e in group]
+    return [verdict(ix, "ENV_VERSION_MISMATCH", f"the nodes load different NCCL network "
+                    f"plugins ({said}): install the same NCCL network plugin on every node, "
+                    "or none", evs, {"nccl_net_plugins": hosts}, ranks=[])]
+
+
 RULE = Rule("nccl_versions_differ", nccl_versions_differ, frozenset({K.VERSION}))
+PLUGIN_RULE = Rule("nccl_plugins_differ", nccl_plugins_differ, frozenset({K.NCCL_NET}))

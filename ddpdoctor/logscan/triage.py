@@ -32,7 +32,8 @@ from ddpdoctor.logscan import (
 from ddpdoctor.logscan.events import CASCADE, WEAK, Event, EventKind
 from ddpdoctor.logscan.index import EventIndex, Rule, Verdict, cut, ranks_of, verdict
 
-RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE) + rules_env.RULES
+RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE, rules_versions.PLUGIN_RULE)
+                           + rules_env.RULES
                            + rules_training.RULES + rules_collective.RULES + rules_crash.RULES
                            + rules_collective.ALONE[:1] + rules_crash.ALONE[:1]
                            + rules_collective.ALONE[1:] + rules_crash.ALONE[1:]

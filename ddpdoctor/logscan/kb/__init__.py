@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ddpdoctor.logscan.kb import bugs, c10d, families, gpu, nccl, process
+from ddpdoctor.logscan.kb import bugs, c10d, families, gpu, horovod, nccl, process
 from ddpdoctor.logscan.kb.signature import Example, Signature
 
 __all__ = ["SIGNATURES", "Example", "Signature", "match_line", "needles"]
 
 SIGNATURES: tuple[Signature, ...] = (bugs.SIGNATURES + c10d.SIGNATURES + nccl.SIGNATURES
                                      + gpu.SIGNATURES + process.SIGNATURES
-                                     + families.SIGNATURES)
+                                     + families.SIGNATURES + horovod.SIGNATURES)
 
 
 def match_line(body: str) -> Iterator[tuple[Signature, dict]]:

@@ -35,6 +35,18 @@ def _sig(bug: str, needle: str, pattern: str, versions: str, line: str, url: str
 
 KNOWN_BUGS = (
     KnownBug(
+        "nccl-2.25-blackwell-maxsharedmem", "https://github.com/NVIDIA/nccl/issues/1637",
+        "NCCL before 2.26 cannot run its kernels on Blackwell consumer GPUs (RTX 50xx, sm_120): "
+        "they need more shared memory than the device allows",
+        "NCCL < 2.26 on RTX 5090 / 5080 (sm_120)", "NCCL 2.26",
+        "use a torch build bundling NCCL >= 2.26 (or pip install nvidia-nccl-cu12>=2.26); "
+        "NCCL_P2P_DISABLE does not help",
+        {},  # only on sm_120 GPUs: the log line decides, not the version alone
+        _sig("nccl-2.25-blackwell-maxsharedmem", "exceeds device/fn maxSharedMem",
+             r"ncclMaxSharedMem \d+ exceeds device/fn maxSharedMem \d+", "NCCL < 2.26",
+             "localhost:11344:11344 [1] NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn "
+             "maxSharedMem 79856", "https://github.com/NVIDIA/nccl/issues/1637")),
+    KnownBug(
         "nccl-2.26.2-nvls-invalid-argument", "https://github.com/pytorch/pytorch/issues/150852",
         "NCCL 2.26.2's NVLS setup fails with CUDA 'invalid argument' on CUDA 12.2 drivers",
         "NCCL 2.26.2 (torch 2.8 nightlies) with a CUDA 12.2 driver", "NCCL 2.26.5",

@@ -250,6 +250,22 @@ SIGNATURES = (
                  "/opt/microsoft/ncv4/graph.xml", "https://github.com/NVIDIA/nccl/issues/1240",
                  {"var": "NCCL_GRAPH_FILE", "value": "/opt/microsoft/ncv4/graph.xml"}),)),
     Signature(
+        # Which network plugin each process loaded: nodes that load different ones (a
+        # plugin installed on some nodes only) do not speak the same transport.
+        "nccl.net_plugin", K.NCCL_NET, ("NET/Plugin", "Plugin Path :"),
+        r"NCCL INFO (?:NET/Plugin ?: ?(?:(?P<missing>Could not find: \S+|Plugin load returned "
+        r"\d+)|Loaded net plugin (?P<loaded>\S+))|Plugin Path : (?P<path>\S+))",
+        "ENV_VERSION_MISMATCH", "NCCL >= 2.4",
+        (Example("HGX-H100-11:18226:18274 [5] NCCL INFO NET/Plugin: Could not find: "
+                 "libnccl-net.so. Using internal network plugin.",
+                 "https://github.com/NVIDIA/nccl/issues/1634",
+                 {"plugin": "internal"}),
+         Example("HGX-H100-04:589474:589541 [0] NCCL INFO Plugin Path : /opt/hpcx/"
+                 "nccl_rdma_sharp_plugin/lib/libnccl-net.so",
+                 "https://github.com/NVIDIA/nccl/issues/1634",
+                 {"plugin": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so"})),
+        extra=lambda m: {"plugin": "internal" if m["missing"] else m["loaded"] or m["path"]}),
+    Signature(
         "nccl.version", K.VERSION, "NCCL version",
         r"NCCL version (?P<nccl>\d+\.\d+\.\d+)", "KNOWN_UPSTREAM_BUG", "all",
         (Example("NCCL version 2.19.3+cuda12.3", "https://github.com/NVIDIA/nccl/issues/1240",

@@ -107,6 +107,12 @@ SIGNATURES = (
                  {"gpu": 0, "total_old": "15.90 GiB", "free_old": "415.88 MiB"})),
         convert={"gpu": int, "gpu_old": int}, extra=_gpu),
     Signature(
+        # NCCL's own allocation (buffers, channels) failing: its WARN is the OOM.
+        "oom.nccl_cuda_failure", K.CUDA_OOM, "Cuda failure 'out of memory'",
+        r"Cuda failure 'out of memory'", "OOM", "NCCL (all releases)",
+        (Example("ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out "
+                 "of memory'", "https://github.com/NVIDIA/nccl/issues/1235"),)),
+    Signature(
         "oom.cpu_allocator", K.CPU_OOM, "can't allocate memory",
         r"DefaultCPUAllocator: can't allocate memory: you tried to allocate "
         r"(?P<tried_to_allocate_bytes>\d+) bytes",

@@ -1,0 +1,41 @@
+"""The evidence families learned from locked run 5, each held on the real log that taught
+it (tests/fixtures/reallogs/, thread URLs in the sidecars): the exact finding and rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.logscan import LogInput, diagnose_logs
+
+LOGS = Path(__file__).parent / "fixtures" / "reallogs"
+
+
+def _first(name: str):
+    findings, _ = diagnose_logs([LogInput(str(LOGS / f"{name}.log"), rank_from_path=False)])
+    f = findings[0]
+    return f.id, f.severity, f.ranks
+
+
+@pytest.mark.parametrize("name, expected", [
+    # Horovod's stall inspector: rank 2 is in no ready list
+    ("G1_horovod_broadcast_stalled_rank2_never_ready",
+     ("HANG_RANK_MISSING_COLLECTIVE", "error", [2])),
+    # Ray's raylet killed workers for memory pressure
+    ("G2_ray_raylet_workers_killed_memory_pressure_wmpo", ("OOM", "error", [])),
+    # an exception of the memory family, raised by Ray (not a crash of the code)
+    ("G2_ray_task_killed_host_oom_openrlhf_70b_offload", ("OOM", "error", [])),
+    # NCCL's own CUDA allocation failed while another rank's connection closed (the
+    # "[3]" of NCCL's prefix is a device, not a rank)
+    ("G1_nccl_init_cuda_oom_zero3_rm_multinode", ("OOM", "error", [])),
+    # nodes with different NCCL network plugins
+    ("G2_nccl_net_plugin_on_some_nodes_only_hang", ("ENV_VERSION_MISMATCH", "error", [])),
+    # an NCCL WARN that says Error: a library's error, quoted, never healthy
+    ("G2_nccl_ring_not_loop_back_uninit_link_speed_2193",
+     ("UNRECOGNIZED_FAILURE", "error", [])),
+    # NCCL < 2.26 on an RTX 5090
+    ("G1_nccl_2_25_rtx5090_maxsharedmem_needs_2_26", ("KNOWN_UPSTREAM_BUG", "error", [])),
+])
+def test_family(name, expected):
+    assert _first(name) == expected
