@@ -7,14 +7,18 @@ dataloader probe, its result); the parent ends it (report). What ranks share is 
 as such: the rendezvous store is one server whose per-op cost serialises across every
 client; collectives and p2p rounds end when their slowest member arrives plus the transfer
 (alpha-beta: latency per step, bytes over bandwidth, per-byte reduction); CPU work is slowed
-by the node's ranks-per-core. Costs come from a calibration (``Costs``), fitted to real runs
-by ``benchmarks/check_scale_model.py``. Pure: no torch, no sockets.
+by the node's ranks-per-core. Two backends: gloo (full-mesh init through the store, ring
+collectives over TCP) and nccl (a unique id through the store, a bootstrap over TCP, ring or
+tree collectives with NCCL's own latency model). Costs come from a calibration (``Costs``),
+fitted to real gloo runs by ``benchmarks/check_scale_model.py``; nccl's are assumptions
+(``Nccl``). Pure: no torch, no sockets.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -22,10 +26,11 @@ from typing import Literal
 # Mirrors of the check's constants (not imported: the check's modules import socket and
 # torch machinery; this model stays pure). tests/test_check_scale_model.py holds them equal.
 MAX_CONNECTING = 32  # ddpdoctor/check/mesh.py: outgoing connections in flight per rank
-MESH_POLL_S = 0.05  # the mesh: a rank that finished connecting polls the store this often
 REPORTER_POLL_S = 0.2  # ddpdoctor/check/worker.py: rank 0's reporter polls for results this often
 CONNECTIVITY_ELEMENTS = 1024  # ddpdoctor/check/probes/connectivity.py: all-reduce float32s
 P2P_BYTES = 4096 * 4  # ddpdoctor/check/probes/connectivity.py: P2P_ELEMENTS float32 per direction
+
+Backend = Literal["gloo", "nccl"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,35 @@ class Link:
     alpha_s: float
     byte_s: float
     reduce_byte_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Nccl:
+    """NCCL at scale. Nothing here can measure it: every value is an assumption, printed
+    with its source by ``benchmarks/check_scale_model.py`` (``ASSUMED_NCCL``)."""
+
+    # init: the unique id through the store (rank 0 sets it, every rank gets it once), then
+    # the bootstrap (bootstrap.cc): every rank connects to the root on rank 0, which answers
+    # each with its ring neighbour (serial at the root), then ring all-gathers of small
+    # messages over TCP (N-1 steps each), then the communicator's own setup per rank
+    root_per_rank_s: float  # the bootstrap root's work per rank (accept, receive, reply)
+    bootstrap_step_s: float  # one ring all-gather step: a small TCP message, node to node
+    bootstrap_allgathers: int  # ring all-gathers during ncclCommInitRank
+    init_fixed_s: float  # ncclCommInitRank's setup after the bootstrap (topology, buffers)
+    # collectives, NCCL's tuning model (src/graph/tuning.cc): latency = base + per-step
+    # latency x steps (ring: NVLink steps inside a node, network steps between nodes; tree:
+    # 2 x ((ranks per node - 1) NVLink hops + log2(nodes) network hops)); bytes over bus
+    # bandwidth (nccl-tests' busbw definition)
+    base_s: float
+    ring_nvlink_s: float
+    ring_net_s: float
+    tree_nvlink_s: float
+    tree_net_s: float
+    busbw_node: float  # bytes/s, one node (NVLink)
+    busbw_nodes: float  # bytes/s, across nodes (the NICs)
+    p2p_intra: Link  # send/recv between two GPUs of a node
+    p2p_inter: Link  # send/recv across nodes (one GPU's NIC)
+    p2p_connect_s: float  # a send/recv pair's first use: NCCL connects p2p lazily
 
 
 @dataclass(frozen=True)
@@ -55,13 +89,14 @@ class Costs:
     conn_cpu_s: float  # one mesh connection, both ends' CPU (under each rank's GIL)
     pg_fixed_s: float  # init_process_group, fixed part
     pg_pair_s: float  # init_process_group: one gloo pair connected (per peer, per rank)
-    report_pair_s: float  # the parent: decode and analyse one directed mesh pair
-    # the parent's reachability analysis scans every pair once per rank and once per node
-    # (ddpdoctor/check/analysis/reachability.py _rank_findings, _node_findings): O(N^3)
-    report_cubic_s: float
-    mesh_bytes_per_pair: float  # JSON bytes per directed pair in a rank's mesh row
+    # the parent: decode and analyse one rank's mesh row (rows carry only failures; the
+    # analysis, ddpdoctor/check/analysis/reachability.py, is linear in ranks + failures)
+    report_rank_s: float
+    mesh_row_bytes: float  # JSON bytes of one rank's mesh row (no failures)
+    addr_bytes: float  # bytes per rank in the mesh's address table (one store value)
     intra: Link  # between ranks of one node
     inter: Link  # between nodes
+    nccl: Nccl | None = None  # the nccl backend's costs (a Job on nccl needs them)
 
 
 @dataclass(frozen=True)
@@ -79,15 +114,6 @@ class Depth:
     link_iters: int = 3
     dataloader_share: float = 1.0  # of the default depth's batches
 
-    @classmethod
-    def default(cls) -> Depth:
-        return cls()
-
-    @classmethod
-    def quick(cls) -> Depth:
-        return cls(collectives=("all_reduce",), max_bytes=1 << 20, link_bytes=1 << 20,
-                   link_iters=1, dataloader_share=0.5)
-
     def sizes(self) -> list[int]:
         out, s = [], self.min_bytes
         while s <= self.max_bytes:
@@ -96,29 +122,26 @@ class Depth:
         return out
 
 
-@dataclass(frozen=True)
-class BadLink:
-    """A rank pair that cannot talk. ``blocks_init``: it cannot connect at all (a dropped
-    SYN), so gloo's full-mesh init cannot finish either; otherwise it fails the mesh and
-    its p2p transfer only (the process group connects, e.g. an intermittent path)."""
-
-    a: int
-    b: int
-    blocks_init: bool = True
+QUICK = Depth(collectives=("all_reduce",), max_bytes=1 << 20, link_bytes=1 << 20,
+              link_iters=1, dataloader_share=0.5)
 
 
 @dataclass(frozen=True)
 class Job:
+    """A check to simulate. ``bad_pair``: two ranks that cannot open a TCP connection to
+    each other (a dropped SYN). The mesh names them; on gloo every rank then skips the
+    process group (its full-mesh init could not finish) and the check ends after the mesh;
+    on nccl (which connects lazily, over its own transport) the backend rounds run and the
+    pair's p2p transfer waits its deadline once."""
+
     nodes: int
     per_node: int
     cores_per_node: float
     launcher: Literal["local", "torchrun"] = "torchrun"
     depth: Depth = field(default_factory=Depth)
     deadline_s: float = 120.0
-    bad_link: BadLink | None = None
-    # The change this model suggests (not in the check): once the mesh has named a pair
-    # that cannot connect, skip the process group and report from the pre-init evidence.
-    skip_pg_after_mesh_failure: bool = False
+    bad_pair: tuple[int, int] | None = None
+    backend: Backend = "gloo"
 
     @property
     def world(self) -> int:
@@ -149,6 +172,7 @@ class Result:
     store_busy_s: float
     needs_s: float  # what it would take without the deadline (inf: never ends)
     mesh_done: bool  # the mesh (which names a bad pair) ended before the deadline
+    store_ops_by: tuple[tuple[str, int], ...] = ()  # store ops per part of the check
 
 
 # ----------------------------------------------------------------------------- timeouts
@@ -203,13 +227,37 @@ def collective_s(name: str, size: int, n: int, link: Link) -> float:
     raise ValueError(name)
 
 
-def sweep_size_s(name: str, size: int, n: int, link: Link, depth: Depth,
-                 contention: float) -> float:
-    """ddpdoctor/check/probes/bandwidth.py ``sweep`` at one size: warm-ups, the sizing call
-    and its MAX all-reduce, then ``trials`` x (barrier + ``iters`` calls), back to back."""
-    one = collective_s(name, size, n, link) * contention
-    small = collective_s("all_reduce", 8, n, link) * contention
-    barrier = collective_s("barrier", 0, n, link) * contention
+def nccl_collective_s(name: str, size: int, n: int, nodes: int, nc: Nccl) -> float:
+    """One collective of ``size`` bytes on ``n`` ranks over ``nodes`` nodes, as NCCL's tuning
+    model (src/graph/tuning.cc ``ncclTopoTuneModel``) costs it: ring for every collective,
+    the cheaper of ring and tree for all-reduce (and torch's barrier, a 1-element
+    all-reduce on nccl)."""
+    if n < 2:
+        return 0.0
+    busbw = nc.busbw_nodes if nodes > 1 else nc.busbw_node
+    if name == "barrier":
+        name, size = "all_reduce", 4
+    if name == "all_reduce":
+        steps, inter, moved = 2 * (n - 1), 2 * (nodes - 1), 2 * (n - 1) / n * size
+    elif name in ("all_gather", "reduce_scatter"):
+        steps, inter, moved = n - 1, nodes - 1, (n - 1) / n * size
+    elif name == "broadcast":
+        steps, inter, moved = n, nodes if nodes > 1 else 0, float(size)
+    else:
+        raise ValueError(name)
+    ring = (nc.base_s + (steps - inter) * nc.ring_nvlink_s + inter * nc.ring_net_s
+            + moved / busbw)
+    if name != "all_reduce":
+        return ring
+    tree = (nc.base_s + 2 * ((n // nodes - 1) * nc.tree_nvlink_s
+                             + hypercube_rounds(nodes) * nc.tree_net_s) + 2 * size / busbw)
+    return min(ring, tree)
+
+
+def sweep_size_s(one: float, small: float, barrier: float, depth: Depth) -> float:
+    """ddpdoctor/check/probes/bandwidth.py ``sweep`` at one size, given one call of the
+    collective at that size (``one``), an 8-byte all-reduce and a barrier: warm-ups, the
+    sizing call and its MAX all-reduce, then ``trials`` x (barrier + ``iters`` calls)."""
     iters = depth.iters
     if depth.trial_budget_s is not None:
         iters = max(1, min(depth.iters, int(depth.trial_budget_s / max(one, 1e-9))))
@@ -313,25 +361,23 @@ class Barrier(Waitable):
 
 class Store:
     """The rendezvous store: one server. A batch of ``k`` sequential ops from one client
-    takes the server ``k * op_s`` (FIFO behind every other client's), and the client at
-    least ``k`` round trips. Ranks polling it (``pollers``) take their share first."""
+    takes the server ``k * op_s`` plus its bytes (FIFO behind every other client's), and
+    the client at least ``k`` round trips. ``by`` counts the ops per part of the check."""
 
     def __init__(self, costs: Costs) -> None:
         self.costs = costs
         self.free_at = 0.0
         self.ops = 0
         self.busy_s = 0.0
-        self.pollers = 0
-        self.poll_s = MESH_POLL_S
+        self.by: Counter[str] = Counter()
 
-    def batch(self, k: int, nbytes: float = 0.0) -> Waitable:
+    def batch(self, k: int, nbytes: float = 0.0, tag: str = "other") -> Waitable:
+        self.by[tag] += k
         return _StoreBatch(self, k, nbytes)
 
     def serve(self, now: float, k: int, nbytes: float) -> float:
         c = self.costs
         work = k * c.store_op_s + nbytes * c.store_byte_s
-        load = min(0.9, self.pollers * c.store_op_s / self.poll_s)
-        work /= 1.0 - load
         self.ops += k
         self.busy_s += work
         self.free_at = max(now, self.free_at) + work
@@ -354,16 +400,18 @@ class _Run:
     """One simulated check: shared objects (store, barriers) and each rank's process."""
 
     def __init__(self, job: Job, costs: Costs) -> None:
+        if job.backend == "nccl" and costs.nccl is None:
+            raise ValueError("a job on nccl needs Costs.nccl")
         self.job, self.costs = job, costs
         self.sim = Sim()
         self.store = Store(costs)
-        n = job.world
+        self.n = job.world
+        # CPU contention slows what runs on a rank's CPU: all of gloo, none of nccl's kernels
         self.f = job.contention
         self.marks: dict[str, float] = {}
         self.bars: dict[str, Barrier] = {}
         self.pairs: dict[tuple[str, int, int], Barrier] = {}
         self.done = 0
-        self.n = n
 
     # -- helpers
 
@@ -383,10 +431,27 @@ class _Run:
 
     def bad(self, rank: int) -> int | None:
         """The peer this rank cannot reach, if any."""
-        bl = self.job.bad_link
-        if bl is None:
+        bp = self.job.bad_pair
+        if bp is None:
             return None
-        return bl.b if rank == bl.a else bl.a if rank == bl.b else None
+        return bp[1] if rank == bp[0] else bp[0] if rank == bp[1] else None
+
+    def coll(self, name: str, size: int) -> float:
+        """One collective on the whole world, on the job's backend."""
+        job, c = self.job, self.costs
+        if job.backend == "nccl":
+            assert c.nccl is not None
+            return nccl_collective_s(name, size, self.n, job.nodes, c.nccl)
+        return collective_s(name, size, self.n, job.ring_link(c)) * self.f
+
+    def p2p_link(self, a: int, b: int) -> tuple[Link, float]:
+        """The link a send/recv between ``a`` and ``b`` uses, and the CPU slow-down on it."""
+        job, c = self.job, self.costs
+        if job.backend == "nccl":
+            assert c.nccl is not None
+            same = job.node_of(a) == job.node_of(b)
+            return (c.nccl.p2p_intra if same else c.nccl.p2p_inter), 1.0
+        return job.link(a, b, c), self.f
 
     # -- phases of one rank
 
@@ -401,9 +466,9 @@ class _Run:
         yield self.barrier("pre_done")  # every rank waits on every rank's PRE_DONE key
         yield self.store.batch(1)
         self.mark("pre-init barrier")
-        if self.job.bad_link is not None and self.job.bad_link.blocks_init:
-            if not self.job.skip_pg_after_mesh_failure:
-                return  # gloo's full mesh cannot connect the pair: blocked to the deadline
+        if self.job.bad_pair is not None and self.job.backend == "gloo":
+            # the mesh's cut flag: every rank skips gloo's init and the rank probes
+            yield self.store.batch(1)  # progress("done")
             yield from self.finish(r)
             return
         yield from self.init_pg(r)
@@ -426,65 +491,84 @@ class _Run:
         self.mark("start")
 
     def mesh(self, r: int) -> Proc:
+        """ddpdoctor/check/mesh.py ``run_mesh``: O(1) store ops per rank."""
         c, job, n = self.costs, self.job, self.n
-        yield self.store.batch(4)  # progress x2, set address
-        yield self.barrier("addresses")  # store.wait on every rank's address key
-        yield self.store.batch(2 * n)  # check + get of every rank's address
+        table = n * c.addr_bytes
+        yield self.store.batch(3, tag="mesh")  # progress x2, set its address
+        if r == 0:  # wait for every address, one multi_get, publish the table
+            yield self.barrier("addresses")
+            yield self.store.batch(3, 2 * table, tag="mesh")
+        else:
+            yield self.barrier("addresses")
+        yield self.barrier("table_set")  # every rank waits for the table's key ...
+        yield self.store.batch(1, table, tag="mesh")  # ... and gets it once
         bad = self.bad(r)
         rtt = 2 * job.ring_link(c).alpha_s
         position = None if bad is None else (bad if bad < r else bad - 1)
         yield mesh_connect_s(n - 1, rtt, c.conn_cpu_s, self.f, position,
                              mesh_connect_timeout_s(job.deadline_s))
-        yield self.store.batch(1)  # add(done)
-        self.store.pollers += 1
-        yield self.barrier("mesh_done", MESH_POLL_S / 2)
-        self.store.pollers = 0
+        if bad is not None:
+            yield self.store.batch(1, tag="mesh")  # set the failed flag
+        yield self.store.batch(1, tag="mesh")  # add(done); the last also sets all_done
+        yield self.barrier("mesh_done")  # a wait on all_done: released by its set
+        yield self.store.batch(2, tag="mesh")  # the wait's reply, check(failed)
 
     def init_pg(self, r: int) -> Proc:
         c, n = self.costs, self.n
-        yield self.store.batch(2)  # progress, gloo's set of its address
-        yield self.barrier("pg_addresses")  # gloo waits for every rank's key ...
-        yield self.store.batch(2 * n)  # ... and gets it: N waits + N gets per rank
-        yield c.pg_fixed_s + (n - 1) * c.pg_pair_s * self.f
+        yield self.store.batch(1)  # progress
+        if self.job.backend == "nccl":
+            nc = c.nccl
+            assert nc is not None
+            # rank 0 sets the unique id, every rank gets it once (torch's ProcessGroupNCCL)
+            yield self.store.batch(1, tag="init")
+            yield self.barrier("nccl_bootstrap", n * nc.root_per_rank_s
+                               + nc.bootstrap_allgathers * (n - 1) * nc.bootstrap_step_s)
+            yield nc.init_fixed_s
+        else:
+            yield self.store.batch(1, tag="init")  # gloo's set of its address
+            yield self.barrier("pg_addresses")  # gloo waits for every rank's key ...
+            yield self.store.batch(2 * n, tag="init")  # ... and gets it: N waits + N gets
+            yield c.pg_fixed_s + (n - 1) * c.pg_pair_s * self.f
         yield self.barrier("pg_ready")
 
     def connectivity(self, r: int) -> Proc:
-        job, c, n = self.job, self.costs, self.n
+        job, n = self.job, self.n
         yield self.store.batch(1)
-        ar = collective_s("all_reduce", CONNECTIVITY_ELEMENTS * 4, n, job.ring_link(c))
-        yield self.barrier("world_allreduce", ar * self.f)
+        yield self.barrier("world_allreduce", self.coll("all_reduce", CONNECTIVITY_ELEMENTS * 4))
+        nc = self.costs.nccl if job.backend == "nccl" else None
         for i in range(hypercube_rounds(n)):
             peer = partner(r, i, n)
             if peer is None:
                 continue
             yield self.store.batch(1)
-            link = job.link(r, peer, c)
-            cost = (2 * link.alpha_s + P2P_BYTES * link.byte_s) * self.f
+            link, f = self.p2p_link(r, peer)
+            cost = (2 * link.alpha_s + P2P_BYTES * link.byte_s) * f
+            if nc is not None:
+                cost += nc.p2p_connect_s  # a new peer every round: connected on first use
             if self.bad(r) == peer:
                 cost = p2p_deadline_s(job.deadline_s, n)
             yield self.pair(f"p2p{i}", r, peer, cost)
 
     def bandwidth(self, r: int) -> Proc:
-        job, c, n = self.job, self.costs, self.n
-        link = job.ring_link(c)
+        job, n = self.job, self.n
+        small, barrier = self.coll("all_reduce", 8), self.coll("barrier", 0)
         for name in job.depth.collectives:
             yield self.store.batch(1)
             for size in job.depth.sizes():
-                cost = sweep_size_s(name, size, n, link, job.depth, self.f)
+                cost = sweep_size_s(self.coll(name, size), small, barrier, job.depth)
                 yield self.barrier(f"{name}/{size}", cost)
         for i in range(hypercube_rounds(n)):
             peer = partner(r, i, n)
             if peer is None:
                 continue
             yield self.store.batch(1)
-            yield self.pair(f"link{i}", r, peer,
-                            link_round_s(job.link(r, peer, c), job.depth, self.f))
+            link, f = self.p2p_link(r, peer)
+            yield self.pair(f"link{i}", r, peer, link_round_s(link, job.depth, f))
 
     def finish(self, r: int) -> Proc:
         c, job = self.costs, self.job
-        row = (self.n - 1) * c.mesh_bytes_per_pair
         if job.launcher == "torchrun":
-            yield self.store.batch(3, 2 * row)  # pre and result JSON into the store
+            yield self.store.batch(3, 2 * c.mesh_row_bytes, tag="results")  # pre, result
         else:
             yield self.store.batch(1)  # progress("done"); the result goes to a file
         self.done += 1
@@ -496,16 +580,14 @@ class _Run:
         if job.launcher == "torchrun":
             yield REPORTER_POLL_S / 2
             # rank 0's reporter: progress, pre and result of every rank, one client
-            yield self.store.batch(6 * n, n * (n - 1) * c.mesh_bytes_per_pair)
-        yield report_s(n, job.nodes, c) + c.exit_s
+            yield self.store.batch(6 * n, 2 * n * c.mesh_row_bytes, tag="results")
+        yield report_s(n, c) + c.exit_s
         self.mark("report")
 
 
-def report_s(world: int, nodes: int, costs: Costs) -> float:
-    """The parent's work on the mesh rows: O(N^2) decode, O(N^3) analysis scans."""
-    pairs = world * (world - 1)
-    scans = world + (nodes if nodes > 1 else 0)
-    return pairs * costs.report_pair_s + scans * pairs * costs.report_cubic_s
+def report_s(world: int, costs: Costs) -> float:
+    """The parent's work on the mesh rows: linear in ranks (failures are few)."""
+    return world * costs.report_rank_s
 
 
 def deadline_start_s(job: Job, costs: Costs) -> float:
@@ -532,7 +614,8 @@ def simulate(job: Job, costs: Costs) -> Result:
         marks["deadline"] = cut
     mesh_done = run.marks.get("reachability mesh", math.inf) <= cut
     return Result(round(end, 4), _phases(marks), ended_by, run.store.ops,
-                  round(run.store.busy_s, 4), round(needs, 4), mesh_done)
+                  round(run.store.busy_s, 4), round(needs, 4), mesh_done,
+                  tuple(sorted(run.store.by.items())))
 
 
 def _phases(marks: dict[str, float]) -> tuple[tuple[str, float], ...]:
@@ -542,9 +625,3 @@ def _phases(marks: dict[str, float]) -> tuple[tuple[str, float], ...]:
         out.append((name, round(max(0.0, t - prev), 4)))
         prev = max(prev, t)
     return tuple(out)
-
-
-def store_ops_per_rank(world: int) -> int:
-    """Store ops one rank issues in a healthy check outside its progress marks: the mesh's
-    address reads (check + get per rank) and gloo's (wait + get per rank): O(N)."""
-    return 4 * world
