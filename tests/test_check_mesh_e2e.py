@@ -1,6 +1,8 @@
-"""The reachability mesh and the hypercube rounds, end to end through the CLI.
+"""The reachability mesh and the hypercube rounds, end to end.
 
-Healthy at 4 and 8 local ranks (every directed connection, log2 N rounds); then four
+Healthy at 4 and 8 local ranks (every directed connection, log2 N rounds); a bad rank
+among 4 and among 8 (its gloo interface does not exist: it never joins, and only it is
+named, while every pair's TCP path is fine); then four
 "nodes" (network namespaces on one bridge, one rank each) with two real faults planted:
 a blackhole route between node-2 and node-4 (ranks 1 and 3 cannot connect, either way)
 and node-3's rank listening on loopback (``GLOO_SOCKET_IFNAME=lo`` on one node, a classic
@@ -101,3 +103,20 @@ def test_four_nodes_name_the_blocked_pair_and_the_unreachable_rank(four_nodes, t
         "process group cannot form")
     assert not any("deadline" in f["title"] for f in report["findings"]), report["findings"]
     assert procs[0].returncode == 1
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("nproc, bad", [(4, 2), (8, 5)])
+def test_a_rank_whose_gloo_interface_does_not_exist_is_named_among_many(nproc, bad):
+    from ddpdoctor.check.run import run_check
+
+    # One rank's launch environment names an interface this host does not have: its gloo
+    # device cannot be created, so it never joins; every other rank is fine.
+    report = run_check(nproc, ["reachability", "connectivity"], "gloo", 90,
+                       rank_env={bad: {"GLOO_SOCKET_IFNAME": "nosuchif0"}})
+    errors = [(f.id, f.ranks) for f in report.findings if f.severity == "error"]
+    assert errors == [("COMM_CONNECTIVITY", [bad])], report.findings
+    assert "nosuchif0" in report.findings[0].title
+    reach = next(c for c in report.checks if c.name == "reachability")
+    pairs = nproc * (nproc - 1)
+    assert reach.summary.startswith(f"{pairs}/{pairs} directed connections ok"), reach.summary
