@@ -1,5 +1,6 @@
-"""The evidence families learned from locked run 5, each held on the real log that taught
-it (tests/fixtures/reallogs/, thread URLs in the sidecars): the exact finding and rank."""
+"""The evidence families learned from locked runs 5 and 6, each held on the real log that
+taught it (tests/fixtures/reallogs/, thread URLs in the sidecars): the exact finding and
+rank, or that a healthy run stays healthy."""
 
 from __future__ import annotations
 
@@ -36,6 +37,25 @@ def _first(name: str):
      ("UNRECOGNIZED_FAILURE", "error", [])),
     # NCCL < 2.26 on an RTX 5090
     ("G1_nccl_2_25_rtx5090_maxsharedmem_needs_2_26", ("KNOWN_UPSTREAM_BUG", "error", [])),
+    # run 6: a pod evicted because its node ran low on memory
+    ("H2_k8s_tfjob_master_pods_evicted_node_low_memory", ("OOM", "error", [])),
+    # run 6: Open MPI's TCP transport refused a peer (a wrong interface)
+    ("H2_mpirun_btl_tcp_wrong_interface_unexpected_process_identifier",
+     ("UNRECOGNIZED_FAILURE", "error", [])),
+    # run 6: torch's "NCCL error in:" wrapper, nothing else in the log
+    ("H2_docker_bridge_isolation_two_containers_nccl_unhandled_system_error",
+     ("UNRECOGNIZED_FAILURE", "error", [])),
+    # run 6: a watchdog line whose words were cut ("millis econds")
+    ("H1_preprocessing_broadcast_timeout_xtuner_llava",
+     ("COLLECTIVE_TIMEOUT", "error", [])),
 ])
 def test_family(name, expected):
     assert _first(name) == expected
+
+
+def test_a_bf16_runs_constant_loss_scale_is_not_a_collapse():
+    # Megatron prints "loss scale: 1.0" on every iteration of a bf16 run (run 6's one
+    # healthy run called failed, before the fix).
+    findings, _ = diagnose_logs([LogInput(str(LOGS / "H1_healthy_megatron_bridge_nsys_profile_run"
+                                                     ".log"), rank_from_path=False)])
+    assert [f.id for f in findings if f.severity == "error"] == []

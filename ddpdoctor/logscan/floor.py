@@ -76,11 +76,17 @@ def _collapsed(d: Mapping[str, Any]) -> bool:
     """A dynamic loss scale halves on every overflow and grows back after a run of good
     steps; a healthy fp16 run settles at 2^10-2^16. Down to 8 or below, a dozen or more
     overflows in a row happened: the scaler does not recover (it goes on to 0 or to its
-    minimum, and every step is skipped)."""
+    minimum, and every step is skipped). Measured where the scaler says it reduced."""
     try:
-        return float(d["scale"]) <= 8.0
+        scale = float(d["scale"])
     except (KeyError, ValueError):
         return False
+    if d.get("reducing"):
+        return scale <= 8.0
+    # A status line ("loss scale: 1.0" in every Megatron iteration line) is also what a
+    # bf16 or fp32 run prints: its static scale is 1. Only a dynamic scale fallen below
+    # any static setting is a collapse there.
+    return scale < 1.0
 
 
 _DS = "https://github.com/deepspeedai/DeepSpeed/issues/"
@@ -214,6 +220,34 @@ PATTERNS: tuple[FloorPattern, ...] = (
           "15).", "https://github.com/NVIDIA/nccl/issues/1020"),),
         accept=lambda d: True),
     FloorPattern(
+        # torch's wrapper of any NCCL failure, an InfiniBand driver's failed work completion,
+        # Open MPI's TCP transport refusing a peer: a communication library's own error.
+        "comm.library_error", Evidence.LIBRARY_ERROR,
+        ("NCCL error in:", "got completion with error", "btl_tcp_endpoint"),
+        r"NCCL error in: \S+|mlx\d: \S+: got completion with error|"
+        r"\[btl_tcp_endpoint\.c:\d+:\w+\] (?:received unexpected process identifier|"
+        r"peer hung up|connect\(\) to \S+ failed)",
+        (("fail to new train...e= NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:"
+          "272, unhanled system error", "https://github.com/pytorch/pytorch/issues/23363"),
+         ("(LLMRayActor pid=90738, ip=172.19.24.110) mlx5: host_unknown: got completion with "
+          "error:", "https://github.com/OpenRLHF/OpenRLHF/issues/621"),
+         ("[second-node][[22157,1],4][btl_tcp_endpoint.c:626:mca_btl_tcp_endpoint_recv_connect_"
+          "ack] received unexpected process identifier [[22157,1],7]",
+          "https://github.com/horovod/horovod/issues/1516")),
+        accept=lambda d: True),
+    FloorPattern(
+        "kubernetes.evicted", Evidence.LAUNCHER_DEATH, ("Evicted", "low on resource"),
+        r"Warning\s+Evicted\s|^Reason:\s+Evicted\b|\d+/\d+\s+Evicted\s|"
+        r"The node was low on resource: (?P<resource>[\w-]+)",
+        (("  Warning  Evicted              109s  kubelet                                Pod "
+          "ephemeral local storage usage exceeds the total limit of containers 5Gi.",
+          "https://github.com/substratusai/runbooks/issues/92"),
+         ("agents-ppo-ant-feedforward-93168c9e-master-...           0/1       Evicted   0     "
+          "     19h", "https://github.com/kubeflow/trainer/issues/301"),
+         ("Message:        The node was low on resource: memory.",
+          "https://github.com/kubeflow/trainer/issues/301")),
+        accept=lambda d: True),
+    FloorPattern(
         "ray.memory_pressure", Evidence.LAUNCHER_DEATH, ("killed due to memory pressure",),
         r"Workers? \(tasks / actors\) killed due to memory pressure",
         (("(raylet) [2025-12-07 09:57:19,206 E 393463 393463] (raylet) node_manager.cc:3277: 2 "
@@ -238,7 +272,8 @@ PATTERNS: tuple[FloorPattern, ...] = (
     FloorPattern(
         "numbers.loss_scale", Evidence.NONFINITE, ("loss scale", "loss_scale", "reducing to",
                                                 "Grad Scale", "grad scale"),
-        r"(?i:.*(?:reducing (?:loss scale )?to|(?:loss|grad)[ _]scale(?: to| =|:)?))\s*"
+        r"(?i:.*(?:(?P<reducing>reducing (?:loss scale )?to)|(?:loss|grad)[ _]scale(?: to| =|:)?))"
+        r"\s*"
         r"(?P<scale>[\d.]+e-?\d+|[\d.]+)\b",
         (("[2021-11-13 19:22:15,963] [INFO] [stage3.py:2731:_overflow_clean_up] [deepscale] "
           "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4.0, reducing to 2.0",
@@ -290,7 +325,7 @@ def _hit(p: FloorPattern, d: Mapping[str, Any]) -> FloorHit:
     if what in ("abort", "raise"):
         signal = "SIGABRT"
         what = ""
-    oom = p.oom or "Out Of Memory" in what
+    oom = p.oom or "Out Of Memory" in what or d.get("resource") == "memory"
     if what and not signal and not what.startswith("Exited"):
         signal = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",
                   "Bus error": "SIGBUS", "Terminated": "SIGTERM"}.get(what.split(" (")[0])

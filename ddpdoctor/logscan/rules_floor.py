@@ -105,11 +105,12 @@ def _library_error(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     bad = [e for e in hits if e.data.get("evidence") == Evidence.LIBRARY_ERROR.value]
     if not bad:
         return None
-    return verdict(ix, "UNRECOGNIZED_FAILURE", f"NCCL reported an error that no known "
-                   f"signature explains: {_q(bad[0].text, 160)}", bad,
+    return verdict(ix, "UNRECOGNIZED_FAILURE", f"a communication library reported an error "
+                   f"that no known signature explains: {_q(bad[0].text, 160)}", bad,
                    {"evidence_kind": Evidence.LIBRARY_ERROR.value,
-                    "hint": "search the NCCL issues for this line with your NCCL version; "
-                            "NCCL_DEBUG=INFO on every rank shows what preceded it"})
+                    "hint": "search the library's issues (NCCL, Open MPI, the NIC driver) "
+                            "for this line with your versions; NCCL_DEBUG=INFO on every rank "
+                            "shows what preceded it"})
 
 
 def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:

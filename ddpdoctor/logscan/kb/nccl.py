@@ -296,11 +296,16 @@ SIGNATURES = (
     Signature(
         "nccl.watchdog_timeout_wrapped", K.NCCL_WATCHDOG,
         "Watchdog caught collective operation timeout",
-        r"Watchdog caught collective operation timeout:?\s*$", "COLLECTIVE_TIMEOUT",
-        "torch >= 1.13, the line wrapped before its WorkNCCL(...) part",
+        r"Watchdog caught collective operation timeout(?::\s*WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?"
+        r"OpType=(?P<op>\w+))?", "COLLECTIVE_TIMEOUT",
+        "torch >= 1.13, the line wrapped or cut (before its WorkNCCL(...) part, or inside it)",
         (Example("[Rank 0] Watchdog caught collective operation timeout:",
-                 "https://github.com/alan-turing-institute/autocast/issues/381"),),
-        fallback=True),
+                 "https://github.com/alan-turing-institute/autocast/issues/381"),
+         Example("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType="
+                 "BROADCAST, Timeout(ms)=1800000) ran for 1808442 millis econds before timing "
+                 "out.", "https://github.com/InternLM/xtuner/issues/390",
+                 {"seq": 3, "op": "BROADCAST"})),
+        convert={"seq": int}, fallback=True),
     Signature(
         "nccl.watchdog_check_timeout_frame", K.NCCL_WATCHDOG, "WorkNCCL::checkTimeout",
         r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout", "COLLECTIVE_TIMEOUT",
