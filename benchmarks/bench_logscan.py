@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ddpdoctor.logscan import KEYWORDS  # noqa: E402
+from ddpdoctor.diagnose import KEYWORDS  # noqa: E402
 
 CRASH = (ROOT / "tests" / "fixtures" / "logs" / "exception.log").read_bytes()
 
@@ -82,7 +82,7 @@ def time_grep(path: Path, patterns: Path) -> float:
 
 READER = """
 import json, sys, time
-from ddpdoctor.logscan import LogInput, diagnose_logs
+from ddpdoctor.diagnose import LogInput, diagnose_logs
 t = time.perf_counter()
 findings, scan = diagnose_logs([LogInput(sys.argv[1])])
 dt = time.perf_counter() - t

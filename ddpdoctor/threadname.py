@@ -3,7 +3,7 @@
 Python 3.11 names threads for Python only; ``/proc/PID/task/TID/comm`` still says
 ``python``. The watch's threads inside a rank name themselves with
 ``contract.OWN_THREAD_PREFIX`` so that ``run`` can leave their CPU out when it asks whether
-a rank is still working (supervise/background_threads.py).
+a rank is still working (run/background_threads.py).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ import time
 import pytest
 
 from ddpdoctor.contract import OWN_THREAD_PREFIX
-from ddpdoctor.supervise.background_threads import BackgroundThreads
-from ddpdoctor.supervise.looks import is_working, rank_usage
-from ddpdoctor.supervise.progress import ProgressTracker, sample_tree
+from ddpdoctor.run.background_threads import BackgroundThreads
+from ddpdoctor.run.looks import is_working, rank_usage
+from ddpdoctor.run.progress import ProgressTracker, sample_tree
 from ddpdoctor.threadname import name_this_thread
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux")
@@ -108,18 +108,27 @@ _GLOO_RANK = textwrap.dedent("""
 def test_gloo_names_its_event_loops_as_we_expect(tmp_path):
     """The names run leaves out are the ones torch's gloo really gives its threads: a
     torch that renames them fails here, not silently in a hang verdict."""
-    from ddpdoctor.supervise.background_threads import _BACKGROUND
+    from ddpdoctor.run.background_threads import _BACKGROUND
 
     proc = subprocess.Popen([sys.executable, "-c", _GLOO_RANK, str(tmp_path / "store")],
                             stdout=subprocess.PIPE)
+    gloo = [n for n in _BACKGROUND if n.startswith((b"gloo", b"pt_gloo"))]
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-        names = set()
-        for tid in os.listdir(f"/proc/{proc.pid}/task"):
-            with open(f"/proc/{proc.pid}/task/{tid}/comm", "rb") as f:
-                names.add(f.read().strip())
+        # gloo starts (and names) its event-loop thread as it goes: on a loaded machine
+        # it can come a moment after init returns. Look until it is there or 30 s pass.
+        names: set[bytes] = set()
+        for _ in range(300):
+            for tid in os.listdir(f"/proc/{proc.pid}/task"):
+                try:
+                    with open(f"/proc/{proc.pid}/task/{tid}/comm", "rb") as f:
+                        names.add(f.read().strip())
+                except FileNotFoundError:
+                    continue
+            if set(gloo) <= names:
+                break
+            time.sleep(0.1)
     finally:
         proc.kill()
         proc.wait()
-    gloo = [n for n in _BACKGROUND if n.startswith((b"gloo", b"pt_gloo"))]
     assert set(gloo) <= names, names

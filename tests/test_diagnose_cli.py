@@ -102,13 +102,13 @@ def test_diagnose_does_not_import_torch():
 def test_internal_failure_exits_3_with_a_reason(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
-    import ddpdoctor.logscan as logscan
+    import ddpdoctor.diagnose as diagnose_mod
     from ddpdoctor.commands.diagnose import command
 
     def broken(inputs):
         raise RuntimeError("rule table corrupt")
 
-    monkeypatch.setattr(logscan, "diagnose_logs", broken)
+    monkeypatch.setattr(diagnose_mod, "diagnose_logs", broken)
     log = tmp_path / "a.log"
     log.write_text("x\n")
     result = CliRunner().invoke(command, ["--json", "-", str(log)])
@@ -134,7 +134,7 @@ def test_huge_log_streams_in_bounded_memory_and_time(tmp_path):
     assert size > 200 << 20
     # VmHWM, not ru_maxrss: the latter keeps the peak of the forked pytest process.
     code = ("import json, sys, time\n"
-            "from ddpdoctor.logscan import LogInput, diagnose_logs\n"
+            "from ddpdoctor.diagnose import LogInput, diagnose_logs\n"
             "t = time.time()\n"
             "findings, scan = diagnose_logs([LogInput(sys.argv[1])])\n"
             "hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')][0]\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.logscan import LogInput, diagnose_logs
+from ddpdoctor.diagnose import LogInput, diagnose_logs
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 ROOT = Path(__file__).parent.parent
@@ -90,7 +90,7 @@ def test_multi_member_gzip_is_read_to_the_end(tmp_path):
     assert findings[0].id == "RANK_CRASHED" and not scan.stats[0].incomplete
 
 
-# --- every read has a deadline (logscan/deadline.py) -------------------------------------
+# --- every read has a deadline (diagnose/deadline.py) -------------------------------------
 
 def _kmsg_or_skip() -> None:
     try:
@@ -145,7 +145,7 @@ def _pipe() -> tuple[int, int]:
 
 
 def test_a_read_that_gives_nothing_raises_at_the_deadline():
-    from ddpdoctor.logscan.deadline import DeadlineReader, ReadDeadlineExceeded
+    from ddpdoctor.diagnose.deadline import DeadlineReader, ReadDeadlineExceeded
 
     r, w = _pipe()  # a writer that never writes: what /proc/kmsg is to a quiet kernel
     try:
@@ -163,7 +163,7 @@ def test_a_read_that_gives_nothing_raises_at_the_deadline():
 def test_a_read_that_ignores_nonblocking_is_abandoned_not_waited_on():
     """A hung mount blocks in read() whatever O_NONBLOCK says: the worker thread blocks,
     the caller does not; the thread closes the fd when the read finally returns."""
-    from ddpdoctor.logscan.deadline import DeadlineReader, ReadDeadlineExceeded
+    from ddpdoctor.diagnose.deadline import DeadlineReader, ReadDeadlineExceeded
 
     r, w = os.pipe()  # left blocking on purpose
     reader = DeadlineReader(r, deadline_s=0.3)
@@ -177,7 +177,7 @@ def test_a_read_that_ignores_nonblocking_is_abandoned_not_waited_on():
 
 
 def test_a_pseudo_file_that_keeps_giving_data_is_capped():
-    from ddpdoctor.logscan.deadline import DeadlineReader, ReadDeadlineExceeded
+    from ddpdoctor.diagnose.deadline import DeadlineReader, ReadDeadlineExceeded
 
     r, w = _pipe()
     try:
@@ -192,7 +192,7 @@ def test_a_pseudo_file_that_keeps_giving_data_is_capped():
 
 
 def test_a_blocked_input_is_one_line_and_the_others_are_diagnosed():
-    from ddpdoctor.logscan.deadline import DeadlineReader
+    from ddpdoctor.diagnose.deadline import DeadlineReader
 
     r, w = _pipe()
     try:
@@ -208,7 +208,7 @@ def test_a_blocked_input_is_one_line_and_the_others_are_diagnosed():
 
 
 def test_regular_files_are_read_to_the_end_and_their_reader_thread_ends(tmp_path):
-    from ddpdoctor.logscan.reader import open_input
+    from ddpdoctor.diagnose.reader import open_input
 
     log = tmp_path / "train.log"
     log.write_bytes(ORDINARY + CRASH)

@@ -8,16 +8,16 @@ import shutil
 
 import pytest
 
-from ddpdoctor.logscan import KEYWORDS, EventKind, scan_stream
-from ddpdoctor.logscan.kb import SIGNATURES, match_line
-from ddpdoctor.logscan.reader import (
+from ddpdoctor.diagnose import KEYWORDS, EventKind, scan_stream
+from ddpdoctor.diagnose.kb import SIGNATURES, match_line
+from ddpdoctor.diagnose.reader import (
     ReadStats,
     iter_picked,
     rank_from_path,
     sniff_binary,
     split_rank_prefix,
 )
-from ddpdoctor.logscan.scanner import LineScanner
+from ddpdoctor.diagnose.scanner import LineScanner
 
 
 def picked(data: bytes, **kw):
@@ -107,7 +107,7 @@ def test_rank_prefixes():
     assert split_rank_prefix("[80746] [rank0]:[E321 x") == (0, "[E321 x")
     assert split_rank_prefix("loss [rank1]: not a prefix") == (None, "loss [rank1]: not a prefix")
     scanner = LineScanner("t")
-    from ddpdoctor.logscan.reader import RawLine
+    from ddpdoctor.diagnose.reader import RawLine
 
     scanner.feed(RawLine(1, "[default1]:[rank5]: ValueError: x"))
     assert scanner.events[0].rank == 5  # the global rank wins over the local one

@@ -3,15 +3,15 @@
 The corpus (tests/fixtures/reallogs) was collected from public issue threads by people other
 than the authors of the knowledge base; each NAME.log has a sidecar NAME.json with the
 thread's URL and the finding the thread's resolution points to. Run
-``python -m ddpdoctor.logscan.corpus`` for the same table; docs/diagnose.md shows it
-(``python -m ddpdoctor.logscan.kbdoc --write`` regenerates it).
+``python -m ddpdoctor.diagnose.corpus`` for the same table; docs/diagnose.md shows it
+(``python -m ddpdoctor.diagnose.kbdoc --write`` regenerates it).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from ddpdoctor.logscan import corpus
+from ddpdoctor.diagnose import corpus
 
 CASES = corpus.load()
 
@@ -39,12 +39,12 @@ def test_score_at_least_80_percent(results):
 
 
 def test_the_diagnose_page_shows_the_current_score(results):
-    from ddpdoctor.logscan.kbdoc import CORPUS_BEGIN, CORPUS_END, PAGE
+    from ddpdoctor.diagnose.kbdoc import CORPUS_BEGIN, CORPUS_END, PAGE
 
     text = PAGE.read_text()
     shown = text[text.index(CORPUS_BEGIN) + len(CORPUS_BEGIN):text.index(CORPUS_END)].strip()
     assert shown == corpus.table(results), ("docs/diagnose.md's corpus table is stale: run "
-                                            "`python -m ddpdoctor.logscan.kbdoc --write`")
+                                            "`python -m ddpdoctor.diagnose.kbdoc --write`")
 
 
 # Failed jobs whose log holds no failure ddpdoctor can see: a py-spy dump of a hang
@@ -111,7 +111,7 @@ def test_cli_exit_code_is_1_on_every_failed_log():
 def test_titles_have_no_empty_slots():
     import re
 
-    from ddpdoctor.logscan import LogInput, diagnose_logs
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
 
     empty = re.compile(r"rank\s*[:,)]|rank\s*$|\(\s*\)|\s{2,}|\bNone\b")
     for case in CASES:

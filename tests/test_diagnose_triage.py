@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from ddpdoctor.logscan import scan_stream, triage
+from ddpdoctor.diagnose import scan_stream, triage
 
 
 def run(text: str, name: str = "job.log"):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ddpdoctor.jobview.report import summary_line
 from ddpdoctor.jobview.snapshot import Failure
-from ddpdoctor.supervise.jobnode import NodeEnd, raised_failure, unaccounted
-from ddpdoctor.supervise.process import OutputCopy
+from ddpdoctor.run.jobnode import NodeEnd, raised_failure, unaccounted
+from ddpdoctor.run.process import OutputCopy
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

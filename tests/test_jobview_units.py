@@ -21,7 +21,7 @@ from ddpdoctor.jobview.snapshot import (
     StackReply,
     Verdict,
 )
-from ddpdoctor.supervise.jobnode import STARTUP_EVENTS, NodeEnd, StepTimes
+from ddpdoctor.run.jobnode import STARTUP_EVENTS, NodeEnd, StepTimes
 
 TORCHRUN = ["python", "-m", "torch.distributed.run"]
 
@@ -239,7 +239,7 @@ def test_a_culprit_still_working_or_a_job_that_moved_is_not_a_hang():
 
 def test_a_rank_in_a_debugger_on_another_node_is_not_a_hang():
     """A person stepping through rank 3 under gdb/pdb on node b (tracing stop): its node
-    says so, and the leader must not stop the job (supervise/verdict.py's rule, job-wide)."""
+    says so, and the leader must not stop the job (run/verdict.py's rule, job-wide)."""
     a, b = _replies()
     stopped = RankState(3, 21, "stopped", "", None, "stopped", "MainThread", ())
     b = StackReply(1, "node-b", (state_to_dict(_waiting(2, 20)), state_to_dict(stopped)))
@@ -378,7 +378,7 @@ def test_attach_and_run_without_a_job_view_do_not_import_torch(argv):
     import sys
 
     code = ("import sys\nfrom ddpdoctor.cli import main\n"
-            "import ddpdoctor.supervise.runner, ddpdoctor.jobview.agent\n"
+            "import ddpdoctor.run.runner, ddpdoctor.jobview.agent\n"
             f"try:\n    main({argv!r}, standalone_mode=False)\nexcept BaseException:\n    pass\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -387,8 +387,8 @@ def test_attach_and_run_without_a_job_view_do_not_import_torch(argv):
 
 
 def test_a_rank_that_finished_cleanly_is_no_failure_but_a_raised_error_is(tmp_path):
-    from ddpdoctor.supervise.jobnode import local_failure
-    from ddpdoctor.supervise.progress import RankExit
+    from ddpdoctor.run.jobnode import local_failure
+    from ddpdoctor.run.progress import RankExit
 
     class Copy:
         combined_path = tmp_path / "output.log"
@@ -465,8 +465,8 @@ def test_a_malformed_trace_from_a_node_is_dropped():
 
 
 def test_each_ranks_step_phase_and_last_progress_are_published():
-    from ddpdoctor.supervise.jobnode import rank_snaps
-    from ddpdoctor.supervise.progress import Heartbeat, RankExit
+    from ddpdoctor.run.jobnode import rank_snaps
+    from ddpdoctor.run.progress import Heartbeat, RankExit
 
     class Tracker:
         exits = [RankExit(1, 11, 5.0)]

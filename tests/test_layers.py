@@ -34,7 +34,7 @@ CORE = ("", "errors", "findings", "catalog", "report", "contract", "outputs", "n
         "redact", "signames", "safefile", "proctree", "threadname", "playbook", "render")
 # libraries and modes: one package per mode or shared library; check_worker.py is the
 # documented ``-m ddpdoctor.check_worker`` shim of check.
-MODES = ("attach", "check", "logscan", "supervise", "watch", "jobview", "plan", "scale",
+MODES = ("attach", "check", "diagnose", "run", "watch", "jobview", "plan", "scale",
          "train", "integrations", "html")
 MODE_ALIASES = {"check_worker": "check"}
 # the command line: may import anything below it.
@@ -55,11 +55,11 @@ _MEMORY = "the trainer and the watch report memory with plan's model"
 ALLOWED: dict[tuple[str, str], str] = {
     ("", "watch"): "the public lazy export ddpdoctor.watch(...)",
     ("", "watch.events"): "the public lazy export ddpdoctor.DDPDoctorWarning",
-    ("check.analysis.env", "logscan.known_bugs"): "check and diagnose share the known-bug "
+    ("check.analysis.env", "diagnose.known_bugs"): "check and diagnose share the known-bug "
                                                   "table (to a kb/ library)",
     ("html.series", "attach.flight_recorder"): _FR,
-    ("html.sources", "supervise.watch_events"): _WATCH_FILE,
-    ("html.train_report", "supervise.watch_events"): _WATCH_FILE,
+    ("html.sources", "run.watch_events"): _WATCH_FILE,
+    ("html.train_report", "run.watch_events"): _WATCH_FILE,
     ("integrations.common", "watch.api"): _SINK,
     ("integrations.common", "watch.stream"): _SINK,
     ("integrations.prometheus", "watch.stream"): _SINK,
@@ -68,32 +68,32 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("jobview.merge", "attach.evidence"): _JOB_HANG,
     ("jobview.merge", "attach.flight_recorder"): _FR,
     ("jobview.merge", "attach.stacks"): _JOB_HANG,
-    ("jobview.merge", "supervise.verdict"): "the job view uses run's hang verdict rules",
+    ("jobview.merge", "run.verdict"): "the job view uses run's hang verdict rules",
     ("plan.fit", "train.config"): _SIZES,
     ("plan.model", "train.config"): _SIZES,
     ("scale.runner", "train.launch"): _SCALE_TRAIN,
-    ("scale.sweep", "logscan"): _TRIAGE,
+    ("scale.sweep", "diagnose"): _TRIAGE,
     ("scale.sweep", "train.config"): _SCALE_TRAIN,
     ("scale.sweep", "train.injections"): _SCALE_TRAIN,
     ("scale.sweep", "train.options"): _SCALE_TRAIN,
-    ("supervise.env", "watch.bootstrap"): "run points the job's ranks at the watch bootstrap",
-    ("supervise.hang", "attach.diagnosis"): _HANG,
-    ("supervise.hang", "attach.discover"): _HANG,
-    ("supervise.hang", "attach.stacks"): _HANG,
-    ("supervise.hang", "attach.view"): _HANG,
-    ("supervise.jobnode", "attach.flight_recorder"): _FR,
-    ("supervise.jobnode", "jobview.agent"): _JOB_RUN,
-    ("supervise.jobnode", "jobview.keys"): _JOB_RUN,
-    ("supervise.jobnode", "jobview.leader"): _JOB_RUN,
-    ("supervise.jobnode", "jobview.merge"): _JOB_RUN,
-    ("supervise.jobnode", "jobview.snapshot"): _JOB_RUN,
-    ("supervise.loop", "jobview.report"): _JOB_RUN,
-    ("supervise.outcome", "jobview.report"): _JOB_RUN,
-    ("supervise.spinning", "attach.classify"): _HANG,
-    ("supervise.spinning", "attach.stacks"): _HANG,
-    ("supervise.stack_reads", "attach.stacks"): _HANG,
-    ("supervise.triage", "logscan"): _TRIAGE,
-    ("supervise.watch_events", "watch.events"): _WATCH_FILE,
+    ("run.env", "watch.bootstrap"): "run points the job's ranks at the watch bootstrap",
+    ("run.hang", "attach.diagnosis"): _HANG,
+    ("run.hang", "attach.discover"): _HANG,
+    ("run.hang", "attach.stacks"): _HANG,
+    ("run.hang", "attach.view"): _HANG,
+    ("run.jobnode", "attach.flight_recorder"): _FR,
+    ("run.jobnode", "jobview.agent"): _JOB_RUN,
+    ("run.jobnode", "jobview.keys"): _JOB_RUN,
+    ("run.jobnode", "jobview.leader"): _JOB_RUN,
+    ("run.jobnode", "jobview.merge"): _JOB_RUN,
+    ("run.jobnode", "jobview.snapshot"): _JOB_RUN,
+    ("run.loop", "jobview.report"): _JOB_RUN,
+    ("run.outcome", "jobview.report"): _JOB_RUN,
+    ("run.spinning", "attach.classify"): _HANG,
+    ("run.spinning", "attach.stacks"): _HANG,
+    ("run.stack_reads", "attach.stacks"): _HANG,
+    ("run.triage", "diagnose"): _TRIAGE,
+    ("run.watch_events", "watch.events"): _WATCH_FILE,
     ("train.loop", "plan.measure"): _MEMORY,
     ("watch.api", "integrations.prometheus"): "watch(metrics_port=N) serves Prometheus",
     ("watch.flight_recorder", "attach.flight_recorder"): _FR,
@@ -102,7 +102,7 @@ ALLOWED: dict[tuple[str, str], str] = {
 # Package-level cycles among the modes and the command line that the allowed edges above
 # make today (core is left out: it imports no mode but through the root's lazy exports).
 ALLOWED_PACKAGE_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"supervise", "jobview"}): "run hosts the job view, which judges with run's "
+    frozenset({"run", "jobview"}): "run hosts the job view, which judges with run's "
                                          "verdict rules",
     frozenset({"watch", "integrations"}): "watch(metrics_port=N) serves Prometheus, and the "
                                           "framework callbacks are watch() sinks",
@@ -121,7 +121,7 @@ class Import:
 
 
 def short(module: str) -> str:
-    """``ddpdoctor.supervise.runner`` -> ``supervise.runner``; the package root -> ``""``."""
+    """``ddpdoctor.run.runner`` -> ``run.runner``; the package root -> ``""``."""
     return module[len(PACKAGE) + 1:] if module != PACKAGE else ""
 
 
@@ -371,33 +371,33 @@ def _planted(**modules: str) -> dict[str, dict[str, Import]]:
 
 
 def test_a_planted_back_import_from_core_is_caught():
-    graph = _planted(report="from ddpdoctor.supervise import runner\n",
-                     supervise__runner="from ddpdoctor.report import Report\n")
+    graph = _planted(report="from ddpdoctor.run import runner\n",
+                     run__runner="from ddpdoctor.report import Report\n")
     bad = forbidden_edges(graph)
-    assert list(bad) == [("report", "supervise.runner")]
-    assert bad[("report", "supervise.runner")] == "report:1 (module): core imports supervise"
-    assert file_cycles(graph) == [["ddpdoctor.report", "ddpdoctor.supervise.runner"]]
+    assert list(bad) == [("report", "run.runner")]
+    assert bad[("report", "run.runner")] == "report:1 (module): core imports run"
+    assert file_cycles(graph) == [["ddpdoctor.report", "ddpdoctor.run.runner"]]
 
 
 def test_the_real_package_with_one_planted_back_import_fails():
     sources = dict(_sources())
     text, is_pkg = sources["ddpdoctor.findings"]
     sources["ddpdoctor.findings"] = (text + "\ndef _late():\n"
-                                     "    from ddpdoctor.supervise import runner\n", is_pkg)
+                                     "    from ddpdoctor.run import runner\n", is_pkg)
     graph = import_graph(sources)
     new = {edge: rule for edge, rule in forbidden_edges(graph).items() if edge not in ALLOWED}
-    assert list(new) == [("findings", "supervise.runner")]
-    assert new[("findings", "supervise.runner")].endswith("(lazy): core imports supervise")
+    assert list(new) == [("findings", "run.runner")]
+    assert new[("findings", "run.runner")].endswith("(lazy): core imports run")
     cycle = next(c for c in file_cycles(graph) if "ddpdoctor.findings" in c)
-    assert "ddpdoctor.supervise.runner" in cycle
+    assert "ddpdoctor.run.runner" in cycle
 
 
 def test_a_planted_lazy_cycle_between_two_files_is_caught():
-    graph = _planted(supervise__outcome="def f():\n    from .runner import code\n",
-                     supervise__runner="def g():\n    from . import outcome\n")
+    graph = _planted(run__outcome="def f():\n    from .runner import code\n",
+                     run__runner="def g():\n    from . import outcome\n")
     assert forbidden_edges(graph) == {}  # one mode: no layer rule, only the cycle
-    assert file_cycles(graph) == [["ddpdoctor.supervise.outcome", "ddpdoctor.supervise.runner"]]
-    assert graph["ddpdoctor.supervise.outcome"]["ddpdoctor.supervise.runner"].kind == "lazy"
+    assert file_cycles(graph) == [["ddpdoctor.run.outcome", "ddpdoctor.run.runner"]]
+    assert graph["ddpdoctor.run.outcome"]["ddpdoctor.run.runner"].kind == "lazy"
 
 
 def test_a_planted_type_checking_import_still_counts():

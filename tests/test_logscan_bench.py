@@ -33,7 +33,7 @@ def test_no_needle_fires_on_an_ordinary_training_log():
     spec = importlib.util.spec_from_file_location("bench_logscan", BENCH)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    from ddpdoctor.logscan import KEYWORDS
+    from ddpdoctor.diagnose import KEYWORDS
 
     lines = bench.block(1).replace(b"\r", b"\n").split(b"\n")
     hits = {k: sum(k in line for line in lines) for k in KEYWORDS}

@@ -1,6 +1,6 @@
 """The floor: failure evidence in any wording is never "healthy"; healthy lines stay quiet.
 
-Every pattern's real example lines (public threads, URLs in ddpdoctor/logscan/floor.py) are
+Every pattern's real example lines (public threads, URLs in ddpdoctor/diagnose/floor.py) are
 detected with their evidence kind; lines of healthy runs that look alike are not; and a log
 made of nothing but a launcher's death report gets an error finding of the right family.
 """
@@ -11,8 +11,8 @@ import io
 
 import pytest
 
-from ddpdoctor.logscan import LogInput, diagnose_logs, floor
-from ddpdoctor.logscan.floor import Evidence
+from ddpdoctor.diagnose import LogInput, diagnose_logs, floor
+from ddpdoctor.diagnose.floor import Evidence
 
 EXAMPLES = [(p.name, line, url) for p in floor.PATTERNS for line, url in p.examples]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.catalog import CATALOG
-from ddpdoctor.logscan import KEYWORDS
-from ddpdoctor.logscan.kb import SIGNATURES, match_line
-from ddpdoctor.logscan.reader import split_rank_prefix
-from ddpdoctor.logscan.scanner import LineScanner
+from ddpdoctor.diagnose import KEYWORDS
+from ddpdoctor.diagnose.kb import SIGNATURES, match_line
+from ddpdoctor.diagnose.reader import split_rank_prefix
+from ddpdoctor.diagnose.scanner import LineScanner
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = [(sig, ex) for sig in SIGNATURES for ex in sig.examples]
@@ -65,7 +65,7 @@ def test_fallback_signatures_only_fire_alone():
 
 
 def test_scanner_takes_the_rank_from_an_unprefixed_nccl_line():
-    from ddpdoctor.logscan.reader import RawLine
+    from ddpdoctor.diagnose.reader import RawLine
 
     sc = LineScanner("x.log")
     sc.feed(RawLine(3, "[rank0]:[E1206 18:44:16.994932383 ProcessGroupNCCL.cpp:1709] [PG 1 "
@@ -83,7 +83,7 @@ def test_scanner_takes_the_rank_from_an_unprefixed_nccl_line():
 def test_every_failure_example_alone_gives_an_error_finding(sig, ex):
     import io
 
-    from ddpdoctor.logscan import scan_stream, triage
+    from ddpdoctor.diagnose import scan_stream, triage
 
     events, _ = scan_stream(io.BytesIO(ex.line.encode() + b"\n"), "one.log")
     findings = triage(events)
@@ -96,7 +96,7 @@ def test_every_failure_example_alone_gives_an_error_finding(sig, ex):
 def test_all_examples_together_triage_without_error():
     import io
 
-    from ddpdoctor.logscan import scan_stream, triage
+    from ddpdoctor.diagnose import scan_stream, triage
 
     text = "".join(ex.line + "\n" for _, ex in EXAMPLES)
     events, _ = scan_stream(io.BytesIO(text.encode()), "all.log")
@@ -107,7 +107,7 @@ def test_all_examples_together_triage_without_error():
 
 
 def test_nccl_global_rank_beats_the_file_name_but_a_subgroup_rank_does_not():
-    from ddpdoctor.logscan.reader import RawLine
+    from ddpdoctor.diagnose.reader import RawLine
 
     sc = LineScanner("job_rank0.log", file_rank=0)
     sc.feed(RawLine(1, "[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective "

@@ -6,9 +6,9 @@ import io
 
 import pytest
 
-from ddpdoctor.logscan import scan_stream, triage
-from ddpdoctor.logscan.kb.bugs import KNOWN_BUGS
-from ddpdoctor.logscan.known_bugs import findings_for_versions, in_range
+from ddpdoctor.diagnose import scan_stream, triage
+from ddpdoctor.diagnose.kb.bugs import KNOWN_BUGS
+from ddpdoctor.diagnose.known_bugs import findings_for_versions, in_range
 
 
 @pytest.mark.parametrize("version,lo,hi,inside", [

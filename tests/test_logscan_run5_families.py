@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.logscan import LogInput, diagnose_logs
+from ddpdoctor.diagnose import LogInput, diagnose_logs
 
 LOGS = Path(__file__).parent / "fixtures" / "reallogs"
 

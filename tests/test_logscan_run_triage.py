@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpdoctor.logscan import corpus
-from ddpdoctor.supervise.progress import RankExit
-from ddpdoctor.supervise.triage import triage_output
+from ddpdoctor.diagnose import corpus
+from ddpdoctor.run.progress import RankExit
+from ddpdoctor.run.triage import triage_output
 
 REAL = Path(__file__).parent / "fixtures" / "reallogs"
 

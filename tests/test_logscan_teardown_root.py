@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpdoctor.logscan import LogInput, diagnose_logs
+from ddpdoctor.diagnose import LogInput, diagnose_logs
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from ddpdoctor.logscan import scan_stream, triage
+from ddpdoctor.diagnose import scan_stream, triage
 
 
 def run(text: str):

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 import pytest
 
 from ddpdoctor import redact
-from ddpdoctor.supervise import tree
-from ddpdoctor.supervise.secrets import _Literals, scrub, secret_values
+from ddpdoctor.run import tree
+from ddpdoctor.run.secrets import _Literals, scrub, secret_values
 
 SMALL, MID, BIG = 1 << 12, 1 << 14, 1 << 20
 ROUNDS = 7

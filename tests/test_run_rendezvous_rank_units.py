@@ -1,9 +1,9 @@
 """Which rank a failed rendezvous starts from: the pure parts, no processes.
 
-supervise/rendezvous.py (each rank's endpoint from its environment / command line, the
+run/rendezvous.py (each rank's endpoint from its environment / command line, the
 odd one out, the finding when the log shows a rendezvous that never completed), the log
-path (logscan's rendezvous_split on per-rank logs), and the multi-node recheck that
-leaves a spinning rank out of the busy ones (supervise/jobnode.busy_of). The real jobs
+path (diagnose's rendezvous_split on per-rank logs), and the multi-node recheck that
+leaves a spinning rank out of the busy ones (run/jobnode.busy_of). The real jobs
 are in tests/test_run_rendezvous_rank_e2e.py.
 """
 
@@ -13,17 +13,17 @@ from dataclasses import dataclass
 
 import pytest
 
+from ddpdoctor.diagnose.events import Event, EventKind
 from ddpdoctor.findings import Finding
-from ddpdoctor.logscan.events import Event, EventKind
-from ddpdoctor.supervise.jobnode import busy_of
-from ddpdoctor.supervise.rendezvous import (
+from ddpdoctor.run.jobnode import busy_of
+from ddpdoctor.run.rendezvous import (
     RankEndpoint,
     culprit_finding,
     endpoint_of,
     log_endpoints,
     odd_ranks,
 )
-from ddpdoctor.supervise.spinning import SpinVerdict, Spot, StackSample, spin_verdict
+from ddpdoctor.run.spinning import SpinVerdict, Spot, StackSample, spin_verdict
 
 ENV = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 
@@ -137,7 +137,7 @@ def test_the_ranks_own_connect_lines_complete_what_run_could_not_read():
 
 
 def test_triage_puts_the_odd_rank_first_and_drops_the_store_timeout(tmp_path):
-    from ddpdoctor.supervise.triage import triage_output
+    from ddpdoctor.run.triage import triage_output
 
     log = tmp_path / "output.log"
     log.write_text(
@@ -158,7 +158,7 @@ def test_triage_puts_the_odd_rank_first_and_drops_the_store_timeout(tmp_path):
 
 
 def _diagnose(tmp_path, logs: dict[str, str]) -> list[tuple[str, list[int]]]:
-    from ddpdoctor.logscan import LogInput, diagnose_logs
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
 
     inputs = []
     for name, text in logs.items():
@@ -247,7 +247,7 @@ def test_the_nodes_recheck_reads_stacks_and_leaves_the_spinner_out(monkeypatch):
     with the GIL released (an evaluation), rank 3 waits in a collective (not watched)."""
     from ddpdoctor.attach import stacks as stacks_mod
     from ddpdoctor.attach.stacks import Frame, RankStack, ThreadStack
-    from ddpdoctor.supervise import jobnode, looks, stack_reads
+    from ddpdoctor.run import jobnode, looks, stack_reads
 
     job_file = "/job/train.py"
 

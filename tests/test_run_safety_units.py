@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.findings import Finding
-from ddpdoctor.supervise.memory import MemoryHistory
-from ddpdoctor.supervise.process import KeptFile
-from ddpdoctor.supervise.progress import ProcSample, ProgressTracker, TreeSample
-from ddpdoctor.supervise.secrets import scrub, secret_values
-from ddpdoctor.supervise.verdict import judge
+from ddpdoctor.run.memory import MemoryHistory
+from ddpdoctor.run.process import KeptFile
+from ddpdoctor.run.progress import ProcSample, ProgressTracker, TreeSample
+from ddpdoctor.run.secrets import scrub, secret_values
+from ddpdoctor.run.verdict import judge
 
 
 @dataclass
@@ -100,7 +100,7 @@ def test_recheck_measures_ranks_by_their_pids_not_a_rank_variable():
     """mp.spawn ranks carry no RANK: the recheck measures the pids the stacks matched."""
     import os
 
-    from ddpdoctor.supervise.looks import rank_usage
+    from ddpdoctor.run.looks import rank_usage
 
     usage = rank_usage({3: os.getpid(), 4: 2**22 + 12345})  # a pid that does not exist
     assert set(usage) == {3} and usage[3][0] > 0
@@ -113,7 +113,7 @@ def test_finding_without_a_waiting_rank_is_not_confirmed():
 
 
 def test_cpu_of_a_heartbeat_rank_marks_it_active_without_ending_the_quiet_spell():
-    from ddpdoctor.supervise.progress import Heartbeat
+    from ddpdoctor.run.progress import Heartbeat
 
     t = ProgressTracker(0.0)
     hb = {0: Heartbeat(0, 5, 1.0, 1.0, "data/forward", "running")}
@@ -171,7 +171,7 @@ def test_kept_file_counts_what_a_write_error_keeps_out(tmp_path):
 def test_signals_first_ctrl_c_is_passed_on_even_while_the_job_starts():
     import signal
 
-    from ddpdoctor.supervise.signals import RunSignals
+    from ddpdoctor.run.signals import RunSignals
 
     class FakeJob:
         def __init__(self) -> None:
@@ -199,7 +199,7 @@ def test_signals_first_ctrl_c_is_passed_on_even_while_the_job_starts():
 
 
 def test_a_look_that_found_no_hang_is_followed_by_a_sooner_one_then_by_one_per_timeout():
-    from ddpdoctor.supervise.loop import relook_after
+    from ddpdoctor.run.loop import relook_after
 
     # a quarter of the timeout, half, then the timeout: a missed hang is caught within
     # 1.25 x the timeout; a long evaluation is looked at once per timeout after that

@@ -1,6 +1,6 @@
 """A rank that burns CPU while its peers wait in a collective: working or spinning?
 
-Pure: supervise/spinning.py's rule on stacks built by hand (no processes), the verdict's
+Pure: run/spinning.py's rule on stacks built by hand (no processes), the verdict's
 ``busy`` premise, and how the recheck splits busy ranks (storage I/O, a moving stack, the
 same lines every read). The real jobs are in tests/test_run_spinning_e2e.py.
 """
@@ -13,15 +13,15 @@ import pytest
 
 from ddpdoctor.attach.stacks import Frame, RankStack, ThreadStack
 from ddpdoctor.findings import Finding
-from ddpdoctor.supervise.looks import _working
-from ddpdoctor.supervise.spinning import (
+from ddpdoctor.run.looks import _working
+from ddpdoctor.run.spinning import (
     SpinVerdict,
     Spot,
     StackSample,
     sample_of,
     spin_verdict,
 )
-from ddpdoctor.supervise.verdict import judge
+from ddpdoctor.run.verdict import judge
 
 JOB = "/home/u/job/train.py"
 MAIN = (Spot(JOB, "main", 111), Spot(JOB, "<module>", 119))
@@ -241,9 +241,9 @@ def _recheck_with(monkeypatch, stacks_of_read) -> object:
     """Rank 0 waits in all_reduce, rank 1 (pid 11) burns 0.9 s of CPU a second with no
     I/O; each py-spy read of rank 1 returns ``stacks_of_read(i)``."""
     from ddpdoctor.attach import stacks as stacks_mod
-    from ddpdoctor.supervise import looks
-    from ddpdoctor.supervise.progress import ProgressTracker, TreeSample
-    from ddpdoctor.supervise.verdict import HangVerdict
+    from ddpdoctor.run import looks
+    from ddpdoctor.run.progress import ProgressTracker, TreeSample
+    from ddpdoctor.run.verdict import HangVerdict
 
     t0 = looks.time.monotonic()
     monkeypatch.setattr(looks, "rank_usage", lambda pids: {

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from run_helpers import run_doctor
 
-from ddpdoctor.supervise.env import job_environment, watch_bootstrap_dir
-from ddpdoctor.supervise.process import rank_of_line
-from ddpdoctor.supervise.progress import (
+from ddpdoctor.run.env import job_environment, watch_bootstrap_dir
+from ddpdoctor.run.process import rank_of_line
+from ddpdoctor.run.progress import (
     JOB,
     Heartbeat,
     ProcSample,
@@ -22,8 +22,8 @@ from ddpdoctor.supervise.progress import (
     TreeSample,
     read_heartbeats,
 )
-from ddpdoctor.supervise.runner import job_exit_code
-from ddpdoctor.supervise.triage import first_exit, triage_output
+from ddpdoctor.run.runner import job_exit_code
+from ddpdoctor.run.triage import first_exit, triage_output
 
 PY = sys.executable
 FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -159,7 +159,7 @@ def test_read_heartbeats_skips_stale_and_garbage(tmp_path):
     assert read_heartbeats(str(tmp_path / "nope"), 0) == {}
 
 
-# --- triage of kept output (logscan), exit codes
+# --- triage of kept output (diagnose's rules), exit codes
 
 def test_triage_names_the_first_failing_rank_from_kept_output():
     findings, info = triage_output(FIXTURE_LOGS / "exception.log", [], 1)
@@ -168,7 +168,7 @@ def test_triage_names_the_first_failing_rank_from_kept_output():
 
 
 def test_triage_falls_back_to_the_rank_that_exited_first(tmp_path):
-    from ddpdoctor.supervise.progress import RankExit
+    from ddpdoctor.run.progress import RankExit
 
     log = tmp_path / "output.log"
     log.write_bytes(b"step 1\nstep 2\n")
@@ -182,7 +182,7 @@ def test_triage_names_the_rank_run_saw_exit_when_the_log_does_not(tmp_path):
     """The log tells how a process died but not which rank (an unprefixed line, torchrun's
     summary cut short): the rank run saw exit first is the culprit, and the evidence says
     how it was known."""
-    from ddpdoctor.supervise.progress import RankExit
+    from ddpdoctor.run.progress import RankExit
 
     log = tmp_path / "output.log"
     log.write_bytes(b"step 1\nFatal Python error: Segmentation fault\n")
@@ -341,14 +341,14 @@ def test_sigint_is_forwarded_to_the_job(tmp_path):
 
 
 def test_run_does_not_import_torch(tmp_path):
-    """The supervisor never imports torch (not even through attach, logscan or watch)."""
+    """The supervisor never imports torch (not even through attach, diagnose or watch)."""
     code = ("import sys\n"
             "from click.testing import CliRunner\n"
             "from ddpdoctor.cli import main\n"
             "r = CliRunner().invoke(main, ['run', '--no-watch', '--hang-timeout', '2', '--',"
             " 'sh', '-c', 'echo \"[rank1]: RuntimeError: boom\" >&2; exit 3'])\n"
-            "import ddpdoctor.supervise.hang, ddpdoctor.attach.diagnosis, ddpdoctor.logscan\n"
-            "import ddpdoctor.supervise.env as e; e.watch_bootstrap_dir()\n"
+            "import ddpdoctor.run.hang, ddpdoctor.attach.diagnosis, ddpdoctor.diagnose\n"
+            "import ddpdoctor.run.env as e; e.watch_bootstrap_dir()\n"
             "print(r.exit_code, 'torch' in sys.modules)\n")
     r = subprocess.run([PY, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                        timeout=60)
@@ -359,7 +359,7 @@ def test_watch_findings_from_this_job_only_once_each_and_merged(tmp_path):
     import json
 
     from ddpdoctor.findings import Finding
-    from ddpdoctor.supervise.watch_events import merge, watch_findings
+    from ddpdoctor.run.watch_events import merge, watch_findings
 
     path = tmp_path / "watch-events.jsonl"
 
@@ -386,7 +386,7 @@ def test_watch_findings_from_this_job_only_once_each_and_merged(tmp_path):
 
 
 def test_the_tracker_names_each_ranks_lowest_pid():
-    from ddpdoctor.supervise.progress import ProcSample, ProgressTracker, TreeSample
+    from ddpdoctor.run.progress import ProcSample, ProgressTracker, TreeSample
 
     t = ProgressTracker(0.0)
     t.update(1.0, 0, TreeSample(1.0, [ProcSample(30, 0, 0.0, 1.0), ProcSample(10, 0, 0.0, 1.0),

@@ -231,7 +231,7 @@ def _report_text_with_world(world: str) -> str:
 
 
 def test_a_device_on_stdin_is_read_for_the_deadline_only(monkeypatch):
-    from ddpdoctor.logscan import reader
+    from ddpdoctor.diagnose import reader
 
     with open("/dev/zero", "rb") as dev:  # `diagnose < /dev/zero` never ended
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(dev))
@@ -243,7 +243,7 @@ def test_a_device_on_stdin_is_read_for_the_deadline_only(monkeypatch):
 
 
 def test_a_sparse_hole_is_skipped_whole_and_a_line_after_it_is_found(tmp_path):
-    from ddpdoctor.logscan import reader
+    from ddpdoctor.diagnose import reader
 
     log = tmp_path / "holey.log"
     with open(log, "wb") as f:
@@ -276,7 +276,7 @@ def test_a_gzip_bomb_of_one_long_line_is_read_in_linear_time(tmp_path):
     import gzip
     import time
 
-    from ddpdoctor.logscan import LogInput, diagnose_logs
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
 
     bomb = tmp_path / "bomb.log.gz"
     bomb.write_bytes(gzip.compress(b"a" * (64 << 20) + b"\n[rank1]: RuntimeError: boom\n", 1))

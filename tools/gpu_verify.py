@@ -423,7 +423,7 @@ def source_header(ctx: StepContext, how: str) -> str:
 
 
 def kb_draft(ctx: StepContext, name: str, line: str | None, expect: str) -> dict:
-    """What a knowledge-base Example needs (ddpdoctor/logscan/kb/signature.py): the line,
+    """What a knowledge-base Example needs (ddpdoctor/diagnose/kb/signature.py): the line,
     the recorded log's path once copied into tests/fixtures/logs/recorded/, the finding."""
     f = ctx.session.facts
     device = "".join(c if c.isalnum() else "_" for c in str(f.get("device") or "gpu")).lower()

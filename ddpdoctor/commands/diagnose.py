@@ -8,9 +8,9 @@ from typing import NoReturn
 import click
 
 from ddpdoctor.commands.common import DoctorCommand, finish, html_option, json_option
+from ddpdoctor.diagnose.reader import ReadStats
 from ddpdoctor.errors import DoctorError
 from ddpdoctor.findings import Finding
-from ddpdoctor.logscan.reader import ReadStats
 from ddpdoctor.report import EXIT_USAGE, Check, Report
 
 
@@ -36,7 +36,7 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None,
     (a damaged archive: what precedes the damage); binary files are skipped; a FIFO is
     refused (pipe it instead).
     """
-    from ddpdoctor.logscan import LogInput, diagnose_logs
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
 
     paths = _inputs(logfiles)
     report = Report(command="diagnose")

@@ -97,8 +97,8 @@ def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | Non
     Exit code: the job's own. A --json/--html target that cannot be written is said in
     one line; run then exits with the job's code when the job failed, 3 when it succeeded.
     """
-    from ddpdoctor.supervise.process import JobStartError
-    from ddpdoctor.supervise.runner import RunOptions, supervise
+    from ddpdoctor.run.process import JobStartError
+    from ddpdoctor.run.runner import RunOptions, supervise
 
     if not cmd:
         raise click.UsageError("no command given: ddpdoctor run [OPTIONS] -- CMD...")
@@ -164,7 +164,7 @@ def _finish(result, json_path: str | None, html_path: str | None = None) -> int:
     if result.terminal_gone and json_path != "-":
         # SIGHUP: the terminal is gone; the report is in RUN_DIR/report.json (and --json)
         _quiet_stdio()
-    from ddpdoctor.supervise.process import reader_gone, silence
+    from ddpdoctor.run.process import reader_gone, silence
 
     if json_path == "-" and reader_gone(sys.stdout):
         silence(sys.stdout)  # nobody reads the JSON; RUN_DIR/report.json holds it

@@ -84,7 +84,7 @@ def _depth(data: object) -> int:
 
 def _report_from_run_dir(run_dir: Path) -> Report:
     from ddpdoctor.report import Check
-    from ddpdoctor.supervise.watch_events import watch_findings
+    from ddpdoctor.run.watch_events import watch_findings
 
     events = run_dir / EVENTS_NAME
     if not events.is_file() and not (run_dir / HEARTBEAT_SUBDIR).is_dir():

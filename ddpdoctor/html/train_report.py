@@ -59,7 +59,7 @@ def _summary_check(s: dict, json_log: str) -> Check:
 
 def _add_watch(report: Report, events_path: str | None) -> None:
     """The watch's check line and its findings."""
-    from ddpdoctor.supervise.watch_events import watch_findings
+    from ddpdoctor.run.watch_events import watch_findings
 
     if events_path is None:
         report.checks.append(Check("watch", "skipped: in-training checks off (add --watch)",

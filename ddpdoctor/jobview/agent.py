@@ -1,6 +1,6 @@
 """One node's side of the job view: a thread that talks to the job's store.
 
-The supervision loop (supervise/runner.py) never touches the network: it hands this
+The supervision loop (run/runner.py) never touches the network: it hands this
 thread its node's state (``update``), takes stack requests and verdicts from it
 (``take_request``, ``take_verdict``) and hands back replies and failures. Every store call
 has a deadline; when the store goes away (the node that hosted it ended, the network) the

@@ -139,7 +139,7 @@ def measure(sw: Sweep, res: runner.RunResult) -> RunMeasurement:
 
 def failure_findings(res: runner.RunResult) -> list[Finding]:
     """Why a run failed: its output through the crash triage of `diagnose` and `run`."""
-    from ddpdoctor.logscan import LogInput, diagnose_logs
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
 
     w = res.spec.world
     found: list[Finding] = []

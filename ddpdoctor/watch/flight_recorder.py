@@ -80,7 +80,7 @@ def install(fr_dir: str, rank: int, fr_signal: str = "SIGUSR2",
     signal.signal(signum, lambda *_: None)
 
     def reader() -> None:
-        name_this_thread("ddpdoctor-fr")  # not the rank's work (supervise/background_threads.py)
+        name_this_thread("ddpdoctor-fr")  # not the rank's work (run/background_threads.py)
         while True:
             try:
                 data = os.read(r, 64)

@@ -83,7 +83,7 @@ def _versions(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
 
 def _known_bugs(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
     """The same known-bug table diagnose matches in logs, applied to the versions read."""
-    from ddpdoctor.logscan.known_bugs import findings_for_versions
+    from ddpdoctor.diagnose.known_bugs import findings_for_versions
 
     by_versions: dict[tuple[tuple[str, str], ...], list[int]] = {}
     for rank, d in per_rank.items():

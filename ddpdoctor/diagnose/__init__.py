@@ -1,0 +1,92 @@
+"""Log triage: read a crashed job's logs, find the first root cause and fold the cascade.
+
+Used by ``ddpdoctor diagnose LOGFILE...`` and by ``ddpdoctor run`` on the logs it collects:
+
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
+    findings, scan = diagnose_logs([LogInput("rank0.log"), LogInput("-")])
+
+    # or, with streams and ranks you already know (run keeps one copy per rank):
+    scan = scan_inputs([LogInput(path, rank=1)])
+    findings = triage(scan.events)
+
+Pipeline: reader (bytes -> picked lines, bounded memory) -> scanner + knowledge base (lines
+-> events) -> triage rules (events -> findings). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from ddpdoctor.diagnose import floor
+from ddpdoctor.diagnose.events import Event, EventKind
+from ddpdoctor.diagnose.kb import needles
+from ddpdoctor.diagnose.reader import ReadStats, iter_picked, open_input, rank_from_path
+from ddpdoctor.diagnose.scanner import SCANNER_NEEDLES, LineScanner
+from ddpdoctor.diagnose.triage import triage
+from ddpdoctor.findings import Finding
+
+KEYWORDS: tuple[bytes, ...] = tuple(sorted({n.encode() for n in needles() + SCANNER_NEEDLES
+                                             + floor.NEEDLES}))
+
+__all__ = ["KEYWORDS", "Event", "EventKind", "LogInput", "ReadStats", "ScanResult",
+           "diagnose_logs", "scan_inputs", "scan_stream", "triage"]
+
+
+@dataclass
+class LogInput:
+    """One log to read: a path (``-`` is stdin) or an open binary stream.
+
+    ``rank`` is the rank whose output the whole input is (a per-rank file); by default it is
+    read from the path (``rank1.log``, ``attempt_0/1/stderr.log``). Lines with a
+    ``[rankN]:`` prefix always count for rank N.
+    """
+
+    path: str
+    rank: int | None = None
+    stream: BinaryIO | None = None
+    name: str = ""
+    rank_from_path: bool = True  # False: the file name is not a per-rank name
+
+
+@dataclass
+class ScanResult:
+    events: list[Event] = field(default_factory=list)
+    stats: list[ReadStats] = field(default_factory=list)
+
+
+def scan_stream(stream: BinaryIO, name: str, rank: int | None = None) -> tuple[list[Event],
+                                                                             ReadStats]:
+    """Events of one input stream, and what reading it found (binary, NUL bytes, size)."""
+    stats = ReadStats(name=name)
+    scanner = LineScanner(name, rank)
+    for line in iter_picked(stream, KEYWORDS, stats):
+        scanner.feed(line)
+    return scanner.finish(), stats
+
+
+def scan_inputs(inputs: Iterable[LogInput]) -> ScanResult:
+    """Read every input in order; raises OSError (with the path) for one that cannot open."""
+    result = ScanResult()
+    for inp in inputs:
+        rank = inp.rank if inp.rank is not None else (
+            rank_from_path(inp.path) if inp.path != "-" and inp.rank_from_path else None)
+        if inp.stream is not None:
+            events, stats = scan_stream(inp.stream, inp.name or inp.path, rank)
+        else:
+            stream, name = open_input(inp.path)
+            try:
+                events, stats = scan_stream(stream, inp.name or name, rank)
+            finally:
+                if inp.path != "-":
+                    stream.close()
+        result.events.extend(events)
+        result.stats.append(stats)
+    return result
+
+
+def diagnose_logs(inputs: Iterable[LogInput]) -> tuple[list[Finding], ScanResult]:
+    """Findings for a set of logs (root cause first) and what was read."""
+    scan = scan_inputs(inputs)
+    return triage(scan.events), scan

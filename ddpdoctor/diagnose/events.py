@@ -1,0 +1,155 @@
+"""Events: the facts read from log lines, and the kinds they come in.
+
+An event is one fact from one line ("rank 1: DataLoader worker killed by signal: Bus
+error"). Events are immutable: the scanner makes them, triage only reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class EventKind(str, Enum):
+    # DDP
+    DDP_REDUCTION = "ddp_reduction"
+    UNUSED_NAMES = "unused_names"
+    UNUSED_INDICES = "unused_indices"
+    UNUSED_FRAMEWORK = "unused_framework"  # Lightning's wording of the same error
+    # DataLoader and shared memory
+    DL_KILLED = "dl_killed"
+    DL_EXIT = "dl_exit"
+    DL_EXITED = "dl_exited"
+    DL_TIMEOUT = "dl_timeout"
+    DL_WORKER_EXCEPTION = "dl_worker_exception"
+    DL_WORKER_SIGNAL = "dl_worker_signal"  # "ERROR: Unexpected bus error encountered in worker"
+    SHM_ALLOC = "shm_alloc"
+    NCCL_SHM = "nccl_shm"
+    # memory
+    CUDA_OOM = "cuda_oom"
+    CPU_OOM = "cpu_oom"
+    HOST_OOM = "host_oom"
+    # NCCL collectives
+    NCCL_WATCHDOG = "nccl_watchdog"
+    NCCL_WORK_STATE = "nccl_work_state"  # "Timeout at NCCL work: N, last enqueued ..."
+    DESYNC_MISSING = "desync_missing"
+    DESYNC_HEADER = "desync_header"
+    DESYNC_UNFINISHED = "desync_unfinished"
+    DESYNC_UNJOINED = "desync_unjoined"
+    DESYNC_TIMEOUT_AT = "desync_timeout_at"
+    DESYNC_STARTED = "desync_started"
+    # NCCL transport and setup
+    NCCL_REMOTE = "nccl_remote"
+    NCCL_DETAIL = "nccl_detail"
+    NCCL_SYSTEM = "nccl_system"
+    NCCL_CUDA = "nccl_cuda"
+    NCCL_SOCKET = "nccl_socket"  # "socketStartConnect: Connect to A<p> failed"
+    NCCL_PEER_LOST = "nccl_peer_lost"  # "Call to recv from A<p> failed : Connection reset"
+    IB_COMPLETION = "ib_completion"
+    NCCL_XML = "nccl_xml"
+    NCCL_ENV = "nccl_env"  # informational: "NCCL_X set by environment to Y"
+    NCCL_WARN = "nccl_warn"
+    NET_CONFIG = "net_config"  # an interface / address setting that cannot work
+    VERSION = "version"  # informational: "NCCL version 2.19.3"
+    NCCL_NET = "nccl_net"  # informational: the network plugin / transport a process uses
+    # GPU
+    DUPLICATE_GPU = "duplicate_gpu"
+    GPU_ECC = "gpu_ecc"
+    GPU_XID = "gpu_xid"
+    CUDA_ILLEGAL = "cuda_illegal"
+    CUDA_ERROR = "cuda_error"
+    # gloo / c10d / store
+    MISMATCH_DETAIL = "mismatch_detail"
+    SIZE_MISMATCH = "size_mismatch"
+    MONITORED_BARRIER = "monitored_barrier"
+    BARRIER_PEER_ERROR = "barrier_peer_error"
+    GLOO_TIMEOUT = "gloo_timeout"
+    STORE_TIMEOUT = "store_timeout"
+    STORE_UNIQUEID = "store_uniqueid"
+    CONNECT_TIMEOUT = "connect_timeout"
+    CONN_REFUSED = "conn_refused"
+    ADDR_IN_USE = "addr_in_use"
+    CONN_RESET = "conn_reset"
+    CONN_CLOSED = "conn_closed"
+    BROKEN_PIPE = "broken_pipe"
+    # numerics
+    GRAD_NAN = "grad_nan"
+    GRAD_NONFINITE_NORM = "grad_nonfinite_norm"
+    LOSS_NAN = "loss_nan"
+    # process deaths
+    CPP_ABORT = "cpp_abort"
+    FATAL_PYTHON = "fatal_python"
+    SEGFAULT = "segfault"
+    PROCESS_EXIT = "process_exit"
+    SIGKILL = "sigkill"
+    AGENT_FAILED = "agent_failed"
+    TORCHRUN_FAILURE = "torchrun_failure"
+    TEARDOWN = "teardown"  # the launcher stopping its workers: "closing signal SIGTERM"
+    KNOWN_BUG = "known_bug"  # a line that matches a known upstream bug's signature
+    NATIVE_FRAME = "native_frame"  # a gdb/faulthandler frame: "#0 0x... in f () at file"
+    BUSY = "busy"  # informational: a rank's progress line ("Running predictions on rank=0")
+    EXCEPTION = "exception"
+    TRACEBACK = "traceback"  # a Python traceback whose exception line was not recognised
+    ERROR_LINE = "error_line"  # "[E ...]" c10d lines: a failure, wording unknown
+    FLOOR = "floor"  # failure evidence by kind, not by text (diagnose/floor.py)
+    FAMILY_RESOLVE = "family_resolve"  # a host name that does not resolve, any raiser
+    FAMILY_LIMITS = "family_limits"  # out of file descriptors (errno 24), any raiser
+    FAMILY_START = "family_start"  # the script or program to launch does not exist
+    IB_ASYNC = "ib_async"  # "NET/IB : Got async event : port error"
+    SIDE_TRACEBACK = "side_traceback"  # a dashboard/logger's traceback (visdom, wandb, ...)
+    HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"
+
+
+# What other ranks report when one rank goes away (or a collective never completes).
+CASCADE = frozenset({
+    EventKind.CONN_RESET, EventKind.CONN_CLOSED, EventKind.BROKEN_PIPE, EventKind.NCCL_REMOTE,
+    EventKind.NCCL_SYSTEM, EventKind.GLOO_TIMEOUT, EventKind.NCCL_WATCHDOG,
+    EventKind.CONN_REFUSED, EventKind.CONNECT_TIMEOUT, EventKind.CPP_ABORT, EventKind.DL_EXITED,
+    EventKind.AGENT_FAILED, EventKind.NCCL_DETAIL, EventKind.NCCL_WORK_STATE,
+    EventKind.NCCL_PEER_LOST, EventKind.NCCL_WARN, EventKind.ERROR_LINE, EventKind.NCCL_CUDA,
+    EventKind.TEARDOWN, EventKind.TRACEBACK,
+})
+# Lines that healthy jobs print too (an NCCL WARN about a missing libibverbs, a proxy
+# thread closing at exit): fallout when something failed, never a failure on their own.
+WEAK = frozenset({EventKind.NCCL_WARN, EventKind.SIDE_TRACEBACK})
+# Facts that say nothing went wrong by themselves.
+INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,
+                           EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET})
+
+
+@dataclass(frozen=True)
+class Event:
+    """One fact read from a log line."""
+
+    kind: EventKind
+    source: str
+    lineno: int
+    rank: int | None
+    text: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    repeats: int = 0  # identical-kind lines past the cap, counted here
+    rank_from: str = ""  # set when the rank was not on the line itself
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.lineno}"
+
+    @property
+    def is_failure(self) -> bool:
+        """Whether this line by itself shows that something failed."""
+        if self.kind in INFORMATIONAL or self.kind in WEAK:
+            return False
+        if self.kind in (EventKind.PROCESS_EXIT, EventKind.AGENT_FAILED,
+                         EventKind.TORCHRUN_FAILURE):
+            return self.data.get("exit_code") != 0
+        return True
+
+    def quote(self, width: int = 300) -> str:
+        """``file:line: [rankN] text`` for the evidence, cut to ``width``."""
+        who = f"[rank{self.rank}] " if self.rank is not None else ""
+        if self.rank_from:
+            who = f"[rank{self.rank} per {self.rank_from}] "
+        text = self.text if len(self.text) <= width else self.text[:width] + " ..."
+        return f"{self.where}: {who}{text}"

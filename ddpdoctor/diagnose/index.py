@@ -1,0 +1,196 @@
+"""An immutable index of one job's events, and the verdict type rules return."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from ddpdoctor.diagnose.events import CASCADE, Event, EventKind
+from ddpdoctor.findings import Finding, format_ranks
+
+_MAX_LINES = 6
+
+
+@dataclass(frozen=True)
+class EventIndex:
+    """The events of a job in log order, by kind, and what torchrun said failed first."""
+
+    events: tuple[Event, ...]
+    by_kind: Mapping[EventKind, tuple[Event, ...]]
+    root_failures: tuple[Event, ...]
+    versions: Mapping[str, str]
+    _pos: Mapping[int, int] = field(repr=False)
+
+    @classmethod
+    def build(cls, events: Iterable[Event]) -> EventIndex:
+        evs, root = _first_failure(list(events))
+        evs = _attribute_unprefixed(evs, root.rank if root else None)
+        by_kind: dict[EventKind, list[Event]] = {}
+        for e in evs:
+            by_kind.setdefault(e.kind, []).append(e)
+        roots = [e for e in evs if e.data.get("first")
+                 and e.kind in (EventKind.TORCHRUN_FAILURE, EventKind.AGENT_FAILED)]
+        return cls(tuple(evs), MappingProxyType({k: tuple(v) for k, v in by_kind.items()}),
+                   tuple(roots), MappingProxyType(_versions(by_kind.get(EventKind.VERSION, []))),
+                   MappingProxyType({id(e): i for i, e in enumerate(evs)}))
+
+    @property
+    def root_rank(self) -> int | None:
+        return self.root_failures[0].rank if self.root_failures else None
+
+    def of(self, *kinds: EventKind) -> list[Event]:
+        """The events of ``kinds``, in log order."""
+        out = [e for k in kinds for e in self.by_kind.get(k, ())]
+        return sorted(out, key=self.pos) if len(kinds) > 1 else out
+
+    def pos(self, e: Event) -> int:
+        return self._pos.get(id(e), 0)
+
+
+def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
+    """The failure torchrun's summary calls first. Without a summary block (a cut log), the
+    agent's "failed (exitcode: N) local_rank: R" line names the first rank it saw die: it is
+    marked as the root failure."""
+    failures = [e for e in evs if e.kind is EventKind.TORCHRUN_FAILURE]
+    if failures:
+        return _not_teardown(evs, failures)
+    agents = [i for i, e in enumerate(evs) if e.kind is EventKind.AGENT_FAILED
+              and e.data.get("exit_code")]
+    if not agents:
+        return evs, None
+    i = agents[0]
+    first = evs[i]
+    evs[i] = replace(first, rank=first.data["local_rank"] if first.rank is None
+                     else first.rank, data={**first.data, "first": True})
+    return evs, evs[i]
+
+
+def _not_teardown(evs: list[Event], failures: list[Event]) -> tuple[list[Event], Event | None]:
+    """torchrun's "first observed failure" is the earliest by timestamp, and ranks that left
+    no error file all carry the moment torchrun noticed them: a rank torchrun itself stopped
+    with SIGTERM can then be named first while the rank that really died (SIGKILL, SIGABRT,
+    an exit code) is listed under "Failures" (seen on torch 2.13: rank 1 SIGKILLed, rank 0's
+    -15 called the root cause). A SIGTERM is the root only when every failure is one."""
+    first = next((e for e in failures if e.data.get("first")), None)
+    if first is None or first.data.get("exit_code") != -15:
+        return evs, first
+    real = next((e for e in failures if e.data.get("exit_code") not in (-15, None)), None)
+    if real is None:
+        return evs, first
+    swapped = {id(first): replace(first, data={**first.data, "first": False}),
+               id(real): replace(real, data={**real.data, "first": True,
+                                             "torchrun_named_first": first.rank})}
+    evs = [swapped.get(id(e), e) for e in evs]
+    return evs, swapped[id(real)]
+
+
+def _versions(version_events: list[Event]) -> dict[str, str]:
+    """The first version of each component the logs print."""
+    versions: dict[str, str] = {}
+    for e in version_events:
+        for key in ("nccl", "torch", "python", "cuda"):
+            if key in e.data:
+                versions.setdefault(key, e.data[key])
+    return versions
+
+
+def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event]:
+    """Give torchrun's first failed rank the root-cause lines that carry no rank.
+
+    A C++ abort or an error before init_process_group prints no ``[rankN]:`` prefix. When
+    torchrun says rank R failed first and no prefixed line blames R, those lines are R's.
+    """
+    if root_rank is None:
+        return evs
+    # reports about a rank (by the launcher, the kernel, the floor) are not the rank's own lines
+    skip = {EventKind.TORCHRUN_FAILURE, EventKind.HOST_OOM, EventKind.AGENT_FAILED,
+            EventKind.FLOOR}
+    if any(e.rank == root_rank for e in evs if e.kind not in CASCADE and e.kind not in skip):
+        return evs
+    return [replace(e, rank=root_rank, rank_from="torchrun's summary (line carries no rank)")
+            if e.rank is None and e.kind not in skip and not e.kind.value.startswith("desync_")
+            else e for e in evs]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A finding, the events it rests on, and where in the log its first line is."""
+
+    finding: Finding
+    events: tuple[Event, ...]
+    first: int
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One small triage rule.
+
+    ``folds``: kinds of events this rule's finding explains as fallout (counted on the
+    first finding, not reported on their own). ``alone``: the rule only runs when no
+    earlier rule found anything (a timeout is the finding only if nothing caused it).
+    """
+
+    name: str
+    run: Callable[[EventIndex, tuple[Verdict, ...]], list[Verdict]]
+    folds: frozenset[EventKind] = frozenset()
+    alone: bool = False
+
+
+def verdict(ix: EventIndex, fid: str, title: str, evs: list[Event],
+            evidence: dict[str, Any] | None = None, ranks: list[int] | None = None,
+            severity: str = "") -> Verdict:
+    """A verdict for ``evs``; the exit code torchrun reported for its ranks is added."""
+    evs = sorted(evs, key=ix.pos)
+    ev = evidence_of(evs)
+    ev.update(evidence or {})
+    ranks = ranks_of(evs) if ranks is None else ranks
+    if "exit_code" not in ev:
+        for f in ix.root_failures:
+            if f.rank in ranks:
+                ev["exit_code"] = f.data.get("exit_code")
+                if f.data.get("signal"):
+                    ev.setdefault("signal", f.data["signal"])
+    first = min((ix.pos(e) for e in evs), default=0)
+    title = " ".join(title.split())  # a quoted line's padding and box drawing stay out
+    return Verdict(Finding(fid, title, ranks=ranks, evidence=ev, severity=severity),
+                   tuple(evs), first)
+
+
+def explained_ranks(earlier: tuple[Verdict, ...]) -> set[int | None]:
+    return {e.rank for v in earlier for e in v.events}
+
+
+def used(earlier: tuple[Verdict, ...]) -> set[int]:
+    return {id(e) for v in earlier for e in v.events}
+
+
+def ranks_of(evs: Iterable[Event]) -> list[int]:
+    return sorted({e.rank for e in evs if e.rank is not None})
+
+
+def fmt(evs: Iterable[Event]) -> str:
+    return format_ranks(ranks_of(evs))
+
+
+def cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n].rstrip() + " ..."
+
+
+def evidence_of(evs: list[Event]) -> dict[str, Any]:
+    seen: set[str] = set()
+    lines = []
+    for e in evs:
+        q = e.quote()
+        if q not in seen:
+            seen.add(q)
+            lines.append(q)
+    ev: dict[str, Any] = {"first_seen": evs[0].where if evs else ""}
+    ev["lines"] = lines[:_MAX_LINES]
+    if len(lines) > _MAX_LINES:
+        ev["more_lines"] = len(lines) - _MAX_LINES
+    where = next((e.data["where"] for e in evs if e.data.get("where")), "")
+    if where:
+        ev["where"] = where
+    return ev

@@ -1,0 +1,45 @@
+"""The knowledge base: every error text diagnose and run's crash triage know, as data.
+
+Each entry (a :class:`Signature`) holds the pattern, the finding it leads to, the fields it
+extracts, the releases that print that wording, and real example lines with the public
+thread (or the recorded run) they came from; ``tests/test_logscan_kb.py`` runs every
+example through its signature. To teach ddpdoctor a new error text, add a Signature to
+the module of its subsystem; no triage code changes unless the text needs a new rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddpdoctor.diagnose.kb import bugs, c10d, families, gpu, horovod, nccl, process
+from ddpdoctor.diagnose.kb.signature import Example, Signature
+
+__all__ = ["SIGNATURES", "Example", "Signature", "match_line", "needles"]
+
+SIGNATURES: tuple[Signature, ...] = (bugs.SIGNATURES + c10d.SIGNATURES + nccl.SIGNATURES
+                                     + gpu.SIGNATURES + process.SIGNATURES
+                                     + families.SIGNATURES + horovod.SIGNATURES)
+
+
+def match_line(body: str) -> Iterator[tuple[Signature, dict]]:
+    """Every signature that matches ``body``; fallback wordings only when nothing else did."""
+    matched = False
+    for sig in SIGNATURES:
+        if sig.fallback:
+            continue
+        data = sig.match(body)
+        if data is not None:
+            matched = True
+            yield sig, data
+    if matched:
+        return
+    for sig in SIGNATURES:
+        if sig.fallback:
+            data = sig.match(body)
+            if data is not None:
+                yield sig, data
+
+
+def needles() -> tuple[str, ...]:
+    """The literals the reader's prefilter must look for so that every signature can fire."""
+    return tuple(sorted({n for s in SIGNATURES for n in s.needles}))

@@ -1,0 +1,140 @@
+"""Known upstream bugs: the releases they hit, the fix, and the log line that shows them.
+
+Each entry has a real upstream issue. ``versions`` are the affected ranges per component
+(``[first affected, first fixed)``; ``None`` = no bound); ``check`` reports an entry from
+versions alone, ``diagnose`` when its ``pattern`` matches a line of the log (and the log's
+printed versions, if any, are in range).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.kb.signature import Example, Signature
+
+Range = tuple[str | None, str | None]
+
+
+@dataclass(frozen=True)
+class KnownBug:
+    id: str
+    url: str
+    title: str
+    affected: str
+    fixed: str
+    workaround: str
+    versions: dict[str, Range] = field(default_factory=dict)
+    signature: Signature | None = None
+
+
+def _sig(bug: str, needle: str, pattern: str, versions: str, line: str, url: str) -> Signature:
+    return Signature(f"bug.{bug}", K.KNOWN_BUG, needle, pattern, "KNOWN_UPSTREAM_BUG", versions,
+                     (Example(line, url, {"bug": bug}),), extra=lambda m: {"bug": bug})
+
+
+KNOWN_BUGS = (
+    KnownBug(
+        "nccl-2.25-blackwell-maxsharedmem", "https://github.com/NVIDIA/nccl/issues/1637",
+        "NCCL before 2.26 cannot run its kernels on Blackwell consumer GPUs (RTX 50xx, sm_120): "
+        "they need more shared memory than the device allows",
+        "NCCL < 2.26 on RTX 5090 / 5080 (sm_120)", "NCCL 2.26",
+        "use a torch build bundling NCCL >= 2.26 (or pip install nvidia-nccl-cu12>=2.26); "
+        "NCCL_P2P_DISABLE does not help",
+        {},  # only on sm_120 GPUs: the log line decides, not the version alone
+        _sig("nccl-2.25-blackwell-maxsharedmem", "exceeds device/fn maxSharedMem",
+             r"ncclMaxSharedMem \d+ exceeds device/fn maxSharedMem \d+", "NCCL < 2.26",
+             "localhost:11344:11344 [1] NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn "
+             "maxSharedMem 79856", "https://github.com/NVIDIA/nccl/issues/1637")),
+    KnownBug(
+        "nccl-2.26.2-nvls-invalid-argument", "https://github.com/pytorch/pytorch/issues/150852",
+        "NCCL 2.26.2's NVLS setup fails with CUDA 'invalid argument' on CUDA 12.2 drivers",
+        "NCCL 2.26.2 (torch 2.8 nightlies) with a CUDA 12.2 driver", "NCCL 2.26.5",
+        "export NCCL_NVLS_ENABLE=0, or upgrade to a torch build bundling NCCL >= 2.26.5",
+        {"nccl": ("2.26.2", "2.26.5")},
+        _sig("nccl-2.26.2-nvls-invalid-argument", "nvls.cc",
+             r"nvls\.cc:\d+ NCCL WARN Cuda failure \d+ 'invalid argument'", "NCCL 2.26.2",
+             "[2025-04-08 08:39:46] devgpu263:589012:591652 [0] transport/nvls.cc:254 NCCL WARN "
+             "Cuda failure 1 'invalid argument'",
+             "https://github.com/pytorch/pytorch/issues/150852")),
+    KnownBug(
+        "nccl-2.25-net-id-0", "https://github.com/NVIDIA/nccl/issues/1748",
+        "NCCL 2.25/2.26's tree-graph fallback looks up a hard-coded net id that NIC fusion made "
+        "invalid: multi-node init fails with 'Could not find NET with id 0'",
+        "NCCL 2.25 - 2.26 (NeMo 25.04 containers), multi-node over InfiniBand", "NCCL 2.27.3",
+        "upgrade NCCL to >= 2.27.3 (a newer container / torch build)",
+        {},  # only with NIC fusion on several nodes: the log line decides, not the version
+        _sig("nccl-2.25-net-id-0", "Could not find NET with id",
+             r"NCCL WARN Could not find NET with id \d+", "NCCL 2.25 - 2.26",
+             "graph/topo.h:230 NCCL WARN Could not find NET with id 0",
+             "https://github.com/NVIDIA-NeMo/Speech/issues/13996")),
+    KnownBug(
+        "nccl-2.18.5-cuda-invalid-argument", "https://github.com/NVIDIA/nccl/issues/1024",
+        "NCCL 2.18.5 fails its first collective with Cuda failure 'invalid argument'",
+        "NCCL 2.18.5", "NCCL 2.18.6",
+        "upgrade NCCL to >= 2.18.6 (pip install nvidia-nccl-cu12>=2.18.6 or a newer torch)",
+        {"nccl": ("2.18.5", "2.18.6")},
+        _sig("nccl-2.18.5-cuda-invalid-argument", "Cuda failure",
+             r"^Cuda failure 'invalid argument'", "NCCL 2.18.5",
+             "Cuda failure 'invalid argument'", "https://github.com/NVIDIA/nccl/issues/1024")),
+    KnownBug(
+        "nccl-2.27.3-cumem-host-shm", "https://github.com/NVIDIA/nccl/issues/1838",
+        "NCCL 2.27.3's SHM transport uses cuMem host memory and fails with Cuda failure 217 "
+        "on GPUs without peer access", "NCCL 2.27.3", "not stated in the thread",
+        "export NCCL_CUMEM_HOST_ENABLE=0", {"nccl": ("2.27.3", "2.27.4")},
+        _sig("nccl-2.27.3-cumem-host-shm", "Cuda failure 217",
+             r"shm\.cc:\d+ NCCL WARN Cuda failure 217 'peer access is not supported",
+             "NCCL 2.27.3",
+             "[2025-09-09 23:51:24] 9b405963aa12:774:854 [0] transport/shm.cc:590 NCCL WARN "
+             "Cuda failure 217 'peer access is not supported between these two devices'",
+             "https://github.com/NVIDIA/nccl/issues/1838")),
+    KnownBug(
+        "torch-2.3-nccl-2.12-invalid-resource-handle",
+        "https://github.com/pytorch/pytorch/issues/130414",
+        "torch 2.3 with NCCL <= 2.12: barrier fails with Cuda failure 'invalid resource handle' "
+        "when ranks did not call torch.cuda.set_device", "torch 2.3.x with NCCL <= 2.12",
+        "not stated in the thread",
+        "call torch.cuda.set_device(local_rank) before the first collective, or use NCCL >= 2.13",
+        {"torch": ("2.3", "2.4"), "nccl": (None, "2.13")},
+        _sig("torch-2.3-nccl-2.12-invalid-resource-handle", "invalid resource handle",
+             r"enqueue\.cc:\d+ NCCL WARN Cuda failure 'invalid resource handle'",
+             "torch 2.3, NCCL <= 2.12",
+             "iZmj7cfy2ysqwfo0nrci4pZ:2532579:2532579 [0] enqueue.cc:336 NCCL WARN Cuda failure "
+             "'invalid resource handle'", "https://github.com/pytorch/pytorch/issues/130414")),
+    KnownBug(
+        "torch-c10d-store-py312-segfault", "https://github.com/pytorch/pytorch/issues/125990",
+        "torchrun (c10d rendezvous) segfaults on Python 3.12: the store bindings allocate Python "
+        "bytes without the GIL", "torch 2.2.x - 2.3.x with Python 3.12",
+        "torch 2.4.0 (pytorch/pytorch#128212)", "use Python <= 3.11, or torch >= 2.4",
+        {"torch": ("2.2", "2.4"), "python": ("3.12", "3.13")},
+        _sig("torch-c10d-store-py312-segfault", "_PyInterpreterState_GET",
+             r"_PyInterpreterState_GET \(\) at \S*python-3\.12", "Python 3.12",
+             "#0  0x000055555574498d in _PyInterpreterState_GET () at /usr/local/src/conda/"
+             "python-3.12.3/Include/internal/pycore_pystate.h:133",
+             "https://github.com/pytorch/pytorch/issues/125990")),
+    KnownBug(
+        "aws-ofi-nccl-static-p5-topology", "https://github.com/aws/aws-ofi-nccl/issues/785",
+        "aws-ofi-nccl before 1.11 ships a static p5.48xlarge topology file NCCL cannot parse",
+        "aws-ofi-nccl < 1.11", "aws-ofi-nccl 1.11 (maintainers recommend v1.13.2-aws)",
+        "upgrade the aws-ofi-nccl plugin to >= 1.11", {"aws-ofi-nccl": (None, "1.11")},
+        _sig("aws-ofi-nccl-static-p5-topology", "Attribute arch of node cpu not found",
+             r"xml\.h:\d+ NCCL WARN Attribute arch of node cpu not found", "aws-ofi-nccl < 1.11",
+             "2a8874e7d1e6:2196:2275 [1] graph/xml.h:101 NCCL WARN Attribute arch of node cpu "
+             "not found", "https://github.com/aws/aws-ofi-nccl/issues/785")),
+    KnownBug(
+        "ddp-broadcast-buffers-inplace", "https://github.com/pytorch/pytorch/issues/22095",
+        "DDP with broadcast_buffers=True overwrites module buffers in place on every forward: "
+        "a module run twice before backward fails autograd's version check",
+        "all torch releases (DDP broadcast_buffers=True, the default)",
+        "no fix; pytorch/pytorch#70260 discusses it",
+        "DistributedDataParallel(..., broadcast_buffers=False), or one forward per backward",
+        {},
+        _sig("ddp-broadcast-buffers-inplace", "inplace operation",
+             r"modified by an inplace operation", "all",
+             "RuntimeError: one of the variables needed for gradient computation has been "
+             "modified by an inplace operation: [torch.FloatTensor [1, 32,3,3]] is at version 2; "
+             "expected version 1 instead.", "https://github.com/XPixelGroup/BasicSR/issues/541")),
+)
+
+BY_ID = {b.id: b for b in KNOWN_BUGS}
+SIGNATURES = tuple(b.signature for b in KNOWN_BUGS if b.signature is not None)

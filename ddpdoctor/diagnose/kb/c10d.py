@@ -1,0 +1,244 @@
+"""Known texts of torch.distributed itself: DDP, gloo, the c10d store and its sockets."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.kb.signature import Example, Signature, ints
+
+FIX = "tests/fixtures/logs/"
+
+
+def _fingerprint(text: str) -> dict[str, Any]:
+    """The parts of a CollectiveFingerPrint a person compares: op, shapes, dtypes, seq."""
+    out: dict[str, Any] = {}
+    for key, pat in (("op", r"OpType=(\w+)"), ("seq", r"SequenceNumber=(\d+)"),
+                     ("shape", r"TensorShape=\[([^\]]*)\]"), ("dtype", r"TensorDtypes=(\w+)")):
+        m = re.search(pat, text)
+        if m:
+            out[key] = int(m.group(1)) if key == "seq" else m.group(1)
+    return out
+
+
+def _collectives(m: re.Match[str]) -> dict[str, Any]:
+    return {"collectives": {int(m["rank_a"]): _fingerprint(m["coll_a"]),
+                            int(m["rank_b"]): _fingerprint(m["coll_b"])}}
+
+
+def _store_key_ranks(keys: str) -> list[int]:
+    # c10d's store barrier waits on one key per rank ("/default_pg/0//cpu//0/1": rank 1);
+    # the trailing number of each listed key names a rank that never arrived.
+    out = []
+    for key in keys.strip("[]").split(","):
+        m = re.search(r"/(\d+)$", key.strip())
+        if m:
+            out.append(int(m.group(1)))
+    return out
+
+
+_PORT_IN = re.compile(r"port[: =]+(\d+)|failed to bind to \S*?:(\d+)|\]:(\d+)")
+
+
+def _port(m: re.Match[str]) -> dict[str, Any]:
+    found = _PORT_IN.search(m.string)
+    if found is None:
+        return {}
+    return {"port": int(next(g for g in found.groups() if g))}
+
+
+SIGNATURES = (
+    Signature(
+        "ddp.reduction_not_finished", K.DDP_REDUCTION, "Expected to have finished reduction",
+        r"Expected to have finished reduction in the prior iteration",
+        "DDP_REDUCTION_NOT_FINISHED", "torch >= 1.1",
+        (Example("RuntimeError: Expected to have finished reduction in the prior iteration "
+                 "before starting a new one. This error indicates that your module has "
+                 "parameters that were not used in producing loss.",
+                 "https://github.com/open-mmlab/mmdetection3d/issues/488"),),
+        extra=lambda m: {"static_graph": "static_graph" in m.string}),
+    Signature(
+        "ddp.unused_parameter_names", K.UNUSED_NAMES, "did not receive grad",
+        r"Parameters which did not receive grad for rank (?P<param_rank>\d+): (?P<names>.+)",
+        "DDP_UNUSED_PARAMETERS", "torch >= 1.9 with TORCH_DISTRIBUTED_DEBUG=INFO|DETAIL",
+        (Example("[rank1]: Parameters which did not receive grad for rank 1: "
+                 "unused_head.bias, unused_head.weight", FIX + "unused_params_info.log",
+                 {"param_rank": 1, "names": ["unused_head.bias", "unused_head.weight"]}),),
+        convert={"param_rank": int,
+                 "names": lambda s: [n.strip() for n in s.split(",") if n.strip()]}),
+    Signature(
+        "ddp.unused_parameter_indices", K.UNUSED_INDICES, "did not receive grad",
+        r"Parameter indices which did not receive grad for rank (?P<param_rank>\d+): "
+        r"(?P<indices>[\d ]+)",
+        "DDP_UNUSED_PARAMETERS", "torch >= 1.9",
+        (Example("[rank1]: Parameter indices which did not receive grad for rank 1: 2 3",
+                 FIX + "unused_params.log", {"param_rank": 1, "indices": [2, 3]}),),
+        convert={"param_rank": int, "indices": ints}),
+    Signature(
+        "lightning.unused_parameters", K.UNUSED_FRAMEWORK, "has parameters that were not used",
+        r"It looks like your (?P<framework>LightningModule) has parameters that were not used "
+        r"in producing the loss",
+        "DDP_UNUSED_PARAMETERS", "Lightning >= 2.0",
+        (Example("RuntimeError: It looks like your LightningModule has parameters that were "
+                 "not used in producing the loss returned by training_step. If this is "
+                 "intentional, you must enable the detection of unused parameters in DDP, "
+                 "either by setting the string value `strategy='ddp_find_unused_parameters_true'`",
+                 "https://github.com/p0p4k/pflowtts_pytorch/issues/8",
+                 {"framework": "LightningModule"}),)),
+    Signature(
+        "c10d.collective_mismatch", K.MISMATCH_DETAIL, "Detected mismatch between collectives",
+        r"Detected mismatch between collectives on ranks\. Rank (?P<rank_a>\d+) is running "
+        r"collective: (?P<coll_a>.*?), but Rank (?P<rank_b>\d+) is running collective: "
+        r"(?P<coll_b>.*)",
+        "HANG_COLLECTIVE_MISMATCH", "torch >= 1.10 with TORCH_DISTRIBUTED_DEBUG=DETAIL",
+        (Example("[rank1]: RuntimeError: Detected mismatch between collectives on ranks. Rank 1 "
+                 "is running collective: CollectiveFingerPrint(SequenceNumber=0, "
+                 "OpType=BROADCAST, TensorShape=[4], TensorDtypes=Float), but Rank 0 is running "
+                 "collective: CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, "
+                 "TensorShape=[4], TensorDtypes=Float).", FIX + "mismatch_detail.log",
+                 {"rank_a": 1, "rank_b": 0}),),
+        convert={"rank_a": int, "rank_b": int}, extra=_collectives),
+    Signature(
+        "gloo.size_mismatch", K.SIZE_MISMATCH, "Received data size doesn't match expected size",
+        r"(?:(?P<received_bytes>\d+) vs (?P<expected_bytes>\d+)\. )?Received data size doesn't "
+        r"match expected size",
+        "HANG_COLLECTIVE_MISMATCH", "gloo (all torch releases)",
+        (Example("  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/"
+                 "transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4. Received "
+                 "data size doesn't match expected size. Is there a distributed collective "
+                 "mismatch in your code?", FIX + "size_mismatch.log",
+                 {"received_bytes": 8, "expected_bytes": 4}),),
+        convert={"received_bytes": int, "expected_bytes": int}),
+    Signature(
+        "gloo.monitored_barrier", K.MONITORED_BARRIER, "failed to pass monitoredBarrier",
+        r"Ranks? (?P<missing_ranks>[\d, ]+) failed to pass monitoredBarrier in "
+        r"(?P<timeout_ms>\d+) ms",
+        "COLLECTIVE_TIMEOUT", "torch >= 1.9 (printed by rank 0)",
+        (Example("[rank0]:[E1122 00:45:41.002563234 ProcessGroupGloo.cpp:67] [Rank 0]: Rank 1 "
+                 "failed to pass monitoredBarrier in 3000 ms", FIX + "monitored_barrier.log",
+                 {"missing_ranks": [1], "timeout_ms": 3000}),
+         Example("RuntimeError: [Rank 0]: Ranks 4, 5, 6, 7 failed to pass monitoredBarrier in "
+                 "2000000 ms", "https://github.com/NVIDIA/nccl/issues/849",
+                 {"missing_ranks": [4, 5, 6, 7], "timeout_ms": 2000000})),
+        convert={"missing_ranks": ints, "timeout_ms": int}),
+    Signature(
+        "gloo.monitored_barrier_peer", K.BARRIER_PEER_ERROR,
+        "successfully reached monitoredBarrier",
+        r"Rank (?P<reporter>\d+) successfully reached monitoredBarrier, but received errors "
+        r"while waiting for send/recv from rank (?P<peer>\d+)",
+        "COLLECTIVE_TIMEOUT", "torch >= 1.9 (printed by the ranks that arrived)",
+        (Example("RuntimeError: Rank 2 successfully reached monitoredBarrier, but received "
+                 "errors while waiting for send/recv from rank 0. Please check rank 0 logs for "
+                 "faulty rank.", "https://github.com/pytorch/pytorch/issues/121606",
+                 {"reporter": 2, "peer": 0}),),
+        convert={"reporter": int, "peer": int}),
+    Signature(
+        "gloo.timeout", K.GLOO_TIMEOUT, "Timed out waiting",
+        r"Timed out waiting (?P<timeout_ms>\d+)ms for (?P<op>\w+) operation to complete",
+        "COLLECTIVE_TIMEOUT", "gloo (all torch releases)",
+        (Example("[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/"
+                 "tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to "
+                 "complete", FIX + "op_mismatch.log", {"timeout_ms": 5000, "op": "recv"}),),
+        convert={"timeout_ms": int}),
+    Signature(
+        "store.wait_timeout", K.STORE_TIMEOUT, "wait timeout after",
+        r"wait timeout after (?P<timeout_ms>\d+)ms, keys: (?P<keys>\S+)",
+        "COLLECTIVE_TIMEOUT", "torch >= 2.1",
+        (Example("torch.distributed.DistStoreError: wait timeout after 5000ms, keys: "
+                 "/default_pg/0//cpu//0/1", FIX + "missing_init.log",
+                 {"timeout_ms": 5000, "missing_ranks": [1]}),),
+        convert={"timeout_ms": int},
+        extra=lambda m: {"missing_ranks": _store_key_ranks(m["keys"])}),
+    Signature(
+        "store.nccl_unique_id", K.STORE_UNIQUEID, "ncclUniqueId from",
+        r"\[(?P<waiter>\d+)\] is setting up NCCL communicator and retr(?:ie|ei)ving ncclUniqueId "
+        r"from \[(?P<source_rank>\d+)\] via c10d key-value store by key '(?P<key>[^']*)', but "
+        r"store->get\('[^']*'\) got error: (?P<error>.+)",
+        "HANG_RANK_MISSING_COLLECTIVE", "torch 1.12 - 2.3 (store based NCCL bootstrap)",
+        (Example("This may indicate a possible application crash on rank 0 or a network set up "
+                 "issue.[7] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
+                 "via c10d key-value store by key '0', but store->get('0') got error: Socket "
+                 "Timeout", "https://github.com/SpongebBob/Finetune-ChatGLM2-6B/issues/13",
+                 {"waiter": 7, "source_rank": 0, "error": "Socket Timeout"}),
+         Example("RuntimeError: [2] is setting up NCCL communicator and retreiving ncclUniqueId "
+                 "from [0] via c10d key-value store by key '0', but store->get('0') got error: "
+                 "Socket Timeout", "https://github.com/pytorch/pytorch/issues/82091",
+                 {"waiter": 2, "source_rank": 0})),
+        convert={"waiter": int, "source_rank": int}),
+    Signature(
+        "c10d.client_connect_timeout", K.CONNECT_TIMEOUT, "The client socket has",
+        r"The client socket has (?:timed out after (?:(?P<timeout_ms>\d+)ms|(?P<timeout_s>\d+)s) "
+        r"while trying to connect to|failed to connect to any network address of) "
+        r"\((?P<host>[^,]+), (?P<port>\d+)\)",
+        "ENV_RENDEZVOUS_UNREACHABLE", "torch >= 1.11 (seconds before 2.2, ms after)",
+        (Example("[E1122 00:43:44.877756097 socket.cpp:1028] [c10d] The client socket has timed "
+                 "out after 5000ms while trying to connect to (127.0.0.1, 29799).",
+                 FIX + "rendezvous_unreachable.log",
+                 {"timeout_ms": 5000, "host": "127.0.0.1", "port": 29799}),
+         Example("[E socket.cpp:793] [c10d] The client socket has timed out after 1800s while "
+                 "trying to connect to (127.0.0.1, 48391).",
+                 "https://github.com/lllyasviel/ControlNet/issues/382",
+                 {"timeout_s": 1800, "host": "127.0.0.1", "port": 48391}),
+         Example("[E socket.cpp:753] [c10d] The client socket has failed to connect to any "
+                 "network address of (6841231, 47389).",
+                 "https://github.com/hpcaitech/Open-Sora/issues/667",
+                 {"host": "6841231", "port": 47389})),
+        convert={"timeout_ms": int, "timeout_s": int, "port": int}),
+    Signature(
+        "c10d.client_connect_errno", K.CONNECT_TIMEOUT, "The client socket has failed to connect",
+        r"The client socket has failed to connect to (?P<host>\S+?):(?P<port>\d+) "
+        r"\(errno: (?P<errno>\d+) - (?P<reason>[^)]+)\)",
+        "ENV_RENDEZVOUS_UNREACHABLE", "torch 1.11 - 2.1",
+        (Example("[W socket.cpp:697] [c10d] The client socket has failed to connect to "
+                 "0.104.99.143:47389 (errno: 110 - Connection timed out).",
+                 "https://github.com/hpcaitech/Open-Sora/issues/667",
+                 {"host": "0.104.99.143", "port": 47389, "errno": 110}),),
+        convert={"port": int, "errno": int}),
+    Signature(
+        "socket.connection_refused", K.CONN_REFUSED, "onnection refused",
+        r"(?:connect \[(?P<address>[^\]]+)\]:(?P<port>\d+): )?[Cc]onnection refused",
+        "ENV_RENDEZVOUS_UNREACHABLE", "all",
+        (Example("  what():  [/opt/conda/conda-bld/pytorch_1544084119927/work/third_party/gloo/"
+                 "gloo/transport/tcp/pair.cc:724] connect [127.0.1.1]:3210: Connection refused",
+                 "https://github.com/pytorch/pytorch/issues/15592",
+                 {"address": "127.0.1.1", "port": 3210}),),
+        convert={"port": int}),
+    Signature(
+        "socket.address_in_use", K.ADDR_IN_USE, "lready in use",
+        r"[Aa]ddress already in use",
+        "ENV_PORT_IN_USE", "all (wording of torch >= 1.11 carries the port)",
+        (Example("torch.distributed.DistNetworkError: The server socket has failed to listen on "
+                 "any local network address. port: 29733, useIpv6: false, code: -98, name: "
+                 "EADDRINUSE, message: address already in use", FIX + "port_in_use.log",
+                 {"port": 29733}),
+         Example("[W socket.cpp:401] [c10d] The server socket has failed to bind to [::]:29400 "
+                 "(errno: 98 - Address already in use).",
+                 "https://github.com/wenet-e2e/wekws/issues/93", {"port": 29400}),
+         Example("RuntimeError: Address already in use at /pytorch/torch/lib/THD/process_group/"
+                 "General.cpp:17", "https://github.com/facebookresearch/XLM/issues/53")),
+        extra=_port),
+    Signature(
+        "socket.connection_reset", K.CONN_RESET, "Connection reset by peer",
+        r"Connection reset by peer", "RANK_CRASHED", "all",
+        (Example("[rank1]: ConnectionResetError: [Errno 104] Connection reset by peer",
+                 FIX + "dataloader_exit_connreset.log"),)),
+    Signature(
+        "gloo.connection_closed", K.CONN_CLOSED, "onnection closed by",
+        r"Connection closed by (?:remote )?peer", "RANK_CRASHED", "gloo (all torch releases)",
+        (Example("[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/"
+                 "tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:926. This is typically "
+                 "caused by a remote worker crashing.", FIX + "exception.log"),)),
+)
+
+SIGNATURES += (
+    Signature(
+        "ddp.marked_ready_twice", K.DDP_REDUCTION, "mark a variable ready only once",
+        r"Expected to mark a variable ready only once", "DDP_REDUCTION_NOT_FINISHED",
+        "torch >= 1.1",
+        (Example("[rank3]: RuntimeError: Expected to mark a variable ready only once. This error "
+                 "is caused by one of the following reasons: 1) Use of a module parameter "
+                 "outside the `forward` function.",
+                 "https://github.com/modelscope/ms-swift/issues/3171"),),
+        extra=lambda m: {"marked_twice": True}),
+)

@@ -1,0 +1,48 @@
+"""Failure families by the shape of the message, whatever raised it.
+
+An OS error names its cause by errno and wording, the same in a ``ValueError`` from c10d's
+store, an ``OSError`` from a DataLoader, a C++ ``std::runtime_error`` from tensorpipe or a
+launcher's log line: a host name that does not resolve, a process out of file descriptors.
+These signatures match the wording, not the raiser, so an unseen raiser of a known errno is
+still named (the family's finding leads when no more specific rule explains the failure).
+"""
+
+from __future__ import annotations
+
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.kb.signature import Example, Signature
+
+SIGNATURES = (
+    Signature(
+        "family.name_resolution", K.FAMILY_RESOLVE,
+        ("not known", "not found", "name resolution", "servname", "getaddrinfo",
+         "associated with hostname"),
+        r"(?i)Name or service not known|nodename nor servname provided|Temporary failure in "
+        r"name resolution|\bhost not found\b|getaddrinfo failed|No address associated with "
+        r"hostname",
+        "ENV_RENDEZVOUS_UNREACHABLE", "glibc / c10d / Python socket wording",
+        (Example("ValueError: host not found: Name or service not known",
+                 "https://github.com/pytorch/pytorch/issues/73682"),
+         Example("Error: Rank -1 received an Exception. Detailed message: host not found: Name "
+                 "or service not known", "https://github.com/pytorch/elastic/issues/31"))),
+    Signature(
+        "family.too_many_open_files", K.FAMILY_LIMITS,
+        ("open files", "Errno 24", "EMFILE"),
+        r"(?i)too many open files|\[Errno 24\]|\bEMFILE\b",
+        "ENV_LIMITS", "any (errno 24, EMFILE)",
+        (Example("OSError: [Errno 24] Too many open files",
+                 "https://github.com/facebookresearch/maskrcnn-benchmark/issues/158"),
+         Example('  what():  In connectFromLoop at tensorpipe/transport/uv/uv.h:297 "rv < 0: '
+                 'too many open files"', "https://github.com/pytorch/tensorpipe/issues/460"))),
+    Signature(
+        "family.cannot_start", K.FAMILY_START,
+        ("can't open file", "execve", "command not found"),
+        r"can't open file '[^']*': \[Errno 2\]|execve\(\): \S+: No such file or directory|"
+        r": command not found$",
+        "UNRECOGNIZED_FAILURE", "CPython, slurmstepd, sh",
+        (Example("/home/niels/.pyenv/versions/3.9.10/bin/python3.9: can't open file '/home/niels/"
+                 "python_projects/community-events-1/train.py': [Errno 2] No such file or "
+                 "directory", "https://github.com/huggingface/community-events/pull/6"),
+         Example("slurmstepd: error: execve(): torchrun: No such file or directory",
+                 "https://github.com/CSCfi/pytorch-ddp-examples/issues/1"))),
+)

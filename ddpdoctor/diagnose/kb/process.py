@@ -1,0 +1,320 @@
+"""Known texts of a process dying: DataLoader workers, memory, NaN guards, signals, the GPU."""
+
+from __future__ import annotations
+
+import re
+
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.kb.signature import Example, Signature, ints
+
+FIX = "tests/fixtures/logs/"
+_SIZE = r"[\d.]+ ?(?:[KMGT]i?B|bytes|B)"
+
+
+def _gpu(m: re.Match[str]) -> dict[str, int]:
+    gpu = m["gpu"] or m["gpu_old"]
+    out = {"gpu": int(gpu)} if gpu else {}
+    others = len(re.findall(r"Process \d+ has [\d.]+ \w+ memory in use", m.string))
+    if others:
+        out["other_processes"] = others
+    return out
+
+
+SIGNATURES = (
+    Signature(
+        "dataloader.killed_by_signal", K.DL_KILLED, "is killed by signal",
+        r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<signal>[^.]+)\.",
+        "DATALOADER_WORKER_FAILURE", "torch >= 0.4",
+        (Example("[rank1]: RuntimeError: DataLoader worker (pid 23255) is killed by signal: Bus "
+                 "error. It is possible that dataloader's workers are out of shared memory.",
+                 FIX + "dataloader_bus_signal.log", {"pid": 23255, "signal": "Bus error"}),
+         Example("RuntimeError: DataLoader worker (pid 624) is killed by signal: Segmentation "
+                 "fault.", "https://github.com/facebookresearch/pycls/issues/146",
+                 {"signal": "Segmentation fault"})),
+        convert={"pid": int}),
+    Signature(
+        "dataloader.exit_code", K.DL_EXIT, "exited unexpectedly with exit code",
+        r"DataLoader worker \(pid (?P<pid>\d+)\) exited unexpectedly with exit code "
+        r"(?P<exit_code>-?\d+)",
+        "DATALOADER_WORKER_FAILURE", "torch >= 0.4",
+        (Example("[rank1]: RuntimeError: DataLoader worker (pid 18032) exited unexpectedly with "
+                 "exit code 3.", FIX + "dataloader_exit.log", {"pid": 18032, "exit_code": 3}),),
+        convert={"pid": int, "exit_code": int}),
+    Signature(
+        "dataloader.exited", K.DL_EXITED, "exited unexpectedly",
+        r"DataLoader worker \(pid\(s\) (?P<pids>[\d, ]+)\) exited unexpectedly(?!\s*with)",
+        "DATALOADER_WORKER_FAILURE", "torch >= 1.0",
+        (Example("RuntimeError: DataLoader worker (pid(s) 10116, 14052) exited unexpectedly",
+                 "https://github.com/makeuptransfer/SCGAN/issues/18", {"pids": [10116, 14052]}),
+         Example("`RuntimeError: DataLoader worker (pid(s) 25) exited unexpectedly`",
+                 "https://github.com/facebookresearch/detectron2/issues/384", {"pids": [25]})),
+        convert={"pids": ints}),
+    Signature(
+        "dataloader.timeout", K.DL_TIMEOUT, "DataLoader timed out",
+        r"DataLoader timed out after (?P<timeout_s>[\d.]+) seconds",
+        "DATALOADER_WORKER_FAILURE", "torch >= 0.4",
+        (Example("[rank1]: RuntimeError: DataLoader timed out after 3 seconds",
+                 FIX + "dataloader_timeout.log", {"timeout_s": 3.0}),),
+        convert={"timeout_s": float}),
+    Signature(
+        "dataloader.worker_exception", K.DL_WORKER_EXCEPTION, "in DataLoader worker process",
+        r"Caught (?P<exception_type>\w+) in DataLoader worker process (?P<worker>\d+)",
+        "DATALOADER_WORKER_FAILURE", "torch >= 1.2",
+        (Example("[rank0]: RuntimeError: Caught RuntimeError in DataLoader worker process 0.",
+                 FIX + "shm_small.log", {"exception_type": "RuntimeError", "worker": 0}),),
+        convert={"worker": int}),
+    Signature(
+        "dataloader.worker_signal", K.DL_WORKER_SIGNAL, "encountered in worker",
+        r"ERROR: Unexpected (?P<what>bus error|segmentation fault|floating-point exception) "
+        r"encountered in worker",
+        "DATALOADER_WORKER_FAILURE", "torch >= 0.4",
+        (Example("ERROR: Unexpected bus error encountered in worker. This might be caused by "
+                 "insufficient shared memory (shm).", FIX + "dataloader_bus.log",
+                 {"what": "bus error"}),
+         Example("ERROR: Unexpected segmentation fault encountered in worker.",
+                 "https://github.com/pytorch/pytorch/issues/53894",
+                 {"what": "segmentation fault"}))),
+    Signature(
+        "shm.torch_allocate", K.SHM_ALLOC, "shared memory",
+        r"unable to allocate shared memory\(shm\) for file <(?P<file>[^>]*)>: (?P<reason>.*)",
+        "ENV_SHM_TOO_SMALL", "torch >= 2.0",
+        (Example("[rank0]: RuntimeError: unable to allocate shared memory(shm) for file "
+                 "</torch_6751_649867173_0>: No space left on device (28)", FIX + "shm_small.log",
+                 {"file": "/torch_6751_649867173_0",
+                  "reason": "No space left on device (28)"}),)),
+    Signature(
+        "oom.cuda", K.CUDA_OOM, "CUDA out of memory",
+        r"CUDA out of memory\. Tried to allocate (?P<tried_to_allocate>" + _SIZE + r")"
+        r"(?:.*?GPU (?P<gpu>\d+) has a total capac(?:i)?ty of (?P<total_capacity>" + _SIZE
+        + r") of which (?P<free>" + _SIZE + r") is free)?"
+        r"(?:.*?this process has (?P<in_use>" + _SIZE + r") memory in use)?"
+        r"(?:.*?Of the allocated memory (?P<allocated_by_pytorch>" + _SIZE + r") is allocated "
+        r"by PyTorch, and (?P<reserved_unallocated>" + _SIZE + r") is reserved)?"
+        r"(?:.*?\(GPU (?P<gpu_old>\d+); (?P<total_old>" + _SIZE
+        + r") total capacity; (?P<allocated_old>" + _SIZE + r") already allocated; "
+        r"(?P<free_old>" + _SIZE + r") free)?",
+        "OOM", "torch >= 1.0 (the GPU N has a total capacity wording from 2.1)",
+        (Example("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.00 MiB. "
+                 "GPU 0 has a total capacity of 23.65 GiB of which 11.06 MiB is free. Including "
+                 "non-PyTorch memory, this process has 23.60 GiB memory in use. Of the allocated "
+                 "memory 22.90 GiB is allocated by PyTorch, and 194.87 MiB is reserved by "
+                 "PyTorch but unallocated.", "https://github.com/pytorch/pytorch/issues/16417",
+                 {"tried_to_allocate": "22.00 MiB", "gpu": 0, "total_capacity": "23.65 GiB",
+                  "free": "11.06 MiB", "allocated_by_pytorch": "22.90 GiB"}),
+         Example("RuntimeError: CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 15.90 "
+                 "GiB total capacity; 13.13 GiB already allocated; 415.88 MiB free; 14.80 GiB "
+                 "reserved in total by PyTorch)", "https://github.com/2KangHo/vdsr_pytorch/issues/2",
+                 {"gpu": 0, "total_old": "15.90 GiB", "free_old": "415.88 MiB"})),
+        convert={"gpu": int, "gpu_old": int}, extra=_gpu),
+    Signature(
+        # NCCL's own allocation (buffers, channels) failing: its WARN is the OOM.
+        "oom.nccl_cuda_failure", K.CUDA_OOM, "Cuda failure 'out of memory'",
+        r"Cuda failure 'out of memory'", "OOM", "NCCL (all releases)",
+        (Example("ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out "
+                 "of memory'", "https://github.com/NVIDIA/nccl/issues/1235"),)),
+    Signature(
+        "oom.cpu_allocator", K.CPU_OOM, "can't allocate memory",
+        r"DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+        r"(?P<tried_to_allocate_bytes>\d+) bytes",
+        "OOM", "torch >= 1.5",
+        (Example("[rank1]: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. "
+                 "DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                 "101106008064 bytes. Error code 12 (Cannot allocate memory)",
+                 FIX + "cpu_oom.log", {"tried_to_allocate_bytes": 101106008064}),),
+        convert={"tried_to_allocate_bytes": int}),
+    Signature(
+        "oom.kernel_killed", K.HOST_OOM, "of memory",
+        r"Out of memory: Killed process (?P<pid>\d+) \((?P<process>[^)]*)\)",
+        "OOM", "Linux kernel log (dmesg)",
+        (Example("[Thu Nov 20 03:11:01 2026] Out of memory: Killed process 9021 (python3) "
+                 "total-vm:98765432kB", FIX + "recorded/host_oom_dmesg.txt",
+                 {"pid": 9021, "process": "python3"}),),
+        convert={"pid": int}),
+    Signature(
+        "oom.kernel_killer", K.HOST_OOM, ("oom-kill", "oom_kill"),
+        r"(?:invoked oom-killer|oom-kill:|Detected \d+ oom[-_]kill event)", "OOM",
+        "Linux kernel log (dmesg), slurmstepd",
+        (Example("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. "
+                 "Some of your processes may have been killed by the cgroup out-of-memory "
+                 "handler.", "https://github.com/ArjunaCluster/ArjunaUsers/issues/52"),
+         Example("[Thu Nov 20 03:11:01 2026] python3 invoked oom-killer: gfp_mask=0x140cca"
+                 "(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
+                 FIX + "recorded/host_oom_dmesg.txt"))),
+    Signature(
+        "nan.anomaly_backward", K.GRAD_NAN, "returned nan values",
+        r"Function '(?P<function>\w+)' returned nan values in its (?P<output>\d+)\w* output",
+        "GRAD_NONFINITE", "torch >= 1.2 with detect_anomaly",
+        (Example("[rank1]: RuntimeError: Function 'SqrtBackward0' returned nan values in its 0th "
+                 "output.", FIX + "nan_anomaly.log", {"function": "SqrtBackward0", "output": 0}),),
+        convert={"output": int}),
+    Signature(
+        "nan.clip_grad_norm", K.GRAD_NONFINITE_NORM, "is non-finite",
+        r"The total norm of order (?P<norm_order>[\w.-]+) for gradients from `parameters` is "
+        r"non-finite", "GRAD_NONFINITE", "torch >= 1.9 with error_if_nonfinite=True",
+        (Example("[rank1]: RuntimeError: The total norm of order 2.0 for gradients from "
+                 "`parameters` is non-finite, so it cannot be clipped.", FIX + "nan_clip.log",
+                 {"norm_order": "2.0"}),)),
+    Signature(
+        "nan.loss_guard", K.LOSS_NAN, ("nan", "NaN", " inf"),
+        r"\b[Ll]oss (?:is|became)(?: infinite or)? (?P<value>nan|NaN|inf|infinite)\b"
+        r"(?:.*?at iteration=(?P<iteration>\d+))?",
+        "GRAD_NONFINITE", "detectron2, DINO/MAE/DEIT style training loops",
+        (Example("FloatingPointError: Loss became infinite or NaN at iteration=27!",
+                 "https://github.com/facebookresearch/detectron2/issues/508",
+                 {"iteration": 27, "value": "NaN"}),
+         Example("Loss is nan, stopping training",
+                 "https://github.com/facebookresearch/dino/issues/97", {"value": "nan"})),
+        convert={"iteration": int}),
+    Signature(
+        "nan.loss_value", K.LOSS_NAN, ("nan", "NaN", " inf", "(inf", "=inf"),
+        r"\b(?P<loss_name>\w*loss\w*)'?\"?\s*[:=]\s*(?:tensor\()?(?P<value>nan|NaN|-?inf)\b",
+        "GRAD_NONFINITE", "any training loop that prints its losses",
+        (Example("loss_dict = {'loss_cls': tensor(nan, device='cuda:0', grad_fn=<DivBackward0>), "
+                 "'loss_box_reg': tensor(1310.0702, device='cuda:0', grad_fn=<DivBackward0>)}",
+                 "https://github.com/facebookresearch/detectron2/issues/214",
+                 {"loss_name": "loss_cls", "value": "nan"}),)),
+    Signature(
+        "cpp.terminate", K.CPP_ABORT, "terminate called after throwing",
+        r"terminate called after throwing an instance of '(?P<type>[^']+)'",
+        "RANK_CRASHED", "all",
+        (Example("terminate called after throwing an instance of 'gloo::IoException'",
+                 "https://github.com/pytorch/pytorch/issues/15592",
+                 {"type": "gloo::IoException"}),)),
+    Signature(
+        "python.fatal_error", K.FATAL_PYTHON, "Fatal Python error",
+        r"Fatal Python error: (?P<what>[^\n]+)", "RANK_CRASHED", "CPython faulthandler (all)",
+        (Example("Fatal Python error: Segmentation fault",
+                 "https://github.com/pytorch/pytorch/issues/72086",
+                 {"what": "Segmentation fault"}),)),
+    Signature(
+        "shell.segfault", K.SEGFAULT, "Segmentation fault",
+        r"(?:line \d+: +(?P<pid>\d+) )?Segmentation fault(?: +\(core dumped\))?", "RANK_CRASHED",
+        "a shell or launcher reporting a child's SIGSEGV",
+        (Example("/var/spool/PBS/mom_priv/jobs/2624847.pbsserver.SC: line 40: 215659 "
+                 "Segmentation fault      (core dumped) python tools/train.py "
+                 "configs/faster_rcnn_r50_fpn_1x_ucf24.py --gpus 1",
+                 "https://github.com/pytorch/pytorch/issues/14586", {"pid": 215659}),),
+        convert={"pid": int}),
+    Signature(
+        "process.exit_code", K.PROCESS_EXIT, "exit code",
+        r"(?:Process finished|exited) with exit code (?P<exit_code>-?\d+)(?: \(interrupted by "
+        r"signal (?P<signal_number>\d+): ?(?P<signal>\w+)\))?",
+        "RANK_CRASHED", "IDE runners, shells",
+        (Example("Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)",
+                 "https://github.com/facebookresearch/detectron2/issues/214",
+                 {"exit_code": 139, "signal": "SIGSEGV"}),
+         Example("Process finished with exit code 137 (interrupted by signal 9:SIGKILL)",
+                 "https://github.com/noelshin/selfmask/issues/11",
+                 {"exit_code": 137, "signal": "SIGKILL"})),
+        convert={"exit_code": int, "signal_number": int}),
+    Signature(
+        "launcher.called_process_error", K.PROCESS_EXIT, "returned non-zero exit status",
+        r"Command '(?P<command>.*)' returned non-zero exit status (?P<exit_code>-?\d+)",
+        "RANK_CRASHED", "torch.distributed.launch (torch < 1.9)",
+        (Example(" \"Command '['/home/xuwuheng/anaconda3/envs/maskrcnn_benchmark/bin/python', "
+                 "'-u', "
+                 "'/workspace/xwh/maskrcnn-benchmark-master/tools/train_net.py', "
+                 "'--local_rank=0']' returned non-zero exit status 1.\"",
+                 "https://github.com/facebookresearch/maskrcnn-benchmark/issues/1075",
+                 {"exit_code": 1}),),
+        convert={"exit_code": int}),
+    Signature(
+        "launcher.agent_failed", K.AGENT_FAILED, "exitcode",
+        r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: "
+        r"(?P<pid>\d+)\)", "RANK_CRASHED", "torchrun / torch.distributed.elastic >= 1.9",
+        (Example("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+                 "local_rank: 1 (pid: 14447) of binary:",
+                 "https://github.com/AkariAsai/self-rag/issues/83",
+                 {"exit_code": -9, "local_rank": 1, "pid": 14447}),),
+        convert={"exit_code": int, "local_rank": int, "pid": int}),
+    Signature(
+        "elastic.signal_received", K.SIGKILL, "received by PID",
+        r"Signal (?P<signal_number>\d+) \((?P<signal>SIG\w+)\) received by PID"
+        r"(?: (?P<pid>\d+))?",
+        "RANK_CRASHED", "torch.distributed.elastic >= 1.9",
+        (Example("The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, "
+                 "error_file='<N/A>', error_file_data={'message': '<NONE>'}, message='Signal 7 "
+                 "(SIGBUS) received by PID 54', timestamp=1711419181)}",
+                 "https://github.com/intelligent-machine-learning/dlrover/pull/1046",
+                 {"signal_number": 7, "signal": "SIGBUS", "pid": 54}),),
+        convert={"signal_number": int, "pid": int}),
+    Signature(
+        "launch.died_with_signal", K.SIGKILL, "died with <Signals.",
+        r"died with <Signals\.(?P<signal>SIG\w+): (?P<signal_number>\d+)>", "RANK_CRASHED",
+        "torch.distributed.launch (torch < 1.9), mmcv/mmdet dist_train",
+        (Example("In 3.x there are often errors reported: `died with <Signals.SIGKILL: 9>`.",
+                 "https://github.com/open-mmlab/mmdetection/issues/10101",
+                 {"signal": "SIGKILL", "signal_number": 9}),),
+        convert={"signal_number": int}),
+    Signature(
+        "spawn.process_signal", K.SIGKILL, "terminated with signal",
+        r"process (?P<process>\d+) terminated with signal (?P<signal>SIG\w+)", "RANK_CRASHED",
+        "torch.multiprocessing.spawn",
+        (Example("torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with "
+                 "signal SIGKILL", "https://github.com/lyu-yx/ACUMEN/issues/4",
+                 {"process": 0, "signal": "SIGKILL"}),),
+        convert={"process": int}),
+    Signature(
+        "deepspeed.loss_scale_min", K.LOSS_NAN, "loss scale already at minimum",
+        r"Current loss scale already at minimum - cannot decrease scale anymore",
+        "GRAD_NONFINITE", "DeepSpeed fp16 dynamic loss scaling",
+        (Example("Exception: Current loss scale already at minimum - cannot decrease scale "
+                 "anymore. Exiting run.", "https://github.com/hiyouga/LlamaFactory/issues/2172"),),
+        extra=lambda m: {"loss_name": "the fp16 gradients", "value": "inf/NaN at every step "
+                         "(DeepSpeed's loss scale hit its minimum)"}),
+    Signature(
+        "elastic.process_failure", K.AGENT_FAILED, "ProcessFailure(",
+        r"ProcessFailure\(local_rank=(?P<local_rank>\d+), pid=(?P<pid>\d+), "
+        r"exitcode=(?P<exit_code>-?\d+)", "RANK_CRASHED", "torch.distributed.elastic (dlrover)",
+        (Example("The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, "
+                 "error_file='<N/A>', error_file_data={'message': '<NONE>'}, message='Signal 7 "
+                 "(SIGBUS) received by PID 54', timestamp=1711419181)}",
+                 "https://github.com/intelligent-machine-learning/dlrover/pull/1046",
+                 {"local_rank": 0, "pid": 54, "exit_code": -7}),),
+        convert={"local_rank": int, "pid": int, "exit_code": int}),
+    Signature(
+        "shell.killed", K.SIGKILL, "Killed",
+        r"line \d+: +(?P<pid>\d+) Killed\b", "OOM", "bash reporting a child killed by SIGKILL",
+        (Example("2020-11-24 20:22:28.106 /bin/bash: line 27: 318 Killed sh start.sh",
+                 "https://github.com/divamgupta/deep-clustering-kingdra/issues/2", {"pid": 318}),),
+        convert={"pid": int}, extra=lambda m: {"signal": "SIGKILL"}),
+    Signature(
+        "progress.busy_rank", K.BUSY, "on rank",
+        r"(?P<activity>[Rr]unning \w+|[Tt]okeniz\w+|[Pp]reprocess\w*|[Ss]aving \w+|[Gg]enerat\w+|"
+        r"[Vv]alidat\w+|[Ee]valuat\w+|[Pp]redict\w+)\b[^\r\n|]{0,80}?\bon rank[ =:]?"
+        r"(?P<busy_rank>\d+)", "HANG_RANK_MISSING_COLLECTIVE", "any progress bar naming its rank",
+        (Example("Running predictions on sample clic_edm_ttbar_pf on rank=0:  25%|██▌       | "
+                 "1/4 [01:49<05:29, 109.87s/it]", "https://github.com/jpata/particleflow/issues/390",
+                 {"activity": "Running predictions", "busy_rank": 0}),),
+        convert={"busy_rank": int}),
+    Signature(
+        # A data-preparation progress bar that names no rank: with the usual "main process
+        # first" (HF datasets, YOLO's torch_distributed_zero_first) it is rank 0's.
+        "progress.data_prep", K.BUSY,
+        # the activity words, not the bar's "%|"/"it/s": every tqdm line has those, and a
+        # needle on every line would make the reader examine every line (docs/benchmarks.md)
+        ("Generating", "okeniz", "Grouping texts", "Map", "Filter", "reprocess", "Scanning",
+         "Caching"),
+        r"(?P<activity>Generating \w+ split|Running tokenizer|[Tt]okeniz\w+(?: \w+)?|"
+        r"Grouping texts|Map|Filter|[Pp]reprocess\w*|Scanning|Caching \w+)\b[^:|\r\n]{0,160}:"
+        r"\s*(?:\d+%\||\d+ examples \[)",
+        "HANG_RANK_MISSING_COLLECTIVE", "HF datasets / tqdm progress bars",
+        (Example("Generating train split: 2230000 examples [29:59, 1466.92 examples/s]",
+                 "https://github.com/huggingface/alignment-handbook/issues/190",
+                 {"activity": "Generating train split"}),
+         Example("Tokenizing Prompts (num_proc=64):  92%|█████████▏| 328986/359152 [29:58<12:05, "
+                 "41.59 examples/s]", "https://github.com/axolotl-ai-cloud/axolotl/issues/2684",
+                 {"activity": "Tokenizing Prompts"}),
+         Example("train: Scanning '../coco/labels/train' images and labels...43718 found, 110 "
+                 "missing, 0 empty, 7 corrupted:  97%|██▉| 43830/45049 [01:07<00:18, 66.12it/s]",
+                 "https://github.com/ultralytics/yolov5/issues/4400", {"activity": "Scanning"})),
+        fallback=True),
+    Signature(
+        "elastic.closing_signal", K.TEARDOWN, "closing signal",
+        r"Sending process (?P<pid>\d+) closing signal (?P<signal>SIG\w+)", "RANK_CRASHED",
+        "torch.distributed.elastic >= 1.9",
+        (Example("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4193 "
+                 "closing signal SIGHUP", "https://github.com/ultralytics/ultralytics/issues/918",
+                 {"pid": 4193, "signal": "SIGHUP"}),),
+        convert={"pid": int}),
+)

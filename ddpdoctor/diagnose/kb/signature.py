@@ -1,0 +1,86 @@
+"""The shape of one knowledge-base entry: a known error text and what it means."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpdoctor.diagnose.events import EventKind
+
+
+@dataclass(frozen=True)
+class Example:
+    """A real line this signature must match, where it was seen, and what it yields.
+
+    ``source`` is the public URL of the thread the line was posted in, or the path of a log
+    recorded from a real run in this repository (``tests/fixtures/...``).
+    """
+
+    line: str
+    source: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One known error text.
+
+    ``needle`` is a literal every match contains (or a tuple: one of them): the reader's
+    prefilter looks for needles in whole chunks at C speed, and only lines holding one reach
+    ``pattern``. The named
+    groups of ``pattern`` are the fields it extracts; ``convert`` turns a group's text into
+    its value (``int``, a list of ranks); ``extra`` adds computed fields.
+    """
+
+    name: str
+    kind: EventKind
+    needle: str | tuple[str, ...]  # one literal, or several (any of them)
+    pattern: str
+    finding: str  # the finding id this text leads to when it is the root cause
+    versions: str  # the releases that print this wording
+    examples: tuple[Example, ...]
+    convert: Mapping[str, Callable[[str], Any]] = field(default_factory=dict)
+    extra: Callable[[re.Match[str]], dict[str, Any]] | None = None
+    flags: int = 0
+    fallback: bool = False  # generic wording: only when no specific signature matched
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_regex", re.compile(self.pattern, self.flags))
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return self._regex  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def needles(self) -> tuple[str, ...]:
+        return (self.needle,) if isinstance(self.needle, str) else self.needle
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(self.regex.groupindex)
+
+    def match(self, body: str) -> dict[str, Any] | None:
+        """The fields of ``body`` (a line without its rank prefix), or None."""
+        if not any(n in body for n in self.needles):
+            return None
+        m = self.regex.search(body)
+        if m is None:
+            return None
+        data: dict[str, Any] = {}
+        for name, value in m.groupdict().items():
+            if value is not None:
+                data[name] = self.convert.get(name, _strip)(value)
+        if self.extra is not None:
+            data.update(self.extra(m))
+        return data
+
+
+def _strip(text: str) -> str:
+    return text.strip()
+
+
+def ints(text: str) -> list[int]:
+    """``"4, 5, 6"`` -> ``[4, 5, 6]``."""
+    return [int(r) for r in re.findall(r"\d+", text)]

@@ -1,0 +1,336 @@
+"""Streaming reader for training logs: bytes in, the few lines worth looking at out.
+
+Logs are bytes, not text: ranks die halfway through a write, DataLoader workers print a NUL
+after their bus-error message, and a user may hand us a 1 GB log or a binary by mistake. So
+the reader never holds more than one chunk plus one capped line, never decodes a whole file,
+and only decodes the lines that hold one of the rules' keywords (most lines of a training log are
+progress output that no rule cares about, and skipping them at chunk level keeps a 1 GB file
+to seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from ddpdoctor import redact
+from ddpdoctor.diagnose.deadline import READ_DEADLINE_S, DeadlineReader
+from ddpdoctor.diagnose.gunzip import GZIP_MAGIC as _GZIP_MAGIC
+from ddpdoctor.diagnose.gunzip import Gunzip
+
+CHUNK_BYTES = 1 << 20
+# A longer line is cut here: tracebacks and error lines fit; a 50 MB tqdm line does not.
+MAX_LINE_BYTES = 8192
+# Sniffed at the start of every input to tell a log from a binary.
+SNIFF_BYTES = 8192
+
+_MAGIC = {
+    b"\x7fELF": "ELF executable",
+    b"PK\x03\x04": "zip archive",
+    b"%PDF": "PDF document",
+    b"\x89PNG": "PNG image",
+    b"\xff\xd8\xff": "JPEG image",
+    b"\x80\x02": "pickle",
+    b"\x93NUMPY": "numpy array",
+}
+# Control bytes that never occur in a text log (tab, LF, CR, ESC and form feed do).
+_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27))
+
+# torchrun prefixes: `[rank1]:` (the excepthook of init_process_group, and c10 logs) and
+# `[default1]:` (--tee / --local-ranks-filter: role name + local rank).
+# torchx: `[trainer3]:`, `[trainer0|0]:` (role + replica).
+_RANK_PREFIX = re.compile(r"\[(?:rank|default|trainer)(\d+)(?:\|\d+)?\]:[ ]?")
+# Per-rank file names: rank1.log, node0-rank-3.txt, worker_rank_2.err, and torchrun's
+# --log-dir layout <run_id>/attempt_0/<local_rank>/stderr.log.
+_PATH_RANK = [
+    re.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr|error)\.(?:log|json)$"),
+    re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?![0-9])", re.IGNORECASE),
+]
+
+
+@dataclass
+class RawLine:
+    """One picked line: its 1-based line number in the file and its decoded text."""
+
+    lineno: int
+    text: str
+    truncated: bool = False
+
+
+@dataclass
+class ReadStats:
+    """What reading one input found out about it (shown as its check line)."""
+
+    name: str
+    bytes_read: int = 0
+    lines: int = 0
+    picked: int = 0
+    truncated_lines: int = 0
+    nul_bytes: bool = False
+    binary: str = ""  # non-empty: why the input was judged a binary and skipped
+    compressed: bool = False
+    incomplete: bool = False  # part of the input could not be read (see notes)
+    leading_nul: int = 0  # NUL bytes skipped at the start
+    notes: list[str] = field(default_factory=list)
+
+
+def rank_from_path(path: str) -> int | None:
+    """The rank a per-rank log file's path names, or None."""
+    norm = str(path).replace("\\", "/")
+    for pattern in _PATH_RANK:
+        m = pattern.search(norm if pattern is _PATH_RANK[0] else norm.rsplit("/", 1)[-1])
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def split_rank_prefix(text: str) -> tuple[int | None, str]:
+    """``"[rank1]: ValueError: x"`` -> ``(1, "ValueError: x")``; no prefix -> ``(None, text)``.
+
+    The prefix may follow a pid or timestamp that some launchers and log collectors add, so
+    it is looked for near the start of the line, not only at column 0.
+    """
+    m = _RANK_PREFIX.search(text, 0, 64)
+    if m is None:
+        return None, text
+    head = text[: m.start()]
+    if head.strip() and not re.fullmatch(r"\s*(?:\[\d+\]|\d+|[\w.:-]+\s*[:|])\s*", head):
+        return None, text
+    return int(m.group(1)), text[m.end():]
+
+
+def sniff_binary(head: bytes) -> str:
+    """Why ``head`` (the first bytes of an input) is not a text log, or ``""``."""
+    for magic, what in _MAGIC.items():
+        if head.startswith(magic):
+            return what
+    if not head:
+        return ""
+    # One stray NUL (a worker's bus-error message ends with one) does not make a binary;
+    # a high share of control bytes does.
+    controls = sum(head.count(bytes([b])) for b in _CONTROL)
+    if controls / len(head) > 0.10:
+        return f"binary data ({controls * 100 // len(head)}% control bytes)"
+    return ""
+
+
+def open_input(path: str, deadline_s: float = READ_DEADLINE_S) -> tuple[BinaryIO, str]:
+    """Open a log path (``-`` is stdin) as bytes; raises OSError with the reason.
+
+    Only regular files are read: a FIFO with no writer would block forever and a device
+    never ends, so both are refused before the first read (the open itself is
+    non-blocking). Symlinks are followed: a log is read, never written. A regular file
+    can still block on read (``/proc/kmsg``, a ``/sys`` attribute, a hung mount), so every
+    read has a deadline (deadline.py); a file that stats as empty yet gives data (a kernel
+    pseudo-file) is read for at most ``deadline_s`` in all.
+    """
+    if path == "-":
+        return _stdin(deadline_s), "<stdin>"
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(21, "is a directory", path)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+            raise OSError(22, f"{kind}: pipe it to stdin ('-') instead", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    # Stays non-blocking: a pseudo-file that honours O_NONBLOCK then waits in poll, not in
+    # read. The reader owns (and closes) the fd.
+    total = deadline_s if st.st_size == 0 else None
+    return DeadlineReader(fd, deadline_s, total), path  # type: ignore[return-value]
+
+
+def _stdin(deadline_s: float) -> BinaryIO:
+    """stdin: a pipe as is, a file (``< /proc/kmsg``) with the deadline.
+
+    A pipe gets no deadline: its writer is the user's job (``torchrun ... | ddpdoctor
+    diagnose``), which may print nothing for minutes and is no hang; the pipe ends when the
+    job does (or at Ctrl-C). A redirected file is a file like any other.
+    """
+    import sys
+
+    try:
+        st = os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError):
+        return sys.stdin.buffer
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+        return sys.stdin.buffer
+    fd = os.dup(sys.stdin.fileno())
+    os.set_blocking(fd, False)
+    # A device (`< /dev/zero`, `< /dev/urandom`) never ends: like a pseudo-file that stats
+    # empty, it is read for the deadline at most. `< /dev/null` (a closed stdin) ends at once.
+    total = deadline_s if st.st_size == 0 or stat.S_ISCHR(st.st_mode) else None
+    return DeadlineReader(fd, deadline_s, total)  # type: ignore[return-value]
+
+
+def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
+                max_line: int = MAX_LINE_BYTES, chunk_bytes: int = CHUNK_BYTES,
+                ) -> Iterator[RawLine]:
+    """Yield the lines of ``stream`` that contain one of ``keywords``, with line numbers.
+
+    Line numbers count ``\\n`` (what an editor shows). A ``\\r`` also ends a line for
+    matching, because progress bars rewrite one line with ``\\r`` for hours and the error
+    that kills the job is often glued to the end of it. Memory stays bounded by
+    ``chunk_bytes`` + ``max_line`` whatever the input. A gzip input is decompressed as a
+    stream: a truncated or corrupt archive yields what could be read and a note.
+    """
+    # Every read goes through _read_some: a failed or timed-out read (deadline.py) is a
+    # note on this input, never an exception that would drop the other inputs.
+    head = _read_some(stream, SNIFF_BYTES, stats)
+    if head.startswith(_GZIP_MAGIC):
+        stats.compressed = True
+        stream = Gunzip(head, stream, stats)  # type: ignore[assignment]
+        head = _read_some(stream, SNIFF_BYTES, stats)
+    head, skipped = _skip_leading_nul(head, stream, stats)
+    stats.leading_nul = skipped
+    if skipped and head:
+        stats.notes.append(f"{skipped} leading NUL bytes skipped (a log truncated in place, "
+                           "e.g. logrotate copytruncate)")
+    why = sniff_binary(head)
+    if why:
+        stats.binary = why
+        stats.bytes_read = len(head)
+        return
+    prefilter = Prefilter(keywords)
+    lineno = 1
+    carry = b""
+    ends_with_newline = True
+    skipping = False  # inside the tail of an over-long line we already cut
+    data = head
+    while True:
+        if not data:
+            data = _read_some(stream, chunk_bytes, stats)
+        if not data:
+            break
+        stats.bytes_read += len(data)
+        ends_with_newline = data.endswith(b"\n")
+        if not stats.nul_bytes and b"\x00" in data:
+            stats.nul_bytes = True
+        buf = carry + data
+        data = b""
+        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        complete, carry = buf[:cut], buf[cut:]
+        if skipping and complete:
+            # The over-long line ends in this chunk: drop what is left of it.
+            first_eol = _first_eol(complete, 0)
+            lineno += complete.count(b"\n", 0, first_eol + 1)
+            complete = complete[first_eol + 1:]
+            skipping = False
+        yield from prefilter.pick(complete, lineno, stats, max_line)
+        lineno += complete.count(b"\n")
+        if len(carry) > max_line:
+            # No end of line for a long stretch: look at what we have, then skip the rest.
+            if not skipping:
+                yield from prefilter.pick(carry, lineno, stats, max_line, final=True)
+                stats.truncated_lines += 1
+            skipping = True
+            carry = b""
+    if carry and not skipping:
+        yield from prefilter.pick(carry, lineno, stats, max_line, final=True)
+    stats.lines = lineno - 1 + (not ends_with_newline)
+
+
+def _skip_leading_nul(head: bytes, stream: BinaryIO, stats: ReadStats) -> tuple[bytes, int]:
+    """Drop the NUL bytes a log starts with (the hole copytruncate leaves); count them."""
+    skipped = 0
+    while head and _all_nul(head):
+        skipped += len(head)
+        # Chunks, not sniffs: a 20 GB hole was 2.5 million reads (minutes).
+        head = _read_some(stream, CHUNK_BYTES, stats)
+    stripped = head.lstrip(b"\x00")
+    skipped += len(head) - len(stripped)
+    stats.bytes_read += skipped
+    if stripped and len(stripped) < SNIFF_BYTES // 2:
+        stripped += _read_some(stream, SNIFF_BYTES, stats)
+    return stripped, skipped
+
+
+_ZEROS = bytes(CHUNK_BYTES)
+
+
+def _all_nul(buf: bytes) -> bool:
+    """Only NUL bytes? A memcmp against zeros: ``strip`` took 3 ms per MiB of a hole."""
+    if len(buf) <= len(_ZEROS):
+        return buf == _ZEROS[:len(buf)]
+    return buf.count(0) == len(buf)
+
+
+def _read_some(stream: BinaryIO, n: int, stats: ReadStats) -> bytes:
+    """Read up to ``n`` bytes; an error ends the input with a note (what was read stays)."""
+    try:
+        return stream.read(n)
+    except (OSError, EOFError, zlib.error) as e:
+        note = f"stopped reading: {e}"
+        if note not in stats.notes:  # a stream that failed keeps failing: one note
+            stats.notes.append(note)
+        stats.incomplete = True
+        return b""
+
+
+def _first_eol(buf: bytes, start: int) -> int:
+    ends = [i for i in (buf.find(b"\n", start), buf.find(b"\r", start)) if i >= 0]
+    return min(ends) if ends else len(buf)
+
+
+# Digits become 0 and \r becomes \n, length unchanged: the lines of a training log then
+# repeat (progress bars, loss lines), so a chunk is checked as its set of distinct lines.
+_FOLD = bytes.maketrans(b"123456789\r", b"000000000\n")
+
+
+class Prefilter:
+    """Finds the lines of a buffer that hold a keyword, at C speed on ordinary logs.
+
+    A 1 MiB chunk of a training log is ~13,000 lines but a few dozen distinct ones once
+    digits are folded; the keywords are looked for in those only, and only when one is
+    there are the chunk's lines walked to find where. Folding keeps byte positions, so a
+    hit maps back to the original line.
+    """
+
+    def __init__(self, keywords: tuple[bytes, ...]) -> None:
+        self.keywords = keywords
+        self.folded = tuple({k.translate(_FOLD) for k in keywords})
+
+    def pick(self, buf: bytes, base_lineno: int, stats: ReadStats, max_line: int,
+             final: bool = False) -> Iterator[RawLine]:
+        if not buf:
+            return
+        folded = buf.translate(_FOLD)
+        lines = [folded] if final else folded.split(b"\n")
+        distinct = set(lines)
+        joined = b"\n".join(distinct)
+        if not any(k in joined for k in self.folded):
+            return
+        hits = {ln for ln in distinct if any(k in ln for k in self.folded)}
+        lineno = base_lineno
+        counted_to = 0
+        pos = 0
+        for ln in lines:
+            if ln in hits:
+                lineno += buf.count(b"\n", counted_to, pos)
+                counted_to = pos
+                yield self._line(buf[pos:pos + len(ln)], lineno, stats, max_line, final)
+            pos += len(ln) + 1
+
+    def _line(self, raw: bytes, lineno: int, stats: ReadStats, max_line: int,
+              final: bool) -> RawLine:
+        truncated = len(raw) > max_line
+        if truncated:
+            # Keep the part around the keyword: that is what the rules need.
+            hit = min((i for i in (raw.find(k) for k in self.keywords) if i >= 0), default=0)
+            lo = max(0, hit - max_line // 4)
+            raw = raw[lo:lo + max_line]
+            stats.truncated_lines += not final
+        stats.picked += 1
+        text = raw.replace(b"\x00", b"").decode("utf-8", errors="replace")
+        # A secret known by its shape (a JWT, an AWS key id) is masked as it is read: the
+        # rules cut titles and quotes to a width, and a cut secret no longer has its shape
+        # when the report is scrubbed ("AKIASEKRET7EXA ..." reached the title).
+        return RawLine(lineno, redact.shapes(text), truncated)

@@ -1,0 +1,267 @@
+"""Triage rules for collectives: mismatches, named culprits, and the rank that stayed silent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpdoctor.diagnose.events import Event
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, fmt, ranks_of, verdict
+from ddpdoctor.findings import format_ranks
+
+_TIMEOUTS = frozenset({K.NCCL_WATCHDOG, K.GLOO_TIMEOUT, K.NCCL_WORK_STATE, K.ERROR_LINE,
+                       K.CPP_ABORT, K.EXCEPTION, K.CONN_RESET, K.CONN_CLOSED, K.AGENT_FAILED,
+                       K.BARRIER_PEER_ERROR, K.STORE_TIMEOUT, K.DESYNC_HEADER,
+                       K.DESYNC_TIMEOUT_AT, K.DESYNC_STARTED})
+
+
+def mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    out = []
+    detail = ix.of(K.MISMATCH_DETAIL)
+    if detail:
+        colls: dict[str, Any] = {}
+        for e in detail:
+            for r, fp in e.data.get("collectives", {}).items():
+                colls.setdefault(str(r), fp)
+        around = [e.data["around_rank"] for e in detail if "around_rank" in e.data]
+        if colls:
+            desc = "; ".join(f"rank {r}: {fp.get('op', '?')} shape [{fp.get('shape', '')}]"
+                             for r, fp in sorted(colls.items()))
+            title = f"ranks called different collectives ({desc})"
+            ranks = [int(r) for r in colls]
+        else:
+            title = (f"NCCL detected mismatched collectives at and around rank {around[0]}: "
+                     "ranks call different collectives (or the same with different sizes)")
+            ranks = around[:1]
+        out.append(verdict(ix, "HANG_COLLECTIVE_MISMATCH", title, detail,
+                           {"collectives": colls} if colls else {}, ranks=ranks))
+    size = ix.of(K.SIZE_MISMATCH)
+    if size:
+        d = size[0].data
+        ev: dict[str, Any] = {"hint": "the ranks passed tensors of different sizes to the same "
+                              "collective; rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to see "
+                              "both shapes"}
+        if d.get("received_bytes") is not None:
+            ev.update(received_bytes=d["received_bytes"], expected_bytes=d["expected_bytes"])
+        out.append(verdict(ix, "HANG_COLLECTIVE_MISMATCH",
+                           "a collective received a different amount of data than it expected "
+                           f"(detected on rank {fmt(size) or '?'})", size + ix.of(K.CPP_ABORT),
+                           ev, ranks=ranks_of(size)))
+    started = ix.of(K.DESYNC_STARTED)
+    if len({e.data["op"] for e in started}) > 1 and not detail:
+        minority = min(started, key=lambda e: len(e.data["ranks"]))
+        out.append(verdict(
+            ix, "HANG_COLLECTIVE_MISMATCH", "ranks are in different collectives: " + ", ".join(
+                f"[{format_ranks(sorted(e.data['ranks']))}] {e.data['op']}" for e in started),
+            started + ix.of(K.DESYNC_TIMEOUT_AT),
+            {"collectives": {format_ranks(sorted(e.data["ranks"])): e.data["op"]
+                             for e in started}}, ranks=minority.data["ranks"]))
+    return out
+
+
+def named_culprits(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """Timeouts whose report names the rank that never came (desync, barrier, store)."""
+    found = (finder(ix, earlier) for finder in _NAMED_CULPRIT_FINDERS)
+    return [v for v in found if v is not None]
+
+
+def _desync_lagging(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
+    lagging = ix.of(K.DESYNC_MISSING, K.DESYNC_UNJOINED, K.DESYNC_UNFINISHED)
+    if not lagging or any(v.finding.id == "HANG_COLLECTIVE_MISMATCH" for v in earlier):
+        return None
+    ranks = sorted({r for e in lagging if e.kind is not K.DESYNC_UNFINISHED
+                    for r in e.data["ranks"]}) or sorted(
+                        {r for e in lagging for r in e.data["ranks"]})
+    extra = ix.of(K.DESYNC_TIMEOUT_AT, K.DESYNC_HEADER)
+    return verdict(ix, "COLLECTIVE_TIMEOUT",
+                   f"collective timed out; the desync report names rank "
+                   f"{format_ranks(ranks)} as lagging/dead", extra[:1] + lagging,
+                   {"desync_report": [e.text for e in lagging]}, ranks=ranks)
+
+
+def _barrier_missing(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
+    barrier = ix.of(K.MONITORED_BARRIER)
+    if not barrier:
+        return None
+    ranks = sorted({r for e in barrier for r in e.data["missing_ranks"]})
+    ms = barrier[0].data["timeout_ms"]
+    return verdict(ix, "COLLECTIVE_TIMEOUT", f"rank {format_ranks(ranks)} did not reach "
+                   f"monitored_barrier within {ms} ms", barrier, {"timeout_ms": ms},
+                   ranks=ranks)
+
+
+def _store_missing(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
+    store = [e for e in ix.of(K.STORE_TIMEOUT) if e.data.get("missing_ranks")]
+    if not store or ix.of(K.CONNECT_TIMEOUT, K.CONN_REFUSED):
+        return None
+    ranks = sorted({r for e in store for r in e.data["missing_ranks"]})
+    d = store[0].data
+    return verdict(
+        ix, "COLLECTIVE_TIMEOUT", f"rank {format_ranks(ranks)} never joined the process "
+        f"group (store wait timed out after {d['timeout_ms']} ms)", store,
+        {"timeout_ms": d["timeout_ms"], "keys": d["keys"],
+         "hint": f"rank {format_ranks(ranks)} never reached init_process_group / the store "
+                 "barrier: it crashed, hung earlier, or was never started"}, ranks=ranks)
+
+
+def _nccl_id_never_published(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
+    uid = ix.of(K.STORE_UNIQUEID)
+    if not uid:
+        return None
+    src = sorted({e.data["source_rank"] for e in uid})
+    waiters = sorted({e.data["waiter"] for e in uid})
+    return verdict(
+        ix, "HANG_RANK_MISSING_COLLECTIVE",
+        f"rank {format_ranks(src)} never published the NCCL id that rank "
+        f"{format_ranks(waiters)} waited for ({uid[0].data['error']}): rank "
+        f"{format_ranks(src)} was busy elsewhere (data preprocessing, tokenizing) or died",
+        uid, {"waiting_ranks": waiters, "hint": "raise the process-group timeout, or do "
+              "the preprocessing before init_process_group / on every rank"}, ranks=src)
+
+
+def _stalled_ops(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
+    """Horovod's stall inspector: one ready set for every stalled tensor leaves out the
+    ranks that never submitted it; different sets mean different tensors per rank."""
+    stalls = ix.of(K.HOROVOD_STALL)
+    if not stalls:
+        return None
+    sets = {tuple(sorted(e.data["ready_ranks"])) for e in stalls}
+    seen = {r for e in stalls for r in e.data["ready_ranks"]} | {
+        e.rank for e in ix.events if e.rank is not None}
+    ev = {"stalled_ops": len(stalls), "ready_ranks": sorted(sets)[:5],
+          "first": stalls[0].data.get("op", "")}
+    if len(sets) == 1:
+        missing = sorted(set(range(max(seen) + 1)) - set(sets.pop()))
+        if missing:
+            return verdict(ix, "HANG_RANK_MISSING_COLLECTIVE",
+                           f"rank {format_ranks(missing)} never submitted the {len(stalls)} "
+                           f"tensor(s) the other ranks wait for (Horovod's stall inspector)",
+                           stalls, ev, ranks=missing)
+    return verdict(ix, "HANG_COLLECTIVE_MISMATCH",
+                   f"ranks submitted different tensors: Horovod's stall inspector lists "
+                   f"{len(stalls)} stalled tensor(s) ready on different ranks", stalls, ev,
+                   ranks=[])
+
+
+# In the order their findings are reported.
+_NAMED_CULPRIT_FINDERS = (_desync_lagging, _barrier_missing, _store_missing,
+                          _nccl_id_never_published, _stalled_ops)
+
+
+def _silent(reporting: list[int]) -> list[int]:
+    """Ranks missing from ``reporting`` below its highest rank (needs two reporters)."""
+    if len(reporting) < 2:
+        return []
+    return sorted(set(range(max(reporting) + 1)) - set(reporting))
+
+
+def _main_first(ix: EventIndex, reporting: set[int]) -> list[int]:
+    """Ranks other than 0 time out while a data-preparation progress bar that names no rank
+    runs: the "main process first" pattern (HF datasets, YOLO's zero_first) makes it rank
+    0's, and rank 0 reports no timeout of its own."""
+    unnamed = [e for e in ix.of(K.BUSY) if e.data.get("busy_rank", e.rank) is None]
+    if unnamed and reporting and 0 not in reporting:
+        return [0]
+    return []
+
+
+def _behind(states: list[Event]) -> list[int]:
+    """Ranks whose last enqueued NCCL work is lower than the others' (they never issued it)."""
+    last: dict[int, int] = {}
+    for e in states:
+        if e.rank is not None:
+            last[e.rank] = max(last.get(e.rank, -2), e.data["last_enqueued"])
+    if len(set(last.values())) < 2:
+        return []
+    low = min(last.values())
+    return sorted(r for r, v in last.items() if v == low)
+
+
+def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """N-1 ranks time out in one collective: the rank that did not report it is the culprit."""
+    watchdog = ix.of(K.NCCL_WATCHDOG, K.GLOO_TIMEOUT)
+    states = ix.of(K.NCCL_WORK_STATE)
+    if not watchdog and not states:
+        return []
+    evs = _first_timed_out(watchdog)
+    reporting = set(ranks_of(evs + states))
+    # A rank whose progress line shows it busy elsewhere, and that reports no timeout.
+    named = {e.data.get("busy_rank", e.rank) for e in ix.of(K.BUSY)} - {None}
+    busy = sorted(named - reporting)
+    culprits = _behind(states) or busy or _silent(ranks_of(evs)) or _main_first(ix, reporting)
+    if not culprits and not _is_barrier(evs):
+        return []
+    d = (evs or states)[0].data
+    op = f"{d.get('op', 'a collective')}" + (f" #{d['seq']}" if "seq" in d else "")
+    ev: dict[str, Any] = {"collective": {k: d[k] for k in ("op", "seq", "timeout_ms", "ran_ms")
+                                         if k in d},
+                          "ranks_reporting": fmt(evs + states)}
+    if busy and culprits == busy:
+        title = _busy_elsewhere(ix, culprits, op, ev)
+    elif culprits:
+        title = (f"rank {format_ranks(culprits)} never entered {op}; rank "
+                 f"{fmt(evs + states) or '?'} timed out waiting for it")
+    else:
+        title = (f"rank {fmt(evs) or '?'} timed out in a barrier ({op}) that another rank "
+                 "never reached: it was busy elsewhere (data preparation, tokenizing, saving)")
+        ev["hint"] = ("a barrier early in the job times out when one process prepares data "
+                      "longer than the process-group timeout: raise the timeout or prepare "
+                      "the data before launching")
+    return [verdict(ix, "HANG_RANK_MISSING_COLLECTIVE", title, evs + states + ix.of(K.BUSY)[-1:],
+                    ev, ranks=culprits)]
+
+
+def _first_timed_out(watchdog: list[Event]) -> list[Event]:
+    """The timeout reports of the lowest sequence number: the collective that hung first."""
+    by_seq: dict[int, list[Event]] = {}
+    for e in watchdog:
+        by_seq.setdefault(e.data.get("seq", -1), []).append(e)
+    return min(by_seq.items(), key=lambda kv: kv[0])[1] if by_seq else []
+
+
+def _is_barrier(evs: list[Event]) -> bool:
+    """A barrier, or the one-element all-reduce a barrier is made of."""
+    return any(e.data.get("op") == "BARRIER" or (e.data.get("op") == "ALLREDUCE"
+               and e.data.get("numel_in") == 1) for e in evs)
+
+
+def _busy_elsewhere(ix: EventIndex, culprits: list[int], op: str, ev: dict[str, Any]) -> str:
+    acts = sorted({e.data["activity"] for e in ix.of(K.BUSY)})
+    ev["busy"] = [e.quote(200) for e in ix.of(K.BUSY)][-3:]
+    return (f"rank {format_ranks(culprits)} was busy elsewhere ({', '.join(acts)}) while "
+            f"the others waited in {op} until the timeout")
+
+
+def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    evs = ix.of(K.NCCL_WATCHDOG, K.GLOO_TIMEOUT, K.STORE_TIMEOUT)
+    peer = ix.of(K.BARRIER_PEER_ERROR)
+    if not evs and peer:
+        p = sorted({e.data["peer"] for e in peer})
+        return [verdict(ix, "COLLECTIVE_TIMEOUT", f"rank {fmt(peer) or '?'} reached "
+                        f"monitored_barrier but got errors from rank {format_ranks(p)}: rank "
+                        f"{format_ranks(p)} failed or its log names the late rank", peer,
+                        ranks=p)]
+    if not evs:
+        return []
+    w = ix.of(K.NCCL_WATCHDOG)
+    ev: dict[str, Any] = {"hint": "no rank in these logs failed first: a rank is hung, slower, "
+                          "or calls a different collective; rerun with TORCH_DISTRIBUTED_DEBUG="
+                          "DETAIL (mismatch) or TORCH_NCCL_DESYNC_DEBUG=1, or use ddpdoctor "
+                          "attach/run on the live job to see where each rank waits",
+                          "ranks_reporting": fmt(evs)}
+    if w:
+        ev["collective"] = {k: w[0].data[k] for k in ("op", "seq", "timeout_ms", "ran_ms")
+                            if k in w[0].data}
+    op = f" ({w[0].data['op']} #{w[0].data['seq']})" if w and "op" in w[0].data else ""
+    return [verdict(ix, "COLLECTIVE_TIMEOUT", f"a collective timed out on rank {fmt(evs) or '?'}"
+                    f"{op}; the logs name no culprit", evs, ev, ranks=[])]
+
+
+RULES = (
+    Rule("mismatch", mismatch, _TIMEOUTS | {K.NCCL_WARN, K.NCCL_DETAIL}),
+    Rule("named_culprits", named_culprits, _TIMEOUTS | {K.NCCL_DETAIL}),
+)
+ALONE = (
+    Rule("silent_rank", silent_rank, _TIMEOUTS, alone=True),
+    Rule("timeouts", timeouts, _TIMEOUTS, alone=True),
+)

@@ -1,0 +1,258 @@
+"""Triage rules for processes that died, and for logs that hold nothing but the fallout."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from ddpdoctor.diagnose.events import CASCADE, Event
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.index import (
+    EventIndex,
+    Rule,
+    Verdict,
+    cut,
+    explained_ranks,
+    fmt,
+    ranks_of,
+    used,
+    verdict,
+)
+from ddpdoctor.findings import format_ranks
+
+# Signals with a cause of their own (SIGKILL: the OOM killer, SIGBUS: /dev/shm), not a crash
+# in native code.
+_OWN_RULE = ("SIGKILL", "SIGBUS")
+_CRASH_FALLOUT = frozenset({K.CPP_ABORT, K.PROCESS_EXIT, K.SEGFAULT, K.ERROR_LINE,
+                            K.NCCL_WATCHDOG, K.NCCL_DETAIL, K.NCCL_CUDA, K.CUDA_ERROR,
+                            K.AGENT_FAILED, K.TORCHRUN_FAILURE, K.EXCEPTION, K.FATAL_PYTHON})
+
+
+def cuda_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A CUDA fault (illegal access and the like): the rank that hit it crashed."""
+    bad = ix.of(K.CUDA_ILLEGAL) or [e for e in ix.of(K.CUDA_ERROR)
+                                    if id(e) not in used(earlier)]
+    if not bad:
+        return []
+    e = bad[0]
+    what = e.data.get("message", "an illegal memory access was encountered")
+    via = (" (raised in the NCCL watchdog thread: the faulty kernel ran earlier, it is not "
+           "NCCL's)" if e.data.get("watchdog") else "")
+    return [verdict(ix, "RANK_CRASHED", f"rank {fmt(bad) or '?'} hit CUDA error: {what}{via}",
+                    bad, {"hint": "rerun with CUDA_LAUNCH_BLOCKING=1 to get the stack of the "
+                          "kernel that faulted"})]
+
+
+def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """Fatal Python error / segmentation fault / exit 139: a crash in native code."""
+    if earlier:
+        return []
+    bad = ix.of(K.FATAL_PYTHON, K.SEGFAULT) or [
+        e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") not in (None, *_OWN_RULE)]
+    if not bad:
+        return []
+    e = bad[0]
+    what = e.data.get("what") or e.data.get("signal") or "Segmentation fault"
+    frames = [x.data["where"] for x in ix.of(K.EXCEPTION) if x.data.get("where")]
+    ev: dict[str, Any] = {"hint": "a crash in native code (an extension, NCCL, a driver): "
+                          "faulthandler's 'Current thread' stack names the Python call that "
+                          "entered it"}
+    return [verdict(ix, "RANK_CRASHED", f"{'rank ' + fmt(bad) if fmt(bad) else 'a process'} "
+                    f"crashed in native code: {what}", bad, ev | ({"where": frames[0]}
+                                                               if frames else {}))]
+
+
+def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A Python exception on a rank that no specific rule explains: that rank crashed."""
+    explained = explained_ranks(earlier)
+    taken = used(earlier)
+    first_per_rank: dict[int | None, Event] = {}
+    for e in ix.of(K.EXCEPTION):
+        if id(e) in taken or "in_dataloader_worker" in e.data:
+            continue
+        if e.rank in explained or _follows_cascade(ix, e):
+            continue
+        first_per_rank.setdefault(e.rank, e)  # Python prints the original cause first
+    groups: dict[str, list[Event]] = defaultdict(list)
+    for e in first_per_rank.values():
+        groups[e.data.get("exception", e.text)].append(e)
+    out = []
+    for msg, evs in groups.items():
+        where = next((e.data["where"] for e in evs if e.data.get("where")), "")
+        ev: dict[str, Any] = {"exception": msg}
+        ranks = ranks_of(evs)
+        for f in ix.root_failures:
+            if f.rank in ranks:
+                ev["exit_code"] = f.data.get("exit_code")
+        at = f" at {_short(where)}" if where else ""
+        who = f"rank {format_ranks(ranks)}" if ranks else "the job"
+        if _MEMORY.search(msg):
+            # The exception's own type or message is the memory family, whoever raised it
+            # (ray.exceptions.OutOfMemoryError, MemoryError, a CUDA allocator's words).
+            out.append(verdict(ix, "OOM", f"{who} ran out of memory: {cut(msg, 160)}{at}",
+                               evs, {**ev, "family": "memory"}, ranks=ranks))
+            continue
+        out.append(verdict(ix, "RANK_CRASHED", f"{who} raised {cut(msg, 160)}{at}", evs, ev,
+                           ranks=ranks))
+    return out
+
+
+_MEMORY = re.compile(r"OutOfMemory|\bMemoryError\b|out of memory|running low on memory|"
+                     r"Cannot allocate memory|can't allocate memory", re.IGNORECASE)
+
+
+def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A death no line above explains: torchrun's first failure, a signal, a bare exit."""
+    explained = explained_ranks(earlier)
+    felt = {e.rank for e in ix.events if e.kind in CASCADE and e.kind is not K.AGENT_FAILED}
+    out: list[Verdict] = []
+    pids = {e.data.get("pid") for e in ix.root_failures} - {None}
+    signalled = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") in _OWN_RULE]
+    for e in list(ix.root_failures) + ix.of(K.SIGKILL) + signalled:
+        if _told_already(e, explained, pids, bool(out)) or _died_of_fallout(e, felt):
+            continue
+        out.append(_death(ix, e))
+        explained.add(e.rank)
+    if out or earlier:
+        return out
+    exits = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("exit_code")]
+    return [_bare_exit(ix, exits[0])] if exits else []
+
+
+def _told_already(e: Event, explained: set[int | None], root_pids: set[Any],
+                  found_one: bool) -> bool:
+    """The same death, as another line tells it."""
+    if e.rank in explained:
+        return True
+    launcher = e.kind in (K.TORCHRUN_FAILURE, K.AGENT_FAILED)
+    return not launcher and (e.data.get("pid") in root_pids or (found_one and e.rank is None))
+
+
+def _died_of_fallout(e: Event, felt: set[int | None]) -> bool:
+    """It exited on an error it felt (a timeout, a reset; NCCL aborts with SIGABRT after a
+    watchdog timeout): fallout, not a crash of its own."""
+    code = e.data.get("exit_code")
+    return e.rank in felt and code is not None and (code > 0 or code == -6)
+
+
+def _bare_exit(ix: EventIndex, e: Event) -> Verdict:
+    return verdict(ix, "RANK_CRASHED", f"a training process exited with code "
+                   f"{e.data['exit_code']} (its own error is not in the logs)", [e],
+                   {"exit_code": e.data["exit_code"]})
+
+
+def _who(e: Event) -> str:
+    if e.rank is not None:
+        return f"rank {e.rank}"
+    if e.data.get("process") is not None:
+        return f"process {e.data['process']}"
+    return f"a process (pid {e.data['pid']})" if e.data.get("pid") else "a process"
+
+
+def _death(ix: EventIndex, e: Event) -> Verdict:
+    """The finding for one process death: the signal decides which."""
+    # A shell's 128+N exit code says nothing the signal does not.
+    code = None if e.kind is K.PROCESS_EXIT else e.data.get("exit_code")
+    sig = e.data.get("signal")
+    who = _who(e)
+    ranks = [e.rank] if e.rank is not None else []
+    ev: dict[str, Any] = {"exit_code": code}
+    ev.update({k: e.data[k] for k in ("host", "traceback") if e.data.get(k)})
+    if code == -9 or sig == "SIGKILL":
+        # Nothing printed, then SIGKILL: in the public reports this is the host's (or the
+        # container's) OOM killer almost every time; say so, and how to confirm it.
+        ev.update(kind="host (probable)", confirmed=False, hint=(
+            "SIGKILL with no message is most often the host's OOM killer: confirm with "
+            "`dmesg -T | grep -i oom` on that host (or pass that output to ddpdoctor "
+            "diagnose too); a scheduler's kill (time limit) is the other cause"))
+        return verdict(ix, "OOM", f"{who} was killed by SIGKILL"
+                       + (" (exit code -9)" if code == -9 else "")
+                       + ": most likely the host ran out of memory", [e], ev, ranks=ranks)
+    if code == -7 or sig == "SIGBUS":
+        ev["hint"] = ("SIGBUS in a training process: a page of a shared-memory mapping could "
+                      "not be backed, almost always /dev/shm full (a container's 64 MB "
+                      "default)")
+        return verdict(ix, "ENV_SHM_TOO_SMALL", f"{who} died of SIGBUS (exit code "
+                       f"{code if code is not None else -7}): /dev/shm is most likely too "
+                       "small", [e] + ix.of(K.SIGKILL), ev, ranks=ranks)
+    if code is not None and code < 0:
+        title = f"{who} died of {sig or 'a signal'} (exit code {code})"
+    elif code is not None:
+        title = f"{who} exited with code {code} (its traceback is not in the logs)"
+    else:
+        title = f"{who} died of {sig}"
+    return verdict(ix, "RANK_CRASHED", title, [e], ev, ranks=ranks)
+
+
+def rendezvous(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    connect = ix.of(K.CONNECT_TIMEOUT, K.CONN_REFUSED)
+    if not connect:
+        return []
+    target = next((f"{e.data['host']}:{e.data['port']}" for e in connect
+                   if e.data.get("host")), "")
+    errno = next((e.data for e in connect if e.data.get("errno")), {})
+    ev: dict[str, Any] = {"endpoint": target} if target else {}
+    why = ""
+    if errno:
+        ev["errno"] = f"{errno['errno']} ({errno['reason']})"
+        why = f" (errno {errno['errno']}: {errno['reason']})"
+    who = f"rank {fmt(connect)}" if fmt(connect) else "a rank"
+    return [verdict(ix, "ENV_RENDEZVOUS_UNREACHABLE", f"{who} could not reach the rendezvous "
+                    f"store{' at ' + target if target else ''}{why}", connect, ev)]
+
+
+def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    evs = ix.of(K.NCCL_REMOTE, K.NCCL_SYSTEM, K.NCCL_PEER_LOST, K.NCCL_SOCKET)
+    if not evs:
+        return []
+    peer = next((e.data for e in evs if e.data.get("address")), {})
+    ev: dict[str, Any] = {"hint": "a peer exited or the network failed; if no rank crashed, "
+                          "rerun with NCCL_DEBUG=INFO and check the interface "
+                          "(NCCL_SOCKET_IFNAME)"}
+    with_peer = ""
+    if peer:
+        ev["peer"] = f"{peer['address']}:{peer['port']}"
+        with_peer = f" with peer {ev['peer']} ({peer.get('reason', '')})"
+    return [verdict(ix, "COMM_CONNECTIVITY", f"NCCL lost a connection on rank {fmt(evs) or '?'}"
+                    f"{with_peer}: {cut(evs[0].text, 120)}", evs, ev, ranks=[])]
+
+
+def peer_gone(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    peer = ix.of(K.CONN_RESET, K.CONN_CLOSED, K.BROKEN_PIPE)
+    if not peer:
+        return []
+    return [verdict(ix, "RANK_CRASHED", "another rank went away (connection reset/closed by "
+                    f"peer on rank {fmt(peer) or '?'}); its own error is not in these logs",
+                    peer, {"hint": "the peer that closed the connection crashed first; its log "
+                           "is not among the inputs: pass every rank's log"}, ranks=[])]
+
+
+def _follows_cascade(ix: EventIndex, e: Event) -> bool:
+    """An exception printed right after a cascade error of the same rank continues it
+    (NCCL's "ncclRemoteError: ..." / "Last error:" lines under a DistBackendError)."""
+    i = ix.pos(e)
+    for prev in ix.events[max(0, i - 8):i]:
+        if (prev.kind in CASCADE and prev.rank == e.rank and prev.source == e.source
+                and 0 <= e.lineno - prev.lineno <= 8):
+            return True
+    return False
+
+
+def _short(where: str) -> str:
+    """``/long/path/train.py:88 in step`` -> ``train.py:88``."""
+    return where.split(" in ")[0].rsplit("/", 1)[-1]
+
+
+RULES = (
+    Rule("cuda_crash", cuda_crash, _CRASH_FALLOUT),
+    Rule("native_crash", native_crash, _CRASH_FALLOUT),
+    Rule("exceptions", exceptions, _CRASH_FALLOUT | CASCADE),
+    Rule("dead_ranks", dead_ranks, _CRASH_FALLOUT | CASCADE),
+)
+ALONE = (
+    Rule("rendezvous", rendezvous, frozenset({K.EXCEPTION, K.ERROR_LINE, K.STORE_TIMEOUT}),
+         alone=True),
+    Rule("comm", comm, CASCADE, alone=True),
+    Rule("peer_gone", peer_gone, CASCADE, alone=True),
+)

@@ -1,0 +1,230 @@
+"""Triage rules for the environment: ports, GPUs, NCCL settings, the network path."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from ddpdoctor.diagnose.events import Event
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, fmt, ranks_of, verdict
+from ddpdoctor.diagnose.kb.nccl import IB_STATUS
+
+_NCCL_FALLOUT = frozenset({K.NCCL_DETAIL, K.NCCL_SYSTEM, K.NCCL_WARN, K.NCCL_CUDA, K.ERROR_LINE,
+                           K.CUDA_ERROR, K.EXCEPTION, K.NCCL_REMOTE, K.NCCL_PEER_LOST,
+                           K.CPP_ABORT, K.PROCESS_EXIT})
+
+
+def port_in_use(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    busy = ix.of(K.ADDR_IN_USE)
+    if not busy:
+        return []
+    port = next((e.data["port"] for e in busy if e.data.get("port")), None)
+    title = (f"port {port} is already in use: the rendezvous/store cannot listen on it"
+             if port else "the rendezvous port is already in use (the log does not name it)")
+    return [verdict(ix, "ENV_PORT_IN_USE", title, busy, {"port": port} if port else {},
+                    ranks=[])]
+
+
+def device_mapping(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    dup = ix.of(K.DUPLICATE_GPU)
+    if not dup:
+        return []
+    d = dup[0].data
+    if "rank_a" in d:
+        ranks = sorted({d["rank_a"], d["rank_b"]})
+        title = (f"rank {d['rank_a']} and rank {d['rank_b']} both use CUDA device "
+                 f"{d['device']}: each rank needs its own GPU")
+        ev = {"device": d["device"], "ranks_on_device": ranks}
+    else:
+        ranks = ranks_of(dup)
+        title = ("a rank asked for a CUDA device that does not exist (invalid device ordinal): "
+                 "more processes per node than visible GPUs, or LOCAL_RANK mapped wrongly")
+        ev = {}
+    return [verdict(ix, "GPU_DEVICE_MAPPING", title, dup, ev, ranks=list(ranks or []))]
+
+
+def gpu_health(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    bad = ix.of(K.GPU_ECC, K.GPU_XID)
+    if not bad:
+        return []
+    first = bad[0]
+    if first.kind is K.GPU_XID:
+        what = f"Xid {first.data['xid']} on {first.data['pci']}: {first.data['message']}"
+    else:
+        what = "uncorrectable ECC error"
+    who = f" on rank {fmt(bad)}" if fmt(bad) else ""
+    return [verdict(ix, "GPU_HEALTH", f"GPU hardware fault{who}: {what}; drain the node", bad,
+                    {"action": "drain the node and have the GPU checked (nvidia-smi -q -d ECC)"})]
+
+
+def _loopback(e: Event) -> bool:
+    addr = str(e.data.get("address", ""))
+    if not addr.startswith("127."):
+        return False
+    # A gloo pair or NCCL socket to loopback is an interface choice; the store on
+    # 127.0.0.1 with torchrun --standalone is normal.
+    return e.kind is K.NCCL_SOCKET or "pair.cc" in e.text or addr == "127.0.1.1"
+
+
+def nccl_config(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    xml = ix.of(K.NCCL_XML)
+    configured = ix.of(K.NET_CONFIG)
+    loop = [e for e in ix.of(K.NCCL_SOCKET, K.CONN_REFUSED) if _loopback(e)]
+    out = []
+    env = {e.data["var"]: e.data["value"] for e in ix.of(K.NCCL_ENV)}
+    if xml:
+        files = {k: v for k, v in env.items() if k in ("NCCL_GRAPH_FILE", "NCCL_TOPO_FILE")}
+        var = ", ".join(f"{k}={v}" for k, v in files.items()) or "NCCL_GRAPH_FILE/NCCL_TOPO_FILE"
+        out.append(verdict(ix, "ENV_NCCL_CONFIG",
+                           f"NCCL's topology/graph file does not match this machine (device "
+                           f"{xml[0].data['dev']} not found): {var}", xml + ix.of(K.NCCL_ENV),
+                           {"variables": files}, ranks=[]))
+    if configured:
+        d = configured[0].data
+        env_ifname = env.get("NCCL_SOCKET_IFNAME")
+        if "local_size" in d:
+            title = (f"NCCL ranks disagree on message sizes with peer {d['peer']} (local "
+                     f"{d['local_size']} vs remote {d['remote_size']}): NCCL_* settings "
+                     "differ between nodes")
+        elif "interface" in d:
+            title = (f"gloo found no interface named {d['interface']!r}: set "
+                     "GLOO_SOCKET_IFNAME to one existing interface name (gloo does not take "
+                     "NCCL's ^exclude lists)")
+        elif d["config"].startswith("GLOO"):
+            title = ("gloo could not resolve this host's name to a local address and used "
+                     "loopback, so other nodes cannot reach it: set GLOO_SOCKET_IFNAME")
+        elif env_ifname and d["config"] == "NCCL_SOCKET_IFNAME":
+            title = (f"NCCL_SOCKET_IFNAME={env_ifname} matches no usable interface on this "
+                     "host: set it to an existing interface (ip -br addr)")
+        else:
+            title = f"NCCL found no usable network interface: set {d['config']}"
+        out.append(verdict(ix, "ENV_NCCL_CONFIG", title, configured, {"setting": d["config"]},
+                           ranks=[]))
+    if loop:
+        d = loop[0].data
+        lib = "NCCL_SOCKET_IFNAME" if loop[0].kind is K.NCCL_SOCKET else "GLOO_SOCKET_IFNAME"
+        out.append(verdict(ix, "ENV_NCCL_CONFIG",
+                           f"a rank connected to the loopback address {d['address']}:"
+                           f"{d.get('port', '?')} ({d.get('reason', 'refused')}): the peers "
+                           f"advertise the wrong interface; set {lib}", loop,
+                           {"address": d["address"], "setting": lib}, ranks=[]))
+    return out
+
+
+def ib_errors(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    ib = ix.of(K.IB_COMPLETION)
+    if not ib:
+        return _ib_async(ix)
+    d = ib[0].data
+    peer = f" from peer {d['peer']}" if d.get("peer") else ""
+    hca = f" on {d['hca']}" if d.get("hca") else ""
+    name = IB_STATUS.get(d["code"], f"status {d['code']}")
+    ev: dict[str, Any] = {k: d[k] for k in ("peer", "hca", "code", "vendor_err") if k in d}
+    ev["status_name"] = name
+    if d["code"] == 12:
+        ev["meaning"] = ("the remote HCA never acknowledged (transport retry exceeded): link "
+                         "down, wrong GID/RoCE routing, or the peer is gone")
+    return [verdict(ix, "COMM_CONNECTIVITY",
+                    f"InfiniBand completion error {d['code']} ({name}){peer}{hca}, vendor err "
+                    f"{d['vendor_err']}", ib, ev)]
+
+
+def _ib_async(ix: EventIndex) -> list[Verdict]:
+    """The adapter itself reports trouble (port error, catastrophic error): the node's
+    InfiniBand hardware, not the job."""
+    events = ix.of(K.IB_ASYNC)
+    if not events:
+        return []
+    kinds = sorted({e.data.get("event", "?") for e in events})
+    return [verdict(ix, "COMM_CONNECTIVITY", f"the InfiniBand adapter reported {', '.join(kinds)} "
+                    "(an async event of the HCA): the node's link or adapter failed", events,
+                    {"ib_events": kinds})]
+
+
+def families(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A failure whose message names its cause by errno and wording (kb/families.py): a host
+    name that does not resolve, a process out of file descriptors."""
+    out = []
+    taken = {e.rank for v in earlier for e in v.events if v.finding.severity == "error"}
+    for kind, fid, what in ((K.FAMILY_RESOLVE, "ENV_RENDEZVOUS_UNREACHABLE",
+                             "a host name did not resolve"),
+                            (K.FAMILY_LIMITS, "ENV_LIMITS",
+                             "a process ran out of file descriptors (the open-file limit, "
+                             "`ulimit -n`)"),
+                            (K.FAMILY_START, "UNRECOGNIZED_FAILURE",
+                             "the launcher could not start what it was told to run")):
+        evs = [e for e in ix.of(kind) if e.rank not in taken or e.rank is None]
+        if evs and not earlier:
+            # the job died of it: an error, whatever the id's default (ENV_LIMITS warns)
+            # one space per run, and execve(): no empty slot in a title
+            quoted = cut(" ".join(evs[0].text.replace("()", "").split()), 160)
+            out.append(verdict(ix, fid, f"{what}: {quoted}", evs,
+                               {"family": kind.value}, severity="error"))
+    return out
+
+
+_STORE_WAITED = re.compile(r"clients joined|waiting for clients")
+
+
+def _odd_endpoints(address: dict[int, str], waited: list[Event]
+                   ) -> tuple[list[int], str, str] | None:
+    """(the ranks whose endpoint is the odd one out, the usual endpoint, why), or None."""
+    counts = Counter(address.values())
+    top = max(counts.values())
+    if len(counts) > 1 and list(counts.values()).count(top) == 1:
+        usual = counts.most_common(1)[0][0]
+        return (sorted(r for r, a in address.items() if a != usual), usual,
+                f"the other ranks connect to {usual}")
+    if {e.rank for e in waited} - set(address):
+        return sorted(address), "", f"rank {fmt(waited)}'s store was up, waiting for its clients"
+    return None
+
+
+def rendezvous_split(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A rendezvous that never completed, and the ranks its lines show it starts from.
+
+    A rank's own c10d connect lines name the store address it was given ("...while trying
+    to connect to (host, port)"). The ranks that timed out connecting while another rank's
+    store sat waiting for its clients ("1/2 clients joined": it was up) were given an
+    endpoint that does not reach it; among several connecting ranks, those naming another
+    address than most are. Needs the ranks of the lines (prefixes, per-rank logs); run
+    adds each rank's environment (run/rendezvous.py)."""
+    connects = [e for e in ix.of(K.CONNECT_TIMEOUT) if e.rank is not None
+                and e.data.get("host") and e.data.get("port")]
+    waited = [e for e in ix.events if e.rank is not None and e.kind is not K.CONNECT_TIMEOUT
+              and _STORE_WAITED.search(e.text)]
+    if not connects:
+        return []
+    address: dict[int, str] = {}
+    for e in connects:
+        address.setdefault(e.rank, f"{e.data['host']}:{e.data['port']}")
+    split = _odd_endpoints(address, waited)
+    if split is None:
+        return []
+    odd, usual, why = split
+    evs = [e for e in connects if e.rank in odd] + waited
+    named = ", ".join(sorted({address[r] for r in odd}))
+    return [verdict(ix, "ENV_RENDEZVOUS_UNREACHABLE",
+                    f"rank {', '.join(map(str, odd))} could not reach the rendezvous store at "
+                    f"{named}: {why} (its endpoint differs or its path is blocked)", evs,
+                    {"endpoints": {str(r): a for r, a in sorted(address.items())},
+                     **({"expected": usual} if usual else {})}, ranks=odd)]
+
+
+RULES = (
+    Rule("rendezvous_split", rendezvous_split, frozenset({
+        K.EXCEPTION, K.TRACEBACK, K.ERROR_LINE, K.CONNECT_TIMEOUT, K.CONN_REFUSED,
+        K.STORE_TIMEOUT})),
+    Rule("port_in_use", port_in_use, frozenset({K.EXCEPTION, K.ERROR_LINE, K.PROCESS_EXIT})),
+    Rule("device_mapping", device_mapping, _NCCL_FALLOUT),
+    Rule("gpu_health", gpu_health, _NCCL_FALLOUT | {K.CUDA_ILLEGAL}),
+    Rule("nccl_config", nccl_config, _NCCL_FALLOUT | {K.CONN_REFUSED, K.NCCL_SOCKET,
+                                                       K.CONNECT_TIMEOUT, K.GLOO_TIMEOUT}),
+    Rule("ib_errors", ib_errors, _NCCL_FALLOUT | {K.NCCL_WATCHDOG, K.IB_ASYNC}),
+    Rule("families", families, frozenset({K.EXCEPTION, K.TRACEBACK, K.CPP_ABORT, K.ERROR_LINE,
+                                          K.FLOOR, K.FAMILY_RESOLVE, K.FAMILY_LIMITS,
+                                          K.FAMILY_START, K.AGENT_FAILED, K.TORCHRUN_FAILURE,
+                                          K.DL_WORKER_EXCEPTION, K.SHM_ALLOC})),
+)

@@ -1,0 +1,149 @@
+"""The floor's rule: failure evidence no signature explained becomes an error finding.
+
+Runs after every other rule and only when none of them found an error: a log whose job
+failed is never "healthy", whatever words it failed in. The finding is decided by the
+family of the evidence (diagnose/floor.py), in the order one fault causes the next: a GPU
+that fell off the bus kills its process; a kill for memory is an OOM; a loss scale that
+collapsed is the numbers; then a death by signal; then a library's own error line;
+then a bare non-zero exit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ddpdoctor.diagnose.events import Event
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.floor import Evidence
+from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, fmt, verdict
+
+_SIGKILL_HINT = ("a SIGKILL that no line explains is most often the host's OOM killer "
+                 "(check `dmesg -T | grep -i -B5 'killed process'` on that node) or the "
+                 "scheduler enforcing a limit")
+
+
+def _q(text: str, n: int) -> str:
+    """A log line quoted in a title: its runs of spaces (column padding) made one."""
+    return cut(" ".join(text.split()), n)
+
+
+def _who(evs: list[Event]) -> str:
+    ranks = fmt(evs)
+    return f"rank {ranks}" if ranks else "a worker"
+
+
+def _hardware(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    bad = [e for e in hits if e.data.get("evidence") == Evidence.HARDWARE.value]
+    if not bad:
+        return None
+    return verdict(ix, "GPU_HEALTH", f"a GPU or its bus failed: {_q(bad[0].text, 160)}", bad,
+                   {"evidence_kind": Evidence.HARDWARE.value,
+                    "hint": "the GPU is unreachable or its PCIe link reports errors: drain "
+                            "the node; `nvidia-smi -q` and `dmesg` on it say which device"})
+
+
+def _oom(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    bad = [e for e in hits if e.data.get("oom")]
+    if not bad:
+        return None
+    return verdict(ix, "OOM", f"{_who(bad)} was killed for memory: {_q(bad[0].text, 160)}",
+                   bad, {"evidence_kind": bad[0].data["evidence"],
+                         "hint": "the host or the container ran out of RAM (not GPU memory): "
+                                 "fewer DataLoader workers, smaller host-side buffers, "
+                                 "CPU offload off, or a larger memory limit"})
+
+
+def _nonfinite(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    bad = [e for e in hits if e.data.get("evidence") == Evidence.NONFINITE.value]
+    if not bad:
+        return None
+    what = ("the dynamic loss scale collapsed" if bad[0].data.get("pattern")
+            == "numbers.loss_scale" else "a loss stopped being finite")
+    return verdict(ix, "GRAD_NONFINITE", f"{what}: {_q(bad[-1].text, 160)}", bad,
+                   {"evidence_kind": Evidence.NONFINITE.value})
+
+
+def _bus_error(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    """SIGBUS in a training process is a mapped page that cannot be backed: in practice
+    /dev/shm (DataLoader workers, NCCL's shared-memory transport) is full."""
+    bad = [e for e in hits if e.data.get("signal") == "SIGBUS"]
+    if not bad:
+        return None
+    return verdict(ix, "ENV_SHM_TOO_SMALL", f"{_who(bad)} died of a bus error (SIGBUS): "
+                   f"shared memory (/dev/shm) most likely ran out ({_q(bad[0].text, 120)})",
+                   bad, {"evidence_kind": bad[0].data["evidence"], "signal": "SIGBUS",
+                         "hint": "in a container, /dev/shm is 64 MB by default: "
+                                 "docker run --shm-size=16g (or --ipc=host)"})
+
+
+def _killed(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    """SIGKILL is not something a process does to itself: with no error of its own in the
+    log it is the kernel's (or the container's) OOM killer, by far the most common sender."""
+    bad = [e for e in hits if e.data.get("signal") == "SIGKILL"]
+    if not bad:
+        return None
+    return verdict(ix, "OOM", f"{_who(bad)} was killed (SIGKILL) with no error of its own: "
+                   f"most likely the host's out-of-memory killer ({_q(bad[0].text, 120)})",
+                   bad, {"evidence_kind": bad[0].data["evidence"], "signal": "SIGKILL",
+                         "hint": _SIGKILL_HINT, "certainty": "likely"})
+
+
+def _signal_death(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    bad = [e for e in hits if e.data.get("signal")]
+    if not bad:
+        return None
+    e = bad[0]
+    sig = e.data["signal"]
+    # SIGKILL never gets here: _killed, earlier in FAMILIES, takes every one
+    ev: dict[str, Any] = {"evidence_kind": e.data["evidence"], "signal": sig}
+    return verdict(ix, "RANK_CRASHED", f"{_who(bad)} died of {sig} "
+                   f"({e.data['evidence']}, {e.where})", bad, ev)
+
+
+def _library_error(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    bad = [e for e in hits if e.data.get("evidence") == Evidence.LIBRARY_ERROR.value]
+    if not bad:
+        return None
+    return verdict(ix, "UNRECOGNIZED_FAILURE", f"a communication library reported an error "
+                   f"that no known signature explains: {_q(bad[0].text, 160)}", bad,
+                   {"evidence_kind": Evidence.LIBRARY_ERROR.value,
+                    "hint": "search the library's issues (NCCL, Open MPI, the NIC driver) "
+                            "for this line with your versions; NCCL_DEBUG=INFO on every rank "
+                            "shows what preceded it"})
+
+
+def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    bad = hits
+    if not bad:
+        return None
+    e = bad[0]
+    code = e.data.get("exit_code")
+    said = f" with exit code {code}" if code is not None else ""
+    return verdict(ix, "UNRECOGNIZED_FAILURE",
+                   f"{_who(bad)} failed{said}, and no line before it says why "
+                   f"({e.data['evidence']}, {e.where})", bad,
+                   {"evidence_kind": e.data["evidence"],
+                    "hint": "the launcher saw the failure but the worker's own error is not "
+                            "in this log: add the rank's own output (torchrun --tee 3 "
+                            "--log-dir DIR, or the per-rank files) and run diagnose again"})
+
+
+# The families, the cause before its effect.
+FAMILIES: tuple[Callable[[EventIndex, list[Event]], Verdict | None], ...] = (
+    _hardware, _oom, _nonfinite, _bus_error, _killed, _signal_death, _library_error,
+    _exit_code)
+
+
+def floor(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    if any(v.finding.severity == "error" for v in earlier):
+        return []
+    hits = list(ix.of(K.FLOOR))
+    for family in FAMILIES:
+        found = family(ix, hits)
+        if found is not None:
+            return [found]
+    return []
+
+
+RULE = Rule("floor", floor, folds=frozenset({K.FLOOR}))

@@ -1,0 +1,275 @@
+"""Triage rules for what the training code did: DDP graphs, DataLoader workers, memory, NaN."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpdoctor.diagnose.events import Event
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, fmt, ranks_of, verdict
+from ddpdoctor.findings import format_ranks
+
+
+def ddp(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    red = ix.of(K.DDP_REDUCTION)
+    out = [_reduction_not_finished(ix, red)] if red else []
+    unused = _unused_parameters(ix, red)
+    return out + ([unused] if unused else [])
+
+
+def _reduction_not_finished(ix: EventIndex, red: list[Event]) -> Verdict:
+    ev: dict[str, Any] = {}
+    if any(e.data.get("static_graph") for e in red):
+        ev["note"] = "static_graph=True and the graph changed between iterations"
+    if any(e.data.get("marked_twice") for e in red):
+        ev["note"] = ("a parameter got two gradients in one iteration: it is used twice "
+                      "(reentrant checkpointing, shared weights, two forwards per backward)")
+        title = f"DDP marked a parameter ready twice on rank {fmt(red) or '?'}"
+    else:
+        title = (f"DDP reduction did not finish on rank {fmt(red) or '?'}: some parameters "
+                 "got no gradient in the previous iteration")
+    return verdict(ix, "DDP_REDUCTION_NOT_FINISHED", title, red, ev)
+
+
+def _unused_parameters(ix: EventIndex, red: list[Event]) -> Verdict | None:
+    unused = ix.of(K.UNUSED_NAMES, K.UNUSED_INDICES)
+    # The reduction error's own text names the cause: "your module has parameters that were
+    # not used in producing loss" (not so with static_graph or find_unused_parameters=True).
+    framework = ix.of(K.UNUSED_FRAMEWORK) + [e for e in red if _says_unused(e.text)
+                                             and not e.data.get("marked_twice")]
+    if not unused and not framework:
+        return None
+    per_rank = _unused_per_rank(unused)
+    names = sorted({n for s in per_rank.values() for n in s.get("names", [])})
+    idx = sorted({i for s in per_rank.values() for i in s.get("indices", [])})
+    ev: dict[str, Any] = {"parameters": per_rank} if per_rank else {}
+    if names:
+        what = ", ".join(names)
+    elif idx:
+        what = "indices " + " ".join(map(str, idx))
+    else:
+        what = "(names not printed)"
+    if not names:
+        ev["hint"] = ("set TORCH_DISTRIBUTED_DEBUG=INFO to have DDP print the parameter "
+                      "names")
+    ranks = [int(r) for r in per_rank if r != "None"] or ranks_of(framework)
+    return verdict(ix, "DDP_UNUSED_PARAMETERS", f"parameters that received no gradient: {what}",
+                   unused + framework, ev, ranks=ranks)
+
+
+def _unused_per_rank(unused: list[Event]) -> dict[str, dict[str, Any]]:
+    """The names or indices DDP printed, per rank that printed them."""
+    per_rank: dict[str, dict[str, Any]] = {}
+    for e in unused:
+        slot = per_rank.setdefault(str(e.data.get("param_rank", e.rank)), {})
+        for key in ("names", "indices"):
+            if key in e.data:
+                slot[key] = e.data[key]
+    return per_rank
+
+
+def _says_unused(text: str) -> bool:
+    # Every wording but these two goes on "...your module has parameters that were not
+    # used in producing loss" (a pasted log may wrap that part onto the next line).
+    return "static_graph" not in text and "is enabled" not in text
+
+
+def shm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """/dev/shm ran out or is not writable: DataLoader bus errors, torch's and NCCL's shm."""
+    bus = [e for e in ix.of(K.DL_KILLED) if "bus" in e.data.get("signal", "").lower()]
+    bus_worker = [e for e in ix.of(K.DL_WORKER_SIGNAL) if e.data.get("what") == "bus error"]
+    torch_shm = ix.of(K.SHM_ALLOC)
+    nccl = ix.of(K.NCCL_SHM)
+    evs = bus + bus_worker + torch_shm + nccl
+    if not evs:
+        return []
+    ev: dict[str, Any] = {}
+    if torch_shm:
+        ev["shm_error"] = torch_shm[0].data.get("reason", "")
+    if bus or bus_worker:
+        ev["signal"] = "SIGBUS (Bus error) in a DataLoader worker"
+    title = "shared memory (/dev/shm) ran out"
+    if nccl:
+        title = _nccl_shm_title(nccl, ev)
+    elif bus or bus_worker:
+        title += " — DataLoader worker died of a bus error"
+    return [verdict(ix, "ENV_SHM_TOO_SMALL", title, evs, ev,
+                    ranks=ranks_of(bus + torch_shm + nccl) or None)]
+
+
+def _nccl_shm_title(nccl: list[Event], ev: dict[str, Any]) -> str:
+    """NCCL's own shm failure: which call, which segment, and why (adds them to ``ev``)."""
+    calls = [e.data for e in nccl if e.data.get("call")]
+    seg = next((e.data for e in nccl if e.data.get("segment")), {})
+    reason = next((d.get("reason") for d in calls + [seg] if d.get("reason")), "")
+    ev.update({k: v for k, v in seg.items() if k in ("segment", "size")})
+    if calls:
+        ev["failed_call"] = f"{calls[0]['call']}: {calls[0].get('reason', '')}"
+    what = "is not writable" if "ermission" in reason else "is too small"
+    size = f" ({seg['size']} bytes)" if seg.get("size") else ""
+    return (f"NCCL could not create its shared memory segment{size}: /dev/shm {what}"
+            + (f" ({reason})" if reason else ""))
+
+
+_DL_ORDER = [K.DL_KILLED, K.DL_EXIT, K.DL_TIMEOUT, K.DL_WORKER_EXCEPTION, K.EXCEPTION,
+             K.SHM_ALLOC, K.DL_WORKER_SIGNAL, K.DL_EXITED]
+
+
+def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    worker_exc = [e for e in ix.of(K.EXCEPTION) if "in_dataloader_worker" in e.data]
+    # A worker that dies mid-send shows up in the rank as ConnectionResetError raised
+    # inside the DataLoader's own frames: the worker died, not a peer rank.
+    lost = [e for e in ix.of(K.CONN_RESET, K.CONN_CLOSED) if e.data.get("in_dataloader")]
+    dl = (ix.of(K.DL_KILLED, K.DL_EXIT, K.DL_TIMEOUT, K.DL_WORKER_EXCEPTION, K.DL_WORKER_SIGNAL)
+          + worker_exc + [e for e in ix.of(K.SHM_ALLOC) if "in_dataloader_worker" in e.data]
+          + lost)
+    exited = ix.of(K.DL_EXITED)
+    if not dl and not exited:
+        return []
+    dl = sorted(dl, key=ix.pos) or exited
+    first = min(dl, key=lambda e: (_DL_ORDER.index(e.kind) if e.kind in _DL_ORDER else 99,
+                                   ix.pos(e)))
+    describe = _DL_DESCRIBE.get(first.kind, _dl_raised)
+    title, ev = describe(first, dl)
+    ranks = ranks_of([e for e in dl + exited if e.kind is not K.DL_WORKER_SIGNAL])
+    return [verdict(ix, "DATALOADER_WORKER_FAILURE", title, dl + exited, ev, ranks=ranks or None)]
+
+
+# One function per way a DataLoader worker fails: (the first event, all of them) -> (title,
+# evidence).
+def _dl_killed(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    ev: dict[str, Any] = {"signal": first.data["signal"]}
+    if first.data["signal"] == "Killed":
+        ev["hint"] = "SIGKILL: most often the host's OOM killer (check dmesg)"
+    return f"a DataLoader worker was killed by signal: {first.data['signal']}", ev
+
+
+def _dl_exit(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    return (f"a DataLoader worker exited with code {first.data['exit_code']}",
+            {"exit_code": first.data["exit_code"]})
+
+
+def _dl_timeout(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    return (f"DataLoader timed out after {first.data['timeout_s']:g} s waiting for a batch",
+            {"timeout_s": first.data["timeout_s"]})
+
+
+def _dl_worker_signal(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    return f"a DataLoader worker died of a {first.data['what']}", {"signal": first.data["what"]}
+
+
+def _dl_exited(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    pids = ", ".join(str(p) for p in first.data.get("pids", []))
+    hint = ("the worker died without a Python error: killed by a signal (the host's "
+            "OOM killer: check dmesg; a bus error: /dev/shm too small in a container)"
+            " — rerun with num_workers=0 to see the error in the main process")
+    return (f"DataLoader worker (pid {pids}) exited unexpectedly, no exit code or signal",
+            {"hint": hint})
+
+
+def _dl_connection_lost(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    return "a DataLoader worker died (the rank lost its connection to it)", {}
+
+
+def _dl_raised(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+    errs = [e for e in dl if e.kind in (K.EXCEPTION, K.SHM_ALLOC)]
+    msg = errs[0].data.get("exception", errs[0].text) if errs else first.text
+    ev: dict[str, Any] = {}
+    if errs and errs[0].data.get("where"):
+        ev["where"] = errs[0].data["where"]
+    return f"a DataLoader worker raised {msg}", ev
+
+
+_DL_DESCRIBE = {K.DL_KILLED: _dl_killed, K.DL_EXIT: _dl_exit, K.DL_TIMEOUT: _dl_timeout,
+                K.DL_WORKER_SIGNAL: _dl_worker_signal, K.DL_EXITED: _dl_exited,
+                K.CONN_RESET: _dl_connection_lost, K.CONN_CLOSED: _dl_connection_lost}
+
+
+def _worker_killed(ix: EventIndex) -> list[Verdict]:
+    """SIGKILL is sent, never raised: to a DataLoader worker (the biggest process of a host's
+    training job, with its prefetched batches) by the OOM killer."""
+    killed = [e for e in ix.of(K.DL_KILLED) if str(e.data.get("signal", "")).startswith("Kill")]
+    if not killed:
+        return []
+    return [verdict(ix, "OOM", "a DataLoader worker was killed by SIGKILL: most likely the "
+                    "host ran out of memory", killed,
+                    {"kind": "host (probable)", "confirmed": False,
+                     "hint": "confirm with `dmesg -T | grep -i oom`; fewer workers, a smaller "
+                             "prefetch_factor or a larger memory limit"})]
+
+
+def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    out = []
+    cuda = ix.of(K.CUDA_OOM)
+    if cuda:
+        sizes = {k: v for k, v in cuda[0].data.items() if k in (
+            "tried_to_allocate", "gpu", "total_capacity", "free", "in_use",
+            "allocated_by_pytorch", "reserved_unallocated") and v is not None}
+        sizes.setdefault("total_capacity", cuda[0].data.get("total_old"))
+        sizes.setdefault("free", cuda[0].data.get("free_old"))
+        sizes = {k: v for k, v in sizes.items() if v is not None}
+        msg = f"CUDA out of memory: tried to allocate {sizes.get('tried_to_allocate', '?')}"
+        if sizes.get("total_capacity"):
+            msg += (f" on GPU {sizes.get('gpu', '?')} ({sizes.get('free', '?')} free of "
+                    f"{sizes['total_capacity']})")
+        others = cuda[0].data.get("other_processes", 0)
+        if others >= 2:
+            # Many processes hold memory on one GPU: ranks touch a GPU that is not theirs
+            # (a CUDA context each), not a model too big for the card.
+            out.append(verdict(
+                ix, "GPU_DEVICE_MAPPING", f"{others} other processes hold memory on GPU "
+                f"{sizes.get('gpu', '?')}, so it ran out ({msg}): each rank must use only its "
+                "own GPU", cuda, {**sizes, "other_processes": others,
+                                  "fix": "torch.cuda.set_device(LOCAL_RANK) before any CUDA call"
+                                         "; no .cuda()/torch.device('cuda') without an index"}))
+        else:
+            out.append(verdict(ix, "OOM", msg, cuda, {**sizes, "kind": "CUDA"}))
+    cpu = ix.of(K.CPU_OOM)
+    if cpu:
+        asked = cpu[0].data["tried_to_allocate_bytes"]
+        out.append(verdict(ix, "OOM", "host out of memory: the CPU allocator could not get "
+                           f"{asked / 2**30:.2f} GiB", cpu,
+                           {"kind": "host (allocator)", "tried_to_allocate_bytes": asked}))
+    if not cpu and not cuda:
+        out += _worker_killed(ix)
+    host = ix.of(K.HOST_OOM)
+    if host:
+        killed9 = [e for e in ix.root_failures if e.data.get("exit_code") == -9]
+        ev: dict[str, Any] = {"kind": "host"}
+        pids = ({e.data.get("pid") for e in host} & {e.data.get("pid") for e in killed9}) - {None}
+        if pids:
+            ev["pid_match"] = (f"the kernel killed pid {min(pids)}, the pid torchrun reports "
+                               "for that rank")
+        ranks = ranks_of(killed9)
+        out.append(verdict(ix, "OOM", "the host's OOM killer killed a training process"
+                           + (f" (rank {format_ranks(ranks)}, SIGKILL)" if ranks else ""),
+                           host + killed9, ev, ranks=ranks))
+    return out
+
+
+def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    nan = ix.of(K.GRAD_NAN, K.GRAD_NONFINITE_NORM, K.LOSS_NAN)
+    if not nan:
+        return []
+    first = nan[0]
+    ev: dict[str, Any] = {}
+    if first.kind is K.GRAD_NAN:
+        ev["function"] = first.data["function"]
+        title = f"backward of {first.data['function']} produced NaN (anomaly detection)"
+    elif first.kind is K.GRAD_NONFINITE_NORM:
+        title = "the gradient norm is non-finite (NaN/Inf) in clip_grad_norm_"
+    else:
+        at = (f" at iteration {first.data['iteration']}" if "iteration" in first.data else "")
+        name = first.data.get("loss_name", "the loss")
+        title = f"{name} became {first.data.get('value', 'NaN/Inf')}{at}"
+    return [verdict(ix, "GRAD_NONFINITE", title, nan, ev, ranks=ranks_of(nan[:1]))]
+
+
+RULES = (
+    Rule("ddp", ddp, frozenset({K.CONN_CLOSED, K.CONN_RESET})),
+    Rule("shm", shm, frozenset({K.NCCL_SYSTEM, K.NCCL_DETAIL, K.NCCL_WARN, K.ERROR_LINE,
+                                K.DL_EXITED})),
+    Rule("dataloader", dataloader, frozenset({K.DL_EXITED, K.CONN_RESET})),
+    Rule("oom", oom, frozenset({K.AGENT_FAILED, K.NCCL_WATCHDOG, K.NCCL_REMOTE})),
+    Rule("nonfinite", nonfinite, frozenset({K.PROCESS_EXIT, K.SEGFAULT, K.EXCEPTION})),
+)

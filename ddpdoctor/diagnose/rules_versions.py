@@ -1,0 +1,66 @@
+"""Facts that only show when two parts of a log are compared: the versions each node prints.
+
+NCCL prints its version once per process (``host:pid:tid [dev] NCCL INFO NCCL version
+2.19.3+cuda12.3``), torch's ProcessGroupNCCL once per rank (``[Rank 1] ProcessGroupNCCL
+environments: NCCL version: 2.25.1``). One job whose processes print different NCCL versions
+mixes builds across nodes: bootstrap messages then mean different things on each side
+(garbage addresses, internal errors). Pure: events in, verdicts out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from ddpdoctor.diagnose.events import Event
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, verdict
+
+_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\]")
+
+
+def _who(e: Event) -> str:
+    m = _HOST.match(e.text)
+    if m:
+        return m["host"]
+    return f"rank {e.rank}" if e.rank is not None else ""
+
+
+def nccl_versions_differ(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    by_version: dict[str, list[Event]] = defaultdict(list)
+    for e in ix.of(K.VERSION):
+        if e.data.get("nccl") and _who(e):
+            by_version[str(e.data["nccl"])].append(e)
+    if len(by_version) < 2:
+        return []
+    # The smaller group is the odd one out; with a tie, every side is named.
+    sizes = sorted(by_version.items(), key=lambda kv: len({_who(e) for e in kv[1]}))
+    odd = [] if len({len({_who(e) for e in evs}) for _, evs in sizes}) == 1 else sizes[0][1]
+    where = {v: sorted({_who(e) for e in evs}) for v, evs in by_version.items()}
+    said = "; ".join(f"NCCL {v} on {', '.join(w)}" for v, w in sorted(where.items()))
+    evs = [e for group in by_version.values() for e in group]
+    return [verdict(ix, "ENV_VERSION_MISMATCH", f"the job's processes run different NCCL "
+                    f"versions ({said}): install one NCCL (one torch build) on every node",
+                    evs, {"nccl_versions": where},
+                    ranks=sorted({e.rank for e in odd if e.rank is not None}))]
+
+
+def nccl_plugins_differ(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """Nodes that load different NCCL network plugins (HPC-X's on some, NCCL's internal one
+    on others) do not speak the same transport: the job hangs with no error."""
+    by_plugin: dict[str, list[Event]] = defaultdict(list)
+    for e in ix.of(K.NCCL_NET):
+        if e.data.get("plugin") and _HOST.match(e.text):
+            by_plugin[str(e.data["plugin"])].append(e)
+    hosts = {p: sorted({_who(e) for e in evs}) for p, evs in by_plugin.items()}
+    if len(hosts) < 2 or len({h for hs in hosts.values() for h in hs}) < 2:
+        return []
+    said = "; ".join(f"{p} on {', '.join(h)}" for p, h in sorted(hosts.items()))
+    evs = [e for group in by_plugin.values() for e in group]
+    return [verdict(ix, "ENV_VERSION_MISMATCH", f"the nodes load different NCCL network "
+                    f"plugins ({said}): install the same NCCL network plugin on every node, "
+                    "or none", evs, {"nccl_net_plugins": hosts}, ranks=[])]
+
+
+RULE = Rule("nccl_versions_differ", nccl_versions_differ, frozenset({K.VERSION}))
+PLUGIN_RULE = Rule("nccl_plugins_differ", nccl_plugins_differ, frozenset({K.NCCL_NET}))

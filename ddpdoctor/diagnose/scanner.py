@@ -1,0 +1,280 @@
+"""Lines -> events: the knowledge base applied line by line, plus the little state real logs
+need (each rank's traceback, a DataLoader worker's re-raised error, torchrun's summary)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from ddpdoctor.diagnose import floor
+from ddpdoctor.diagnose.events import Event, EventKind
+from ddpdoctor.diagnose.kb import match_line
+from ddpdoctor.diagnose.reader import RawLine, split_rank_prefix
+from ddpdoctor.signames import killed_by
+
+_EXCEPTION = re.compile(
+    r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet))"
+    r"(?::\s?(.*))?$")
+# The same exception line behind a prefix a logger or launcher added ("opt.0 [stderr] ",
+# "2023-04-29 06:01:12 [pid 28936] [uuid] ", "[1,12]<stderr>:"): the name follows a bracket,
+# an angle bracket or a colon, and is a CamelCase class name ending in Error/Exception.
+_PREFIXED_EXCEPTION = re.compile(
+    r"[\]>:]\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|EnforceNotMet))(?::\s?(.*))?$")
+# Raised by launchers (torchrun, mp.spawn, torch.distributed.launch, deepspeed, accelerate)
+# about a child that died: not the rank's own error (the child's lines, or the floor's
+# reading of this one, say what happened).
+_LAUNCHER_EXCEPTIONS = ("ChildFailedError", "ProcessExitedException", "CalledProcessError")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\s*$')
+_NCCL_RANK = re.compile(r"\[(?P<pg>PG [^\]]*?)?Rank (\d+)\]")
+# The default process group's own rank is the global rank; a subgroup's is not.
+_DEFAULT_PG = re.compile(r"^PG (?:ID )?0\b|default_pg")
+# "[E ProcessGroupNCCL.cpp:489]", "[E1206 18:44:16.99 socket.cpp:1023]": c10d's error lines.
+_C10D_ERROR = re.compile(r"^\[E\d*(?: [\d:.]+)* ?[\w.]+\.(?:cpp|hpp|h):\d+\]")
+# Frames that are not the user's code: libraries, the stdlib, console-script launchers.
+# Side tools a training loop reports to: their tracebacks (a dashboard that is down) are
+# printed and handled, the job goes on. Weak evidence, never a failure on its own.
+_SIDE_TOOL = re.compile(r"/(?:visdom|wandb|mlflow|comet_ml|neptune|tensorboard\w*|clearml|"
+                        r"aim|swanlab)/")
+_LIBRARY_PATH = re.compile(r"(?:site-packages|dist-packages|/lib/python\d[\d.]*/|^<frozen "
+                           r"|/bin/[^/]+$)")
+_SUMMARY_FIELD = re.compile(r"^\s{2}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?"
+                            r"(?P<val>.*)$")
+_SUMMARY_RANK = re.compile(r"^\s{2}rank\s*: \d+ \(local_rank: \d+\)")
+_MAX_FRAMES = 64
+MAX_EVENTS_PER_KIND = 200
+# The words the scanner's own state machines need, beyond the signatures' needles.
+SCANNER_NEEDLES = ("rror", "xception", "Interrupt", "raceback", 'File "', "Root Cause",
+                   "Failures:", "======", "exitcode", "rank      :", "host      :",
+                   "traceback :", ".cpp:")
+
+
+def _signal_name(exitcode: int) -> str:
+    return killed_by(exitcode) or f"signal {-exitcode}"
+
+
+def is_library_frame(path: str) -> bool:
+    return bool(_LIBRARY_PATH.search(path))
+
+
+class LineScanner:
+    """Turns the picked lines of one input into events (:attr:`events`, in log order)."""
+
+    def __init__(self, source: str, file_rank: int | None = None) -> None:
+        self.source = source
+        self.file_rank = file_rank
+        self.events: list[Event] = []
+        self._frames: dict[int | None, list[tuple[str, int, str]]] = {}
+        self._tb_line: dict[int | None, tuple[RawLine, str]] = {}  # each rank's open traceback
+        self._in_worker: dict[int | None, int] = {}
+        self._summary = ""  # "", "failures" or "root"
+        self._record: dict[str, Any] = {}
+        self._last: dict[tuple[EventKind, int | None], tuple[int, int]] = {}
+
+    def feed(self, line: RawLine) -> None:
+        rank, body = self._rank_and_body(line.text)
+        stripped = body.strip()
+        if self._summary_line(line, stripped, body):
+            return
+        if "Traceback (most recent call last)" in stripped:
+            self._close_traceback(rank)
+            self._frames[rank] = []
+            self._tb_line[rank] = (line, stripped)
+            return
+        fm = _FRAME.match(body)
+        if fm:
+            if rank not in self._tb_line and not self._frames.get(rank):
+                # frames with no header above them: the log was cut inside a traceback
+                self._tb_line[rank] = (line, stripped)
+            frames = self._frames.setdefault(rank, [])
+            frames.append((fm["file"], int(fm["line"]), fm["fn"]))
+            del frames[:-_MAX_FRAMES]
+            return
+        matches = list(match_line(stripped))
+        exc = _EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
+        exc_data: dict[str, Any] = {}
+        if exc:
+            exc_data = self._exception_data(rank, exc.group(1), exc.group(2) or "")
+        if matches and self._in_side_tool(rank):
+            # the message of a dashboard's traceback ("Connection refused" to visdom)
+            self._emit(EventKind.SIDE_TRACEBACK, line, rank, stripped, {})
+            matches = []
+        self._emit_matches(line, rank, stripped, matches, exc_data)
+        if exc and not matches:
+            if exc.group(1).endswith(_LAUNCHER_EXCEPTIONS):
+                return  # a launcher reporting a child's death: the floor reads the report
+            self._emit(EventKind.EXCEPTION, line, rank, stripped, exc_data)
+        elif not matches and not exc and _C10D_ERROR.match(stripped):
+            self._emit(EventKind.ERROR_LINE, line,
+                       self._line_rank(rank, self._nccl_rank(stripped)), stripped, {})
+        self._floor(line, rank, stripped)
+        for sig, data in matches:
+            if sig.kind is EventKind.DL_WORKER_EXCEPTION:
+                # The next exception of this rank is the worker's, re-raised.
+                self._in_worker[rank] = data["worker"]
+
+    def _emit_matches(self, line: RawLine, rank: int | None, stripped: str,
+                      matches: list[tuple[Any, dict[str, Any]]],
+                      exc_data: dict[str, Any]) -> None:
+        in_line = self._nccl_rank(stripped) if matches else None
+        for sig, data in matches:
+            if exc_data:
+                data.update(exc_data)
+            data["signature"] = sig.name
+            line_rank = self._line_rank(rank, in_line)
+            if line_rank is None and isinstance(data.get("process"), int):
+                line_rank = data["process"]  # mp.spawn's process index is the rank it ran
+            self._emit(sig.kind, line, line_rank, stripped, data)
+
+    def _floor(self, line: RawLine, rank: int | None, text: str) -> None:
+        """The floor's verdict on the line, kept beside the knowledge base's: triage uses it
+        only when no rule found an error (a failure no signature knows is never healthy)."""
+        hit = floor.detect(text)
+        if hit is None:
+            return
+        data: dict[str, Any] = {"evidence": hit.evidence.value, "pattern": hit.pattern,
+                                "oom": hit.oom}
+        if hit.exit_code is not None:
+            data["exit_code"] = hit.exit_code
+        if hit.signal:
+            data["signal"] = hit.signal
+        if rank is None and hit.rank is not None:
+            rank = hit.rank
+            data["rank_from"] = "the launcher's report"
+        self._emit(EventKind.FLOOR, line, rank, text, data)
+
+    @staticmethod
+    def _nccl_rank(text: str) -> tuple[int, bool] | None:
+        """``[Rank N]`` / ``[PG 0 Rank N]`` in a c10d line: (N, whether it is global)."""
+        m = _NCCL_RANK.search(text)
+        if m is None:
+            return None
+        return int(m.group(2)), not m["pg"] or bool(_DEFAULT_PG.search(m["pg"]))
+
+    def _line_rank(self, rank: int | None, in_line: tuple[int, bool] | None) -> int | None:
+        """The line's rank: its torchrun prefix, else the global rank NCCL printed in it, else
+        the file's rank, else a subgroup rank as the best there is."""
+        if in_line is None or (rank is not None and rank != self.file_rank):
+            return rank
+        return in_line[0] if in_line[1] or rank is None else rank
+
+    def _rank_and_body(self, text: str) -> tuple[int | None, str]:
+        rank = None
+        body = text
+        # `[default1]:[rank1]: ...` under --tee: the innermost [rankN] is the global rank.
+        for _ in range(3):
+            r, rest = split_rank_prefix(body)
+            if r is None:
+                break
+            rank, body = r, rest
+        if rank is None:
+            rank = self.file_rank
+        return rank, body
+
+    def finish(self) -> list[Event]:
+        """Close what the input left open (a traceback with no exception line); the events."""
+        for rank in list(self._tb_line):
+            self._close_traceback(rank)
+        return self.events
+
+    def _close_traceback(self, rank: int | None) -> None:
+        """A traceback whose exception line never came (its class name holds no keyword
+        the reader looks for, or the log was cut): still a failure, with its frames."""
+        opened = self._tb_line.pop(rank, None)
+        frames = self._frames.get(rank)
+        if opened is None or not frames:
+            return
+        line, text = opened
+        side = any(_SIDE_TOOL.search(f[0]) for f in frames)
+        data = self._exception_data(rank, "", "")
+        data.pop("exception", None)
+        self._emit(EventKind.SIDE_TRACEBACK if side else EventKind.TRACEBACK, line, rank, text,
+                   data)
+
+    def _exception_data(self, rank: int | None, name: str, message: str) -> dict[str, Any]:
+        self._tb_line.pop(rank, None)
+        frames = self._frames.pop(rank, [])
+        data: dict[str, Any] = {"exception": f"{name}: {message}".strip().rstrip(":")}
+        user = [f for f in frames if not is_library_frame(f[0])]
+        if user:
+            file, lineno, fn = user[-1]
+            data["where"] = f"{file}:{lineno} in {fn}"
+        if frames:
+            file, lineno, fn = frames[-1]
+            data["raised_at"] = f"{file}:{lineno} in {fn}"
+        if any("torch/utils/data/" in f[0] for f in frames):
+            data["in_dataloader"] = True
+        if rank in self._in_worker:
+            data["in_dataloader_worker"] = self._in_worker.pop(rank)
+        return data
+
+    def _summary_line(self, line: RawLine, stripped: str, body: str) -> bool:
+        """torchrun's ChildFailedError block; True when the line belonged to it."""
+        if stripped.startswith("Root Cause (first observed failure)"):
+            self._summary, self._record = "root", {}
+            return True
+        if stripped == "Failures:":
+            self._summary, self._record = "failures", {}
+            return True
+        if not self._summary and not self._headless_summary(body):
+            return False
+        if stripped.startswith("=====") or stripped.startswith("-----"):
+            if stripped.startswith("="):
+                self._summary = ""
+            return True
+        fm = _SUMMARY_FIELD.match(body)
+        if fm is None:
+            return False
+        self._summary_field(line, stripped, fm["key"], fm["val"].strip())
+        return True
+
+    def _summary_field(self, line: RawLine, stripped: str, key: str, val: str) -> None:
+        if key == "host":
+            self._record = {"host": val}
+        elif key == "rank":
+            m = re.match(r"(\d+) \(local_rank: (\d+)\)", val)
+            if m:
+                self._record["rank"] = int(m.group(1))
+                self._record["local_rank"] = int(m.group(2))
+        elif key == "exitcode":
+            m = re.match(r"(-?\d+)(?: \(pid: (\d+)\))?", val)
+            if m and "rank" in self._record:
+                code = int(m.group(1))
+                data = dict(self._record, exit_code=code, first=self._summary == "root")
+                if m.group(2):
+                    data["pid"] = int(m.group(2))
+                if code < 0:
+                    data["signal"] = _signal_name(code)
+                self._emit(EventKind.TORCHRUN_FAILURE, line, data["rank"], stripped, data)
+        elif (key == "traceback" and self.events
+              and self.events[-1].kind is EventKind.TORCHRUN_FAILURE
+              and not val.startswith("To enable traceback")):
+            last = self.events[-1]
+            self.events[-1] = replace(last, data={**last.data, "traceback": val})
+
+    def _in_side_tool(self, rank: int | None) -> bool:
+        """Whether this rank's open traceback was raised inside a side tool (a dashboard)."""
+        frames = self._frames.get(rank) if rank in self._tb_line else None
+        return bool(frames) and any(_SIDE_TOOL.search(f[0]) for f in frames or [])
+
+    def _headless_summary(self, body: str) -> bool:
+        """A torchrun summary cut above its header: its first record is the failure
+        torchrun saw first (unless one came before)."""
+        if not _SUMMARY_RANK.match(body):
+            return False
+        self._summary = "failures" if any(
+            e.kind is EventKind.TORCHRUN_FAILURE for e in self.events) else "root"
+        self._record = {"host": ""}
+        return True
+
+    def _emit(self, kind: EventKind, line: RawLine, rank: int | None, text: str,
+              data: dict[str, Any]) -> None:
+        # A log with a million identical timeouts must not become a million events: past
+        # the cap, repeats are only counted on the last kept event.
+        key = (kind, rank)
+        count, at = self._last.get(key, (0, -1))
+        if at >= 0 and count >= MAX_EVENTS_PER_KIND:
+            self.events[at] = replace(self.events[at], repeats=self.events[at].repeats + 1)
+            return
+        self.events.append(Event(kind, self.source, line.lineno, rank, text, data))
+        self._last[key] = (count + 1, len(self.events) - 1)

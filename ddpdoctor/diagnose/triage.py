@@ -1,0 +1,171 @@
+"""Triage: events read from a crashed job's logs -> findings, root cause first.
+
+When one rank dies, every other rank reports something too: gloo "Connection closed by
+peer", NCCL watchdog timeouts, torchrun sending SIGTERM. Those lines are louder and more
+numerous than the one that matters. Triage runs an ordered list of small rules (``RULES``)
+over an immutable index of the events; each rule turns the events it knows into verdicts
+and declares which kinds of events its finding explains (``folds``). What no verdict used
+is folded into counts on the first finding. Rules marked ``alone`` (a timeout with no
+culprit, an unreachable store) only run when nothing before them found a cause. A log
+that shows a failure no rule explains gives UNRECOGNIZED_FAILURE: never "healthy"; the
+floor (``rules_floor``, last) turns failure evidence of any wording into an error finding
+when no rule found one.
+
+Pure: a list of events in, a list of findings out; no files, no processes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from ddpdoctor.diagnose import (
+    known_bugs,
+    rules_collective,
+    rules_crash,
+    rules_env,
+    rules_floor,
+    rules_training,
+    rules_versions,
+)
+from ddpdoctor.diagnose.events import CASCADE, WEAK, Event, EventKind
+from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, ranks_of, verdict
+from ddpdoctor.findings import Finding, format_ranks
+
+RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE, rules_versions.PLUGIN_RULE)
+                           + rules_env.RULES
+                           + rules_training.RULES + rules_collective.RULES + rules_crash.RULES
+                           + rules_collective.ALONE[:1] + rules_crash.ALONE[:1]
+                           + rules_collective.ALONE[1:] + rules_crash.ALONE[1:]
+                           + (rules_floor.RULE,))
+
+_LABELS = {
+    EventKind.CONN_RESET: "'Connection reset by peer'",
+    EventKind.CONN_CLOSED: "'Connection closed by peer'",
+    EventKind.BROKEN_PIPE: "'Broken pipe'",
+    EventKind.NCCL_REMOTE: "NCCL 'remote process exited or there was a network error'",
+    EventKind.NCCL_SYSTEM: "NCCL 'unhandled system error'",
+    EventKind.GLOO_TIMEOUT: "gloo collective timeout(s)",
+    EventKind.NCCL_WATCHDOG: "NCCL watchdog timeout(s)",
+    EventKind.CONN_REFUSED: "'Connection refused'",
+    EventKind.CONNECT_TIMEOUT: "store connect timeout(s)",
+    EventKind.STORE_TIMEOUT: "store wait timeout(s)",
+    EventKind.CPP_ABORT: "C++ abort(s)",
+    EventKind.DL_EXITED: "'DataLoader worker exited unexpectedly'",
+    EventKind.EXCEPTION: "exception(s)",
+    EventKind.ERROR_LINE: "c10d error line(s)",
+    EventKind.NCCL_WARN: "NCCL WARN line(s)",
+    EventKind.TRACEBACK: "other traceback(s)",
+    EventKind.FLOOR: "launcher or failure report line(s)",
+}
+_CAUSE_BEFORE_EFFECT = [("ENV_SHM_TOO_SMALL", "DATALOADER_WORKER_FAILURE"),
+                        ("OOM", "DATALOADER_WORKER_FAILURE"),
+                        ("DDP_UNUSED_PARAMETERS", "DDP_REDUCTION_NOT_FINISHED")]
+_EFFECT_ORDER = {effect: 1 for _, effect in _CAUSE_BEFORE_EFFECT}
+_SILENT_IN_FALLOUT = {EventKind.AGENT_FAILED, EventKind.NCCL_DETAIL}
+
+
+def triage(events: Iterable[Event]) -> list[Finding]:
+    """Findings for ``events`` (in log order), the first root cause first."""
+    ix = EventIndex.build(events)
+    verdicts: list[Verdict] = []
+    folds: set[EventKind] = set(CASCADE) | {EventKind.FLOOR}
+    for rule in RULES:
+        if rule.alone and verdicts:
+            continue
+        found = rule.run(ix, tuple(verdicts))
+        if found:
+            folds |= rule.folds
+        verdicts.extend(found)
+    if not verdicts:
+        unknown = unrecognized(ix)
+        return [unknown.finding] if unknown else []
+    return _ordered(ix, verdicts, folds)
+
+
+def unrecognized(ix: EventIndex) -> Verdict | None:
+    """The first line that shows a failure, when no rule knows what it means."""
+    failures = [e for e in ix.events if e.is_failure]
+    severity = "error"
+    if not failures:
+        # Only lines healthy jobs print too: say what was seen, as a warning.
+        failures = [e for e in ix.events if e.kind in WEAK]
+        severity = "warning"
+    if not failures:
+        return None
+    root = next((e for e in failures if e.kind is EventKind.EXCEPTION),
+                next((e for e in failures if e.kind is EventKind.TRACEBACK), failures[0]))
+    who = f"rank {root.rank}" if root.rank is not None else "the job"
+    where = root.data.get("where") or root.data.get("raised_at")
+    at = f" (at {where})" if where else ""
+    ev = {"root_line": root.quote(), "hint": (
+        "ddpdoctor knows no signature for this error text: the playbook shows how to read "
+        "the log by hand; adding a Signature to ddpdoctor/diagnose/kb teaches it")}
+    text = " ".join(root.text.split())  # a progress bar's padding is no part of a title
+    title = (f"{who} failed: {cut(text, 200)}{at}" if severity == "error" else
+             f"{who} printed a warning ddpdoctor does not recognise (healthy jobs print some "
+             f"too): {cut(text, 200)}")
+    return verdict(ix, "UNRECOGNIZED_FAILURE", title,
+                   [root] + [e for e in failures if e is not root][:5], ev,
+                   ranks=[root.rank] if root.rank is not None else [], severity=severity)
+
+
+def _ordered(ix: EventIndex, verdicts: list[Verdict], folds: set[EventKind]) -> list[Finding]:
+    """Root causes in the order they happened; torchrun's first failure leads.
+
+    The cascade (events no finding used) is folded into counts on the first finding.
+    """
+    firsts = {v.finding.id: v.first for v in verdicts}
+    starts = {id(v): v.first for v in verdicts}
+    for cause, effect in _CAUSE_BEFORE_EFFECT:
+        # Findings of one fault stay together, the cause first (shm ran out, so the
+        # DataLoader worker died), whichever line came first in the log.
+        if cause in firsts and effect in firsts:
+            for v in verdicts:
+                if v.finding.id == cause:
+                    starts[id(v)] = min(firsts[cause], firsts[effect])
+    root_rank = ix.root_rank
+
+    def key(v: Verdict) -> tuple[int, int, int]:
+        leads = (root_rank is not None and root_rank in v.finding.ranks) \
+            or v.finding.id == "KNOWN_UPSTREAM_BUG"
+        return (0 if leads else 1, starts[id(v)], _EFFECT_ORDER.get(v.finding.id, 0))
+
+    ordered = sorted(verdicts, key=key)
+    fallout, unexplained = _fallout(ix, verdicts, folds)
+    if fallout:
+        ordered[0].finding.evidence["fallout"] = fallout
+    if unexplained:
+        ordered[0].finding.evidence["also_in_logs"] = unexplained
+    return [v.finding for v in ordered]
+
+
+def _fallout(ix: EventIndex, verdicts: list[Verdict], folds: set[EventKind]
+             ) -> tuple[list[str], list[str]]:
+    taken = {id(e) for v in verdicts for e in v.events}
+    groups: dict[EventKind, list[Event]] = defaultdict(list)
+    unexplained: list[str] = []
+    for e in ix.events:
+        if id(e) in taken or not (e.is_failure or e.kind in WEAK) \
+                or e.kind in _SILENT_IN_FALLOUT:
+            continue
+        if e.kind is EventKind.TORCHRUN_FAILURE and e.data.get("first"):
+            continue
+        if e.kind in folds or e.kind in (EventKind.TORCHRUN_FAILURE, EventKind.STORE_TIMEOUT):
+            groups[e.kind].append(e)
+        elif len(unexplained) < 6:
+            unexplained.append(e.quote(200))
+    out = []
+    for kind, evs in groups.items():
+        ranks = ranks_of(evs)
+        on = f" on rank {format_ranks(ranks)}" if ranks else ""
+        count = sum(1 + e.repeats for e in evs)
+        if kind is EventKind.TORCHRUN_FAILURE:
+            sigs = sorted({e.data.get("signal") or str(e.data.get("exit_code")) for e in evs})
+            out.append(f"torchrun then stopped rank {format_ranks(ranks)} "
+                       f"({', '.join(sigs)}): fallout")
+            continue
+        verb = "was" if count == 1 else "were"
+        out.append(f"{count} {_LABELS.get(kind, kind.value.replace('_', ' '))}{on} {verb} "
+                   f"fallout (first at {evs[0].where})")
+    return out, unexplained

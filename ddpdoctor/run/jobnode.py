@@ -1,0 +1,310 @@
+"""run as one node of a job view (ddpdoctor/jobview): the glue to the supervision loop.
+
+run's loop stays the one owner of the job: it feeds this node's progress to the view,
+answers the leader's stack requests with its own ranks' stacks (attach's analysis) and
+CPU, reports its first failing rank, and applies the leader's verdict. Also here: the
+step times the adaptive hang threshold is computed from (one node or many).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpdoctor.jobview.agent import INTERVAL_S  # noqa: F401 - run's loop paces itself by it
+from ddpdoctor.jobview.keys import Endpoint, endpoint_from_command
+from ddpdoctor.jobview.leader import Policy, root_cause, threshold
+from ddpdoctor.jobview.snapshot import Failure, RankSnap, StackReply, Verdict
+
+FINAL_WAIT_S = 4.0
+LOST_MARGIN_S = 1.5  # after the job ended: how long to wait for the other nodes' causes
+_STEP_SIGNALS = ("heartbeat", "output")  # CPU samples are not steps
+STARTUP_EVENTS = 3  # the first intervals are startup (rendezvous, imports), not steps
+
+
+# A quiet spell that was looked at and found no hang (a long evaluation, a checkpoint) is
+# not a step time while such spells are rare: one 40 s evaluation among 1 s steps made the
+# adaptive threshold 5 x 42 s (measured, tests/test_multinode_run.py). When long looked-at
+# spells are at least a quarter of the recent intervals (and 4 or more), they are the job's
+# pace and count. Short ones (the steps a look's py-spy read slowed) never matter.
+PACE_SHARE = 0.25
+PACE_REPEATS = 4
+
+
+@dataclass
+class StepTimes:
+    """Seconds between progress events (a step's heartbeat, a line of output)."""
+
+    last_seen: float = 0.0  # tracker.last_progress seen last
+    last_event: float | None = None
+    progress: int = 0
+    raw: list[float] = field(default_factory=list)
+    looked_at: list[bool] = field(default_factory=list)  # per raw interval
+    events: int = 0
+    _looking: bool = False  # the current interval was looked at (and not stopped)
+    _look_open: bool = False  # a look is under way: every interval it overlaps is flagged
+
+    def observe(self, tracker: Any) -> None:
+        if tracker.last_progress == self.last_seen:
+            return
+        self.last_seen = tracker.last_progress
+        self.progress += 1
+        if not tracker.last_what.startswith(_STEP_SIGNALS):
+            return
+        self.events += 1
+        if self.last_event is not None and self.events > STARTUP_EVENTS:
+            self.raw.append(tracker.last_progress - self.last_event)
+            self.looked_at.append(self._looking)
+            del self.raw[:-256], self.looked_at[:-256]
+        self._looking = self._look_open
+        self.last_event = tracker.last_progress
+
+    def look_began(self) -> None:
+        """The leader asked for this node's stacks: py-spy pauses the ranks while it reads
+        them, so the intervals until the verdict are not the job's own pace either."""
+        self._looking = self._look_open = True
+
+    def looked(self) -> None:
+        """A look (this node's, or the leader's) found no hang: the quiet interval under
+        way, and any the look overlapped, are flagged."""
+        self._looking, self._look_open = True, False
+
+    @property
+    def times(self) -> list[float]:
+        """The step times the adaptive threshold is computed from."""
+        plain = [t for t, looked in zip(self.raw, self.looked_at) if not looked]
+        if len(plain) == len(self.raw):
+            return list(self.raw)
+        usual = max(plain, default=0.0)
+        long_looked = sum(1 for t, looked in zip(self.raw, self.looked_at)
+                          if looked and t > usual)
+        if long_looked >= max(PACE_REPEATS, PACE_SHARE * len(self.raw)):
+            return list(self.raw)
+        return [t for t, looked in zip(self.raw, self.looked_at) if not looked or t <= usual]
+
+
+def local_threshold(steps: StepTimes, opts: Any) -> float:
+    return threshold(steps.times, policy_of(opts))[0]
+
+
+def policy_of(opts: Any) -> Policy:
+    return Policy(fixed_s=opts.hang_timeout if opts.hang_fixed else None,
+                  hang_min_s=opts.hang_min)
+
+
+def is_local_address(host: str) -> bool:
+    """True when ``host`` names an address of this machine (its network namespace)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    for family, _, _, _, addr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.bind((addr[0], 0))
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def start(cmd: list[str], opts: Any) -> Any:
+    """The job view for this launch command, or None (no endpoint: one node)."""
+    endpoint: Endpoint | None = opts.job_endpoint or endpoint_from_command(cmd)
+    if endpoint is None:
+        return None
+    from ddpdoctor.jobview.agent import JobView
+
+    return JobView(endpoint, socket.gethostname(), is_local_address(endpoint.host),
+                   policy_of(opts), reply_timeout_s=opts.attach_timeout + 15).start()
+
+
+def rank_snaps(tracker: Any, heartbeats: dict | None = None) -> tuple[RankSnap, ...]:
+    """Per rank: pid and state from the process sampling; step, phase and last progress
+    from its watch heartbeat (run.progress.Heartbeat) when it writes one."""
+    gone = {e.rank for e in tracker.exits}
+    pids = tracker.rank_pids
+    heartbeats = heartbeats or {}
+    out = []
+    for r in sorted(set(pids) | set(heartbeats)):
+        hb = heartbeats.get(r)
+        out.append(RankSnap(r, pids.get(r, 0),
+                            hb.step if hb is not None else -1,
+                            hb.phase if hb is not None else "",
+                            "exited" if r in gone else "running",
+                            hb.last_progress if hb is not None else 0.0))
+    return tuple(out)
+
+
+# ---- a stack request: this node's ranks, then whether the ones not waiting still work
+
+def answer(job: Any, tracker: Any, request: Any, opts: Any, rank_cache: dict,
+           heartbeats: Any) -> StackReply:
+    from ddpdoctor.jobview.merge import state_to_dict
+    from ddpdoctor.run import hang as hang_mod
+    from ddpdoctor.run.progress import sample_tree
+
+    host = socket.gethostname()
+    now = time.monotonic()
+    before = tracker.stalled_for(now)
+    outcome = hang_mod.diagnose(job.pid, before, tracker.last_what, opts.native,
+                                opts.attach_timeout)
+    d = outcome.diagnosis
+    if d is None:
+        return StackReply(-1, host, (), error=outcome.error or "no stacks")
+    busy = _busy_ranks(job, d.states, request.recheck_s, d)
+    now = time.monotonic()
+    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
+    moved = tracker.stalled_for(now) < before
+    from ddpdoctor.attach.flight_recorder import trace_to_dict
+    from ddpdoctor.run.looks import traced_pids
+
+    traces = tuple(trace_to_dict(t) for _, t in sorted(d.fr_traces.items()))
+    return StackReply(-1, host, tuple(state_to_dict(s) for s in d.states), tuple(busy), moved,
+                      traces=traces, traced=tuple(sorted(traced_pids(d))))
+
+
+def _busy_ranks(job: Any, states: list, seconds: float, diagnosis: Any = None) -> list[int]:
+    """The ranks not waiting that worked while this node watched them ``seconds`` (at
+    least SPIN_WINDOW_S: their stacks are read meanwhile). CPU alone is not work: a rank
+    that burned it on the same lines in every read, with no storage I/O and no native
+    work, spins (run/spinning.py) and is left out, so the leader can name it."""
+    from ddpdoctor.run.looks import rank_usage
+    from ddpdoctor.run.stack_reads import SPIN_WINDOW_S, StackReads
+    from ddpdoctor.run.verdict import GONE_KINDS, WAITING_KINDS
+
+    pids = {s.rank: s.pid for s in states
+            if s.pid and s.kind not in GONE_KINDS and s.kind not in WAITING_KINDS}
+    seconds = max(seconds, SPIN_WINDOW_S) if pids else seconds
+    first = rank_usage(pids)
+    start = time.monotonic()
+    # a tight torch loop (an evaluation: ``x = torch.tanh(x @ w)``) stays on two lines
+    # like a spin; most of its reads find it in a kernel with the GIL released: work
+    reads = StackReads(pids, diagnosis, start, native_is_work=True)
+    while (left := seconds - (time.monotonic() - start)) > 0 and job.poll() is None:
+        if reads.due(time.monotonic()):
+            reads.read(time.monotonic())
+        time.sleep(max(0.01, min(0.05 if pids else 0.2, left)))
+    took = time.monotonic() - start
+    after = rank_usage(pids)
+    return busy_of(pids, first, after, took, reads)
+
+
+def busy_of(pids: dict[int, int], first: dict, after: dict, took: float, reads: Any
+            ) -> list[int]:
+    """Pure: the ranks that worked (CPU or storage I/O over ``took`` s), less those whose
+    stack ``reads`` show spinning with under 256 KiB of I/O (a spin loop writes nothing)."""
+    from ddpdoctor.run.looks import _WORK_IO_BYTES, is_working
+
+    out = []
+    for r in sorted(pids):
+        if r not in first or r not in after:
+            continue
+        cpu, io = after[r][0] - first[r][0], after[r][1] - first[r][1]
+        if not is_working(cpu, io, took):
+            continue
+        if io < _WORK_IO_BYTES and reads.verdict(r).spinning:
+            continue
+        out.append(r)
+    return out
+
+
+# ---- failures: this node's first failing rank, and the job's root cause
+
+def local_failure(job: Any, tracker: Any, returncode: int | None) -> Failure | None:
+    from ddpdoctor.run.triage import triage_output
+
+    first = tracker.exits[0] if tracker.exits else None
+    if first is None and not returncode:
+        return None
+    findings, _ = triage_output(job.copy.combined_path, tracker.exits, returncode or 1,
+                                getattr(tracker, "endpoints", None))
+    host = socket.gethostname()
+    if not findings:
+        return None
+    lead = findings[0]
+    if returncode is None and str(lead.evidence.get("source", "")).startswith("process "):
+        return None  # a rank exited while the job runs and its output names no error yet:
+        # a rank that finished, not a failure (the job's exit code decides at the end)
+    rank = lead.ranks[0] if lead.ranks else (first.rank if first else None)
+    pid = first.pid if first and first.rank == rank else 0
+    return Failure(-1, host, rank, pid, lead.id, lead.title[:300], _is_fallout(lead),
+                   time.time())
+
+
+def raised_failure(job: Any, tracker: Any) -> Failure | None:
+    """The failure a rank's uncaught exception names, while that rank still lives (the
+    output so far; torchrun's summary is not written yet). None: no rank is named."""
+    from ddpdoctor.run.triage import triage_output
+
+    findings, _ = triage_output(job.copy.combined_path, [], 1,
+                                getattr(tracker, "endpoints", None))
+    lead = next((f for f in findings if f.ranks), None)
+    if lead is None:
+        return None
+    rank = lead.ranks[0]
+    return Failure(-1, socket.gethostname(), rank, tracker.rank_pids.get(rank, 0), lead.id,
+                   lead.title[:300], _is_fallout(lead), time.time())
+
+
+def _is_fallout(finding: Any) -> bool:
+    """Another rank's failure felt here: a reset connection, a SIGTERM from the launcher."""
+    title = finding.title
+    return (not finding.ranks or "went away" in title or "SIGTERM" in title
+            or "Connection reset" in title or "Connection closed" in title)
+
+
+@dataclass
+class NodeEnd:
+    """What the job view knew when this node's job ended (for the report)."""
+
+    endpoint: str
+    leader: bool
+    index: int
+    lost: str
+    nodes: dict[int, str]
+    failures: list[Failure]
+    own: Failure | None
+    summary: Any
+    verdicts: list[Verdict]
+    # nodes seen that sent no failure although the job failed and no root cause came:
+    # their supervisor died, or their report did not cross before the store closed
+    unaccounted: list[str] = field(default_factory=list)
+
+
+def finish(view: Any, own: Failure | None, steps: StepTimes, verdicts: list[Verdict],
+           stopping_at: float, failed: bool) -> NodeEnd:
+    """Say the job ended; when it failed, wait (bounded) for the root cause from another
+    node; stop. ``stopping_at``: when run began to end the job (monotonic)."""
+    view.update(steps.progress, "the job ended", steps.times, ended=True)
+    if failed:
+        deadline = time.monotonic() + FINAL_WAIT_S
+        time.sleep(min(1.0, view.interval * 2))  # one publish: ours reaches the others
+        while view.active and time.monotonic() < deadline and (own is None or own.fallout):
+            cause = root_cause(view.failures())
+            if cause is not None and not cause.fallout:
+                break
+            time.sleep(view.interval)
+    view.stop()
+    # the store going away with the job (torchrun on the node that hosts it ends after
+    # its ranks) once this node's ranks began to exit, or run began to end them, is no loss
+    # (less a margin: the sampler sees a rank gone up to a loop turn after it exited)
+    lost = view.lost if view.lost_at is None or view.lost_at < stopping_at - LOST_MARGIN_S \
+        else ""
+    failures, nodes = view.failures(), view.nodes_seen()
+    return NodeEnd(str(view.endpoint), view.leader, view.index, lost, nodes, failures, own,
+                   view.summary(), verdicts,
+                   unaccounted(nodes, view.index, failures, own) if failed else [])
+
+
+def unaccounted(nodes: dict[int, str], me: int, failures: list[Failure],
+                own: Failure | None) -> list[str]:
+    """The other nodes that sent no failure, when no root cause (a failure that is not
+    fallout) is known: where the cause most likely is."""
+    cause = root_cause(failures + ([own] if own else []))
+    if cause is not None and not cause.fallout:
+        return []
+    told = {f.node for f in failures}
+    return [f"{h} (node {n})" for n, h in sorted(nodes.items()) if n != me and n not in told]

@@ -1,0 +1,261 @@
+"""Looking at a quiet job: every rank's stack (attach), each rank's CPU, one verdict.
+
+A quiet spell is only a reason to look; run/verdict.py decides whether what was
+seen is a hang, and the recheck here confirms it: the blamed ranks are watched a few
+seconds more (CPU, storage I/O, their stacks read again). A blamed rank that burns CPU
+on the same lines in every read, with no I/O, spins (run/spinning.py): hung. Each
+look is kept (bounded) for the report's ``stall`` check.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ddpdoctor.run import hang as hang_mod
+from ddpdoctor.run.progress import BACKGROUND, ProgressTracker, sample_tree
+from ddpdoctor.run.stack_reads import SPIN_WINDOW_S, StackReads
+from ddpdoctor.run.verdict import GONE_KINDS, WAITING_KINDS, HangVerdict, judge
+
+
+def say(line: str) -> None:
+    """run's own one-liners: a terminal that went away (SIGHUP: EIO; a closed pipe:
+    EPIPE) must never stop run before it has cleaned up."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+@dataclass
+class Look:
+    """One look at a quiet job: what the stacks showed and what run made of it."""
+
+    at_s: float  # since the job started
+    quiet_s: float
+    last_progress: str
+    verdict: HangVerdict
+    headline: str = ""
+
+    def to_dict(self) -> dict:
+        return {"at_s": round(self.at_s, 1), "quiet_s": round(self.quiet_s, 1),
+                "last_progress": self.last_progress, "confirmed": self.verdict.confirmed,
+                "reason": self.verdict.reason, "stacks": self.headline,
+                "culprits": list(self.verdict.culprits),
+                "working_ranks": [r for r in self.verdict.active if r >= 0]}
+
+
+def look(job: Any, tracker: ProgressTracker, stalled: float, opts: Any,
+         rank_cache: dict, at_s: float, heartbeats: Any,
+         announce: bool = True) -> tuple[Look | None, Any]:
+    """Read every rank's stack and judge: a hang is stopped only when confirmed."""
+    if announce:  # once per quiet spell: a long evaluation is not worth a line a minute
+        say(f"ddpdoctor run: no output or step for {stalled:.1f} s (last progress: "
+            f"{tracker.last_what}); looking at the stacks...")
+    outcome = hang_mod.diagnose(job.pid, stalled, tracker.last_what, opts.native,
+                                opts.attach_timeout)
+    if job.poll() is not None:
+        say("ddpdoctor run: the job ended while it was being looked at; no hang")
+        return None, outcome
+    # what moved while the stacks were read counts too
+    now = time.monotonic()
+    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
+    active = tracker.active_ranks(now, opts.cpu_window_s + outcome.timings.get(
+        "diagnose_s", 0.0))
+    verdict = judge(outcome.diagnosis, outcome.error, active, traced_pids(outcome.diagnosis))
+    suspect = verdict.confirmed or bool(verdict.busy)
+    if suspect and tracker.stalled_for(now) < stalled:
+        verdict = HangVerdict(False, "the job made progress while its stacks were read",
+                              verdict.culprits, verdict.active)
+    elif suspect:
+        # a busy culprit: long enough for its stacks to show whether it moves
+        seconds = max(opts.recheck_s, SPIN_WINDOW_S) if verdict.busy else opts.recheck_s
+        verdict = _recheck(job, tracker, verdict, outcome.diagnosis, seconds,
+                           rank_cache, heartbeats)
+        if verdict is None:
+            say("ddpdoctor run: the job ended while it was being looked at; no hang")
+            return None, outcome
+        if verdict.confirmed and verdict.spins:
+            _add_spins(outcome.diagnosis, verdict)
+    headline = outcome.diagnosis.headline if outcome.diagnosis is not None else outcome.error
+    return Look(at_s, stalled, tracker.last_what, verdict, headline), outcome
+
+
+# A rank asleep, blocked or stopped uses next to no CPU (measured here: <= ~1% of a
+# core with the watch's threads, right after py-spy read it); one still working, even
+# starved on a host loaded 15x over its cores, got >= 7%. Storage I/O (a checkpoint
+# written to a slow disk) counts as work too. Ranks inside a collective are not asked.
+_WORK_CPU_SHARE = 0.02  # of one core, over the recheck
+_WORK_CPU_MIN_S = 0.03
+_WORK_IO_BYTES = 256 << 10
+
+
+def rank_usage(rank_pids: dict[int, int]) -> dict[int, tuple[float, int]]:
+    """CPU seconds and storage bytes (read + written) per rank, its workers included; its
+    background threads left out (the watch's heartbeat and the Flight Recorder dump run
+    asked for, gloo's event loops).
+
+    Keyed by the pids the stack analysis matched to ranks, not by a RANK variable: ranks
+    started by mp.spawn or a plain script carry none, and must still be measured.
+    """
+    import psutil
+
+    out: dict[int, tuple[float, int]] = {}
+    for rank, pid in rank_pids.items():
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except (psutil.Error, OSError):
+            continue
+        cpu, moved = 0.0, 0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                cpu += t.user + t.system - BACKGROUND.cpu_s(p.pid)
+                io = p.io_counters()
+                moved += io.read_bytes + io.write_bytes
+            except (psutil.Error, AttributeError, OSError):
+                continue
+        out[rank] = (cpu, moved)
+    return out
+
+
+def is_working(cpu_s: float, io_bytes: int, took_s: float) -> bool:
+    """CPU or storage I/O over ``took_s`` seconds that only a working rank shows."""
+    return cpu_s > max(_WORK_CPU_MIN_S, _WORK_CPU_SHARE * took_s) or io_bytes >= _WORK_IO_BYTES
+
+
+def _watched(verdict: HangVerdict, diagnosis: Any) -> tuple[list[int], dict[int, int]]:
+    """The ranks to watch (the culprits not inside a wait, else every rank not waiting)
+    and their pids: a rank inside a collective / p2p wait is waiting by definition (its
+    CPU may be a spin-wait); the question is whether the others are working."""
+    states = getattr(diagnosis, "states", [])
+    live = {s.rank for s in states if s.kind not in GONE_KINDS}
+    not_waiting = {s.rank for s in states if s.kind not in WAITING_KINDS} & live
+    watched = sorted(set(verdict.culprits) & not_waiting) if set(verdict.culprits) & live \
+        else sorted(not_waiting)
+    return watched, {s.rank: s.pid for s in states if s.rank in watched and s.pid}
+
+
+def _busy(watched: list[int], before: dict, after: dict, took: float
+          ) -> dict[int, tuple[float, int]]:
+    """The watched ranks that used CPU or did storage I/O: (CPU s, bytes) each."""
+    out = {}
+    for r in watched:
+        if r not in before or r not in after:
+            continue  # reported as unmeasured
+        cpu = after[r][0] - before[r][0]
+        io = after[r][1] - before[r][1]
+        if is_working(cpu, io, took):
+            out[r] = (cpu, io)
+    return out
+
+
+def _used(rank: int, cpu: float, io: int, took: float) -> str:
+    return (f"rank {rank} used {cpu:.2f} s of CPU"
+            + (f" and {io / 1e6:.1f} MB of I/O" if io >= 50_000 else "") + f" in {took:.1f} s")
+
+
+def _working(busy: dict[int, tuple[float, int]], reads: StackReads, took: float
+             ) -> tuple[list[str], dict[int, str]]:
+    """Split the busy ranks: working (storage I/O, or a stack that moved) and spinning
+    (CPU, no I/O, the same lines in every read: run/spinning.py)."""
+    working, spins = [], {}
+    for r, (cpu, io) in sorted(busy.items()):
+        if io >= _WORK_IO_BYTES:
+            working.append(_used(r, cpu, io, took))
+            continue
+        spin = reads.verdict(r)
+        if spin.spinning:
+            spins[r] = (f"rank {r} {spin.reason}, {cpu:.2f} s of CPU in {took:.1f} s, no "
+                        "step and no collective: spinning, not working")
+        else:
+            working.append(f"{_used(r, cpu, io, took)} ({spin.reason})")
+    return working, spins
+
+
+def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis: Any,
+             seconds: float, rank_cache: dict, heartbeats: Any) -> HangVerdict | None:
+    """Watch the ranks the stacks blame for ``seconds`` more, reading their stacks again
+    meanwhile: a hang is confirmed only if none of them worked (CPU with a stack that
+    moves, or storage I/O) and nothing else moved. None: the job ended meanwhile."""
+    watched, pids = _watched(verdict, diagnosis)
+    reason = _title(verdict, diagnosis)
+    before = rank_usage(pids)
+    start = time.monotonic()
+    # a rank mostly inside a native call with the GIL released (a tight loop of tensor
+    # ops) is working, not spinning: never stop a healthy job for it (spinning.py)
+    reads = StackReads(pids, diagnosis, start, native_is_work=True)
+    while (left := seconds - (time.monotonic() - start)) > 0:
+        if job.poll() is not None:
+            return None
+        if reads.due(time.monotonic()):
+            reads.read(time.monotonic())
+        time.sleep(max(0.01, min(0.05, left)))
+    after = rank_usage(pids)
+    took = time.monotonic() - start
+    now = time.monotonic()
+    quiet_before = tracker.stalled_for(now)
+    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
+    if tracker.stalled_for(now) < quiet_before:
+        return HangVerdict(False, f"the job made progress ({tracker.last_what}) while run "
+                           "watched it", verdict.culprits, verdict.active)
+    working, spins = _working(_busy(watched, before, after, took), reads, took)
+    if working:
+        return HangVerdict(False, f"{reason}; but {'; '.join(working)}: working, not "
+                           "hung", verdict.culprits, verdict.active)
+    unmeasured = [r for r in watched if r not in before or r not in after]
+    if unmeasured:  # a rank that could not be looked at is not known to be idle
+        return HangVerdict(False, f"{reason}; but rank(s) "
+                           f"{', '.join(map(str, unmeasured))} could not be measured: "
+                           "not confirmed", verdict.culprits, verdict.active)
+    return _confirmed(verdict, reason, watched, spins, took)
+
+
+def _confirmed(verdict: HangVerdict, reason: str, watched: list[int], spins: dict[int, str],
+               took: float) -> HangVerdict:
+    """The recheck found every blamed rank idle or spinning: say which was which."""
+    idle = [r for r in watched if r not in spins]
+    still = (f" (rank(s) {', '.join(map(str, idle))} idle for {took:.1f} s more)"
+             if idle else "" if spins else f" (unchanged for {took:.1f} s more)")
+    said = "".join(f"; {line}" for line in spins.values())
+    return HangVerdict(True, reason + still + said, verdict.culprits, verdict.active,
+                       spins=tuple(spins.values()))
+
+
+def _title(verdict: HangVerdict, diagnosis: Any) -> str:
+    """What the stacks showed, without the "but still working" a busy verdict adds."""
+    findings = getattr(diagnosis, "findings", None)
+    if verdict.busy and findings:
+        return findings[0].title
+    return verdict.reason
+
+
+def _add_spins(diagnosis: Any, verdict: HangVerdict) -> None:
+    """The findings that name a spinning rank say how run knew (the stacks it compared)."""
+    for f in getattr(diagnosis, "findings", []) or []:
+        lines = [line for line in verdict.spins
+                 if any(line.startswith(f"rank {r} ") for r in f.ranks)]
+        if lines:
+            f.evidence["spinning"] = lines
+
+
+def traced_pids(diagnosis: Any) -> set[int]:
+    """Pids in a debugger's tracing stop (psutil 'tracing-stop'), not a SIGSTOP."""
+    if diagnosis is None:
+        return set()
+    import psutil
+
+    out = set()
+    for s in diagnosis.states:
+        if s.kind != "stopped" or not s.pid:
+            continue
+        try:
+            if psutil.Process(s.pid).status() == getattr(psutil, "STATUS_TRACING_STOP",
+                                                          "tracing-stop"):
+                out.add(s.pid)
+        except psutil.Error:
+            pass
+    return out

@@ -1,0 +1,189 @@
+"""The supervision loop's two ways to decide on a quiet job, and its part in a job view.
+
+``Loop.job_view_turn``: this node answers the job view's stack requests and applies the
+leader's verdict (ddpdoctor/jobview). ``Loop.local_turn``: one node looks at its own
+ranks (no job view, or the view was lost). Either stops the job only on a confirmed hang.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpdoctor import redact
+from ddpdoctor.report import Report
+from ddpdoctor.run import hang as hang_mod
+from ddpdoctor.run import jobnode
+from ddpdoctor.run.looks import Look, look, say
+from ddpdoctor.run.progress import ProgressTracker, read_heartbeats
+from ddpdoctor.run.secrets import scrub_report
+
+
+@dataclass
+class Node:
+    """This run's part in a job view (None: one node) and what it already said."""
+
+    view: Any
+    steps: jobnode.StepTimes = field(default_factory=jobnode.StepTimes)
+    sent: Any = None  # the Failure published
+    stopping_at: float = 0.0  # when the loop ended (monotonic): the job ends from here
+    said: str = ""  # the last "no hang" reason printed
+
+    def publish(self, job: Any, tracker: ProgressTracker, heartbeats: dict | None = None
+                ) -> None:
+        if self.view is None:
+            return
+        self.view.update(self.steps.progress, tracker.last_what, self.steps.times,
+                         jobnode.rank_snaps(tracker, heartbeats))
+        if tracker.exits and self.sent is None:
+            self.sent = jobnode.local_failure(job, tracker, None)
+            if self.sent is not None:
+                self.view.report_failure(self.sent)
+
+    def publish_raised(self, job: Any, tracker: ProgressTracker) -> None:
+        """A rank printed an uncaught exception: publish it now, while the rank still
+        lives. Its peers (and the store's host with them) feel its death only when it
+        exits; a failure published at exit often loses that race."""
+        if self.view is None or self.sent is not None:
+            return
+        self.sent = jobnode.raised_failure(job, tracker)
+        if self.sent is not None:
+            self.view.report_failure(self.sent)
+
+    def end(self, job: Any, result: Any) -> Any:
+        rc = result.returncode
+        own = self.sent
+        if rc not in (0, None) and not result.hang:
+            own = jobnode.local_failure(job, result.tracker, rc) or own
+            if own is not None and (self.sent is None or (own.rank, own.finding_id) != (
+                    self.sent.rank, self.sent.finding_id)):
+                self.view.report_failure(own)
+        exits = result.tracker.exits
+        ending = min(self.stopping_at or time.monotonic(),
+                     exits[0].time if exits else float("inf"))
+        return jobnode.finish(self.view, own, self.steps, result.job_verdicts, ending,
+                              failed=rc not in (0, None) and not result.hang)
+
+
+def relook_after(hang_timeout: float, looks: int) -> float:
+    """Seconds until the next look in a quiet spell that ``looks`` looks found no hang:
+    a quarter of the timeout after the first, half after the second, then the timeout.
+    One look can miss (a CPU sample that lagged on a loaded host made a sleeping culprit
+    "still working" in CI); a long evaluation still gets one look per timeout."""
+    return hang_timeout * min(1.0, 0.25 * 2 ** (looks - 1))
+
+
+@dataclass
+class Loop:
+    """The supervision loop's state, and its two ways to decide on a quiet job."""
+
+    job: Any
+    sigs: Any
+    result: Any
+    jenv: Any
+    opts: Any
+    tracker: ProgressTracker
+    node: Node
+    wall0: float
+    rank_cache: dict = field(default_factory=dict)
+    next_look: float = 0.0
+    warned_for: float = -1.0  # the quiet spell (its start) already warned about
+    looks_in_spell: int = 0  # looks that found no hang in the current quiet spell
+
+    def heartbeats(self) -> dict:
+        return read_heartbeats(self.jenv.heartbeat_dir, self.wall0)
+
+    def job_view_turn(self) -> bool:
+        """Answer the leader's stack request; apply its verdict. True: stop the job."""
+        view = self.node.view
+        if view is None:
+            return False
+        req = view.take_request()
+        if req is not None and self.job.poll() is None:
+            # attach --job's look gets no verdict: it disturbs this interval only
+            (self.node.steps.looked if req.observe_only else self.node.steps.look_began)()
+            say(f"ddpdoctor run: the job view asks for this node's stacks ({req.reason})")
+            view.put_reply(req.id, jobnode.answer(self.job, self.tracker, req, self.opts,
+                                                  self.rank_cache, self.heartbeats))
+        v = view.take_verdict()
+        if v is None:
+            return False
+        self.result.job_verdicts.append(v)
+        del self.result.job_verdicts[:-20]
+        if not v.confirmed:
+            self.node.steps.looked()
+            if v.reason != self.node.said:
+                self.node.said = v.reason
+                say(f"ddpdoctor run: the job view looked at every node: no hang: "
+                    f"{redact.text(v.reason)}; still watching")
+            return False
+        return self._job_hang(v)
+
+    def _job_hang(self, v: Any) -> bool:
+        from ddpdoctor.jobview.report import culprit_text
+
+        if self.result.hang is not None:
+            return False  # --no-kill: said once already
+        self.result.hang = hang_mod.HangOutcome(v.no_progress_s, self.tracker.last_what)
+        if not self.opts.hang_fixed:
+            self.opts.hang_timeout = v.threshold_s  # the job's, as the leader judged it
+        named = ", ".join(culprit_text(c) for c in v.culprits)
+        say("ddpdoctor run: hang confirmed across the job: " + redact.text(v.reason)
+            + (f"; culprit: {named}" if named else ""))
+        for line in v.groups:
+            say(f"  {redact.text(line)}")
+        if not self.opts.kill:
+            return False
+        say(f"ddpdoctor run: stopping this node's part of the job (SIGTERM, SIGKILL after "
+            f"{self.opts.grace:g} s; --no-kill keeps it running)")
+        self.result.ended_by = "a confirmed hang"
+        return True
+
+    def local_turn(self, now: float) -> bool:
+        """One node's own look (no job view, or the view was lost). True: stop the job."""
+        opts, result, tracker, job = self.opts, self.result, self.tracker, self.job
+        if self.node.view is not None and not self.node.view.lost \
+                and self.node.view.connected_at is not None:
+            return False  # the leader looks at the whole job
+        stalled = tracker.stalled_for(now)
+        if (result.hang is not None or self.sigs.received or stalled < opts.hang_timeout
+                or now < self.next_look or job.poll() is not None):
+            return False
+        spell = tracker.last_progress
+        seen, outcome = look(job, tracker, stalled, opts, self.rank_cache,
+                             now - job.started, self.heartbeats,
+                             announce=self.warned_for != spell)
+        if seen is None:
+            return False  # it ended by itself while being looked at
+        if seen.verdict.confirmed:
+            return self._local_hang(seen, outcome)
+        result.looks.append(seen)
+        del result.looks[:-20]
+        self.node.steps.looked()
+        if self.warned_for != spell:
+            self.warned_for = spell
+            self.looks_in_spell = 0
+            say(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
+                f"hang: {redact.text(seen.verdict.reason)}; still watching")
+        self.looks_in_spell += 1
+        self.next_look = time.monotonic() + relook_after(opts.hang_timeout, self.looks_in_spell)
+        return False
+
+    def _local_hang(self, seen: Look, outcome: Any) -> bool:
+        opts, result = self.opts, self.result
+        result.hang = outcome
+        if opts.kill:
+            say("ddpdoctor run: hang confirmed: " + redact.text(seen.verdict.reason)
+                + f"; stopping the job (SIGTERM, SIGKILL after {opts.grace:g} "
+                "s; --no-kill keeps it running)")
+            result.ended_by = "a confirmed hang"
+            return True
+        view = Report(command="run")
+        outcome.add_to(view, opts.hang_timeout)
+        scrub_report(view, result.secrets)
+        try:
+            hang_mod.print_diagnosis(view, outcome)
+        except (OSError, ValueError):
+            pass  # no terminal to show it on; the final report has it
+        return False

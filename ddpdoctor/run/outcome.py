@@ -1,0 +1,191 @@
+"""The report of one supervised run: how the job ended, what run saw, what it ended.
+
+Everything run records goes through secrets.scrub_report before it is shown or written;
+a copy of the report is always written to ``RUN_DIR/report.json`` (a terminal that went
+away with SIGHUP still leaves a report behind).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from ddpdoctor.contract import REPORT_FILE
+from ddpdoctor.report import EXIT_FINDINGS, Check
+from ddpdoctor.run import triage as triage_mod
+from ddpdoctor.run.hang import GROUP
+from ddpdoctor.run.process import Job
+from ddpdoctor.run.secrets import scrub_report
+from ddpdoctor.run.tree import killed_summary
+from ddpdoctor.run.watch_events import merge, watch_findings
+
+REPORT_NAME = REPORT_FILE
+_MEMORY_IDS = ("RANK_CRASHED", "OOM")
+
+
+def job_exit_code(returncode: int) -> int:
+    """What a shell would report: a signal death becomes 128 + the signal number."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
+                 wall0: float) -> None:
+    report = result.report
+    tracker = result.tracker
+    rank_paths = job.copy.rank_paths()
+    ranks_seen = sorted({e.rank for e in tracker.exits} | set(tracker.rank_last))
+    if ranks_seen:
+        report.world.setdefault("ranks_seen", ranks_seen)
+    watched = watch_findings(jenv.events_path, since=wall0) if jenv.events_path else []
+    if jenv.watch:
+        found = (f"; found {', '.join(sorted({f.id for f in watched}))}" if watched
+                 else "; nothing found")
+        summary = ("in-training checks on (ddpdoctor.watch bootstrap, DDPDOCTOR_WATCH=1)"
+                   + (found if jenv.events_path else "") + "".join(f"; {n}" for n in jenv.notes))
+    else:
+        summary = "off" if not opts.watch else "; ".join(jenv.notes)
+    report.checks.append(Check(
+        "watch", summary, status="ok" if jenv.watch or not opts.watch else "skipped",
+        group=GROUP, data={"fr_dir": jenv.fr_dir, "heartbeat_dir": jenv.heartbeat_dir,
+                           "events": jenv.events_path}))
+    _output_check(report, job, rank_paths)
+    _stall_check(report, result, opts)
+
+    _job_outcome(result, job, opts, took)
+    _memory_evidence(report, result)
+    # After the outcome's own findings: the root cause of a crash or hang leads.
+    for f in merge(report.findings, watched):
+        report.add(f, check="watch")
+    _cleanup_check(report, result)
+    if result.job_end is not None:
+        from ddpdoctor.jobview.report import add_to as add_job_view
+
+        add_job_view(report, result.job_end)  # the job-wide root cause leads
+    if (opts.fail_on_findings and result.exit_code == 0
+            and any(f.severity == "error" for f in report.findings)):
+        result.exit_code = EXIT_FINDINGS  # e.g. NaN losses in a job that "succeeded"
+    report.exit_override = result.exit_code  # the job's code is passed on
+    scrub_report(report, result.secrets)
+    _write_copy(report, result.run_dir)
+
+
+def _output_check(report: Any, job: Job, rank_paths: dict) -> None:
+    copy = job.copy
+    lost = copy.incomplete()
+    summary = (f"{copy.lines} lines kept in {copy.combined_path}"
+               + (f"; per rank: {', '.join(str(p) for p in rank_paths.values())}"
+                  if rank_paths else ""))
+    data: dict[str, Any] = {"combined": str(copy.combined_path),
+                            "ranks": {str(r): str(p) for r, p in rank_paths.items()},
+                            "complete": not lost}
+    if lost:
+        first = lost[0]
+        summary = (f"the kept log is INCOMPLETE: writing {first.path.name} failed: "
+                   f"{first.error}; {first.lost_lines} of {copy.lines} lines "
+                   f"({first.lost_bytes} bytes) not kept there (the terminal got them all)")
+        data["incomplete"] = [{"file": str(f.path), "error": f.error,
+                               "lines_kept": f.lines, "lines_lost": f.lost_lines,
+                               "bytes_lost": f.lost_bytes} for f in lost]
+    report.checks.append(Check("output", summary, status="error" if lost else "ok",
+                               group=GROUP, data=data))
+
+
+def _stall_check(report: Any, result: Any, opts: Any) -> None:
+    if not result.looks:
+        return
+    last = result.looks[-1]
+    longest = max(lk.quiet_s for lk in result.looks)
+    report.checks.append(Check(
+        "stall", f"quiet (no output, no step) for up to {longest:.0f} s (--hang-timeout "
+        f"{opts.hang_timeout:g}); looked {len(result.looks)} time(s), no hang confirmed: "
+        f"{last.verdict.reason}; the job was left running", status="warning", group=GROUP,
+        data={"looks": [lk.to_dict() for lk in result.looks],
+              "rule": "run stops a job only on a confirmed hang (docs/run.md)"}))
+
+
+def _cleanup_check(report: Any, result: Any) -> None:
+    killed = result.killed
+    data = {"ended_by": result.ended_by, "killed": [k.to_dict() for k in killed]}
+    if not killed:
+        summary, status = f"{result.ended_by}; no process of the job was left", "ok"
+    else:
+        summary = (f"{result.ended_by}; ended {len(killed)} process(es) of the job: "
+                   + killed_summary(killed))
+        survived = [k for k in killed if k.how == "survived SIGKILL"]
+        status = "error" if survived else "warning"
+    report.checks.append(Check("cleanup", summary, status=status, group=GROUP, data=data))
+
+
+def _memory_evidence(report: Any, result: Any) -> None:
+    """A rank that died gets its RSS history up to its death."""
+    if result.memory is None:
+        return
+    for f in report.findings:
+        if f.id in _MEMORY_IDS and len(f.ranks) == 1:
+            ev = result.memory.evidence(f.ranks[0])
+            if ev is not None:
+                f.evidence.setdefault("memory", ev)
+
+
+def _job_outcome(result: Any, job: Job, opts: Any, took: float) -> None:
+    report = result.report
+    rc = result.returncode
+    tracker = result.tracker
+    if result.hang is not None:
+        result.hang.add_to(report, opts.hang_timeout)
+        if result.hang.stopped:
+            report.checks.append(Check("job", f"stopped by ddpdoctor after {took:.1f} s "
+                                       "(confirmed hang)", status="error", group=GROUP,
+                                       data={"returncode": rc}))
+            result.exit_code = EXIT_FINDINGS
+            return
+
+    if rc is None:  # cannot happen after wait; never report a made-up code
+        rc = -signal.SIGKILL
+    how = triage_mod.exit_description(rc)
+    if result.interrupted or result.teardown:
+        what = (f"ended by ddpdoctor run ({result.teardown})" if result.teardown
+                else "interrupted (Ctrl-C forwarded)")
+        report.checks.append(Check("job", f"{what}; {how} after {took:.1f} s",
+                                   status="warning", group=GROUP,
+                                   data={"returncode": rc, "signal": result.teardown
+                                         or "SIGINT"}))
+        result.exit_code = job_exit_code(rc)
+        return
+    if rc == 0:
+        report.checks.append(Check("job", f"exited with code 0 after {took:.1f} s",
+                                   group=GROUP, data={"returncode": 0}))
+        result.exit_code = EXIT_FINDINGS if result.hang is not None else 0
+        return
+
+    findings, info = triage_mod.triage_output(job.copy.combined_path, tracker.exits, rc,
+                                              getattr(tracker, "endpoints", None))
+    info["returncode"] = rc
+    if job.copy.incomplete():
+        info["log_incomplete"] = True
+    report.checks.append(Check("job", f"failed: {how} after {took:.1f} s", status="error",
+                               group=GROUP, data={"returncode": rc}))
+    if findings:
+        lead = findings[0]
+        who = f"rank {lead.ranks[0]}" if len(lead.ranks) == 1 else (
+            f"ranks {lead.ranks}" if lead.ranks else "the job")
+        summary = f"first failure: {who}: {lead.id}"
+    else:
+        summary = "no known error in the output; see the kept logs"
+    if job.copy.incomplete():
+        summary += " (the kept log is incomplete: the cause may be in what was lost)"
+    report.checks.append(Check(triage_mod.CHECK, summary, group=GROUP, data=info))
+    for f in findings:
+        report.add(f, check=triage_mod.CHECK)
+    result.exit_code = job_exit_code(rc)
+
+
+def _write_copy(report: Any, run_dir: str) -> None:
+    from ddpdoctor.safefile import write_atomic
+
+    try:
+        write_atomic(os.path.join(run_dir, REPORT_NAME), report.to_json() + "\n", 0o600)
+    except OSError as e:
+        report.checks.append(Check("report copy", f"cannot write {REPORT_NAME} in the run "
+                                   f"dir: {e.strerror or e}", status="warning", group=GROUP))

@@ -1,0 +1,239 @@
+"""The supervision loop: start, watch progress, look at a quiet job, end it, report.
+
+Every way run can end goes through one cleanup path (``_end_job``): the job exited, a
+confirmed hang, Ctrl-C twice, SIGTERM/SIGHUP/SIGQUIT to run. It ends every process of the
+job's tree still alive (run/tree.py) and lists them in the report. run killed by
+SIGKILL runs no code: the launcher's parent-death signal and the reaper (reaper.py)
+cover that.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor import redact
+from ddpdoctor.report import Report
+from ddpdoctor.run import hang as hang_mod
+from ddpdoctor.run import jobnode
+from ddpdoctor.run.env import RUN_ID, job_environment, watch_bootstrap_dir
+from ddpdoctor.run.looks import Look
+from ddpdoctor.run.loop import Loop, Node
+from ddpdoctor.run.memory import MemoryHistory
+from ddpdoctor.run.outcome import build_report
+from ddpdoctor.run.outcome import job_exit_code as job_exit_code  # its old home's name
+from ddpdoctor.run.process import Job, JobStartError
+from ddpdoctor.run.progress import ProgressTracker, sample_tree
+from ddpdoctor.run.reaper import Reaper
+from ddpdoctor.run.signals import RunSignals
+from ddpdoctor.run.tree import JobTree, Killed, set_subreaper
+
+# variables worth seeing in a report about a distributed job (values of secret-looking
+# names masked)
+_ENV_PREFIXES = ("DDPDOCTOR_", "NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "MASTER_",
+                 "CUDA_", "OMP_", "PYTORCH_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "HF_",
+                 "WANDB_")
+
+
+@dataclass
+class RunOptions:
+    # the quiet that makes run look; with hang_fixed False it adapts to the job's step
+    # times (jobview/leader.threshold) and this field holds the current value
+    hang_timeout: float = 300.0
+    hang_fixed: bool = True
+    hang_min: float = 10.0
+    job_endpoint: Any = None  # jobview.keys.Endpoint; None: the launch command's, if any
+    job_view: bool = True
+    kill: bool = True
+    watch: bool = True
+    run_dir: str | None = None
+    native: bool = False
+    grace: float = 10.0  # SIGTERM -> SIGKILL when ending the job
+    attach_timeout: float = 5.0
+    # exit 1 when the job exited 0 but an error was found (NaN losses): opt-in, as a
+    # heuristic check must not fail a pipeline that used to pass
+    fail_on_findings: bool = False
+
+    @property
+    def poll_s(self) -> float:
+        return max(0.2, min(1.0, self.hang_timeout / 5))
+
+    @property
+    def cpu_window_s(self) -> float:
+        # "working now": CPU in the last few samples, not earlier in the quiet spell
+        return max(2.0, 3 * self.poll_s)
+
+    @property
+    def recheck_s(self) -> float:
+        # a hang the stacks show is confirmed by watching the culprits this long more
+        return max(1.0, min(10.0, self.hang_timeout / 4))
+
+
+@dataclass
+class RunResult:
+    report: Report
+    exit_code: int
+    returncode: int | None = None
+    hang: hang_mod.HangOutcome | None = None
+    interrupted: int = 0
+    run_dir: str = ""
+    notes: list[str] = field(default_factory=list)
+    looks: list[Look] = field(default_factory=list)  # quiet spells that were no hang
+    killed: list[Killed] = field(default_factory=list)
+    ended_by: str = "the job exited"  # why run ended the job's tree
+    teardown: str = ""  # the signal run got, if one ended it
+    terminal_gone: bool = False
+    memory: MemoryHistory | None = None
+    secrets: list[str] = field(default_factory=list)
+    tracker: ProgressTracker | None = None
+    job_verdicts: list[Any] = field(default_factory=list)  # jobview.snapshot.Verdict
+    job_end: Any = None  # run.jobnode.NodeEnd: what the job view knew at the end
+
+
+def _prepare_run_dir(path: str | None) -> tuple[str, list[str]]:
+    """The run directory and the directories created for it (removed again if the job
+    cannot start: a failed start leaves nothing behind)."""
+    if path is None:
+        d = tempfile.mkdtemp(prefix="ddpdoctor-run-")
+        return d, [d]
+    created: list[str] = []
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        missing.append(p)
+        p = os.path.dirname(p)
+    os.makedirs(path, exist_ok=True)
+    created += list(reversed(missing))
+    return path, created
+
+
+def _remove_created(created: list[str], inner: list[str]) -> None:
+    for d in [*inner, *reversed(created)]:
+        try:
+            os.rmdir(d)  # only ever an empty directory: nothing of the user's goes
+        except OSError:
+            pass
+
+
+def env_snapshot(env: dict[str, str]) -> dict[str, str]:
+    return redact.environ({k: v for k, v in sorted(env.items())
+                           if k.startswith(_ENV_PREFIXES)})
+
+
+def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
+    """Run ``cmd`` to its end (or end it). Raises process.JobStartError."""
+    from ddpdoctor.run.secrets import secret_values
+
+    run_dir, created = _prepare_run_dir(opts.run_dir)
+    jenv = job_environment(os.environ, run_dir, opts.watch,
+                           watch_bootstrap_dir() if opts.watch else None)
+    inner = []
+    for d in (jenv.fr_dir, jenv.heartbeat_dir):
+        if not os.path.isdir(d):
+            inner.append(d)
+        os.makedirs(d, exist_ok=True)  # the ranks expect them (attach/watch contracts)
+    report = Report(command="run")
+    report.world.update({"command": shlex.join(redact.argv(cmd)), "run_dir": run_dir,
+                         "env": env_snapshot(jenv.env)})
+    result = RunResult(report, 0, run_dir=run_dir, notes=list(jenv.notes),
+                       secrets=secret_values(jenv.env, cmd))
+    wall0 = time.time()
+
+    marker = (RUN_ID, jenv.env[RUN_ID])
+    node = Node(jobnode.start(cmd, opts) if opts.job_view else None)
+    reaper = Reaper.start(run_dir, opts.grace, marker)
+    subreaper = set_subreaper(True)
+    try:
+        with RunSignals() as sigs:
+            try:
+                job = Job.start(cmd, jenv.env, Path(run_dir))
+            except JobStartError:
+                _remove_created(created, inner)
+                raise
+            sigs.attach(job)
+            _supervise(job, sigs, result, jenv, opts, reaper, wall0, subreaper, marker, node)
+    finally:
+        if node.view is not None and result.tracker is not None:
+            result.job_end = node.end(job, result)
+        if reaper is not None:
+            reaper.done()
+        if subreaper:
+            set_subreaper(False)
+    result.terminal_gone = sigs.terminal_gone
+    if reaper is None:
+        result.notes.append("the reaper could not start: if run is SIGKILLed, only the "
+                            "launcher dies with it")
+    build_report(result, job, jenv, opts, time.monotonic() - job.started, wall0)
+    return result
+
+
+def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: RunOptions,
+               reaper: Reaper | None, wall0: float, subreaper: bool,
+               marker: tuple[str, str], node: Node | None = None) -> None:
+    import psutil
+
+    tree = JobTree(job.pid, exclude={reaper.pid} if reaper else set())
+    tree.own_children = subreaper
+    tree.marker = marker
+    if reaper is not None:
+        tree.on_new = reaper.track
+    try:
+        tree.add(job.pid, psutil.Process(job.pid).create_time())
+    except psutil.Error:
+        pass
+    tracker = ProgressTracker(time.monotonic())
+    result.memory = memory = MemoryHistory(time.monotonic())
+    node = node or Node(None)
+    loop = Loop(job, sigs, result, jenv, opts, tracker, node, wall0)
+    try:
+        while True:
+            if job.poll() is not None or sigs.teardown:
+                break
+            now = time.monotonic()
+            sample = sample_tree(job.pid, now, loop.rank_cache)
+            tree.scan()
+            tree.reap(job.pid)
+            memory.add(sample)
+            beats = loop.heartbeats()
+            tracker.update(now, job.copy.lines, sample, beats)
+            node.steps.observe(tracker)
+            if not opts.hang_fixed:
+                opts.hang_timeout = jobnode.local_threshold(node.steps, opts)
+            node.publish(job, tracker, beats)
+            if loop.job_view_turn() or loop.local_turn(now):
+                break
+            pause = min(opts.poll_s, jobnode.INTERVAL_S) if node.view else opts.poll_s
+            if job.copy.rank_raised.wait(pause):
+                job.copy.rank_raised.clear()
+                node.publish_raised(job, tracker)
+    finally:
+        # the one cleanup path, whatever ended the loop (an error in run included)
+        node.stopping_at = time.monotonic()
+        _end_job(job, tree, sigs, result, opts)
+    result.interrupted = sigs.interrupts
+    result.teardown = sigs.teardown
+    result.tracker = tracker
+
+
+def _end_job(job: Job, tree: JobTree, sigs: RunSignals, result: RunResult,
+             opts: RunOptions) -> None:
+    """The one cleanup path: whatever of the job's tree still lives ends here."""
+    t0 = time.monotonic()
+    if sigs.teardown:
+        result.ended_by = sigs.teardown
+    first = signal.SIGKILL if sigs.hurry else signal.SIGTERM
+    result.killed = tree.end_all(opts.grace, first, should_hurry=lambda: sigs.hurry)
+    rc = job._wait(5.0)
+    if result.hang is not None and result.ended_by == "a confirmed hang":
+        result.hang.stopped = True
+        result.hang.stop_status = rc
+        result.hang.timings["stop_s"] = round(time.monotonic() - t0, 3)
+    job.drain(timeout=5.0)
+    job.copy.close()
+    result.returncode = rc if rc is not None else job.poll()

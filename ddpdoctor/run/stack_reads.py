@@ -1,0 +1,56 @@
+"""The blamed ranks' stacks, read again and again while run rechecks them (the edge).
+
+A busy culprit is working or spinning in place; only its stack over time tells
+(run/spinning.py decides). The look's own stacks are the first read; the recheck
+adds one every ``INTERVAL_S`` (py-spy: ~20 ms a read here, each with a deadline), at most
+``MAX_READS``. A recheck that starts from a busy culprit lasts at least ``SPIN_WINDOW_S``:
+enough reads to see a working rank move.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ddpdoctor.run.spinning import SpinVerdict, StackSample, sample_of, spin_verdict
+
+INTERVAL_S = 0.1
+MAX_READS = 30
+SPIN_WINDOW_S = 3.0
+_READ_TIMEOUT_S = 2.0
+
+
+class StackReads:
+    def __init__(self, pids: dict[int, int], diagnosis: Any, start: float,
+                 native_is_work: bool = False) -> None:
+        self.pids = pids
+        self.native_is_work = native_is_work  # spinning.spin_verdict's switch
+        self.samples: dict[int, list[StackSample]] = {r: [] for r in pids}
+        for stack in getattr(diagnosis, "stacks", []) or []:
+            if stack.rank in pids and stack.pid == pids[stack.rank]:
+                self.samples[stack.rank].append(sample_of(stack, start))
+        self.reads = 0
+        self._next = start + INTERVAL_S
+
+    def due(self, now: float) -> bool:
+        return bool(self.pids) and self.reads < MAX_READS and now >= self._next
+
+    def read(self, now: float) -> None:
+        """One py-spy read of every watched rank; never raises, never waits past its
+        deadline (a rank that cannot be read gets an error sample: not known to spin)."""
+        self.reads += 1
+        from ddpdoctor.attach.stacks import StackError, collect_stacks
+
+        try:
+            stacks = collect_stacks(sorted(self.pids.items()), timeout=_READ_TIMEOUT_S)
+        except (StackError, OSError) as e:
+            for r in self.pids:
+                self.samples[r].append(StackSample(now, "unknown", error=str(e)))
+            self._next = time.monotonic() + INTERVAL_S
+            return
+        for stack in stacks:
+            self.samples[stack.rank].append(sample_of(stack, now))
+        self._next = time.monotonic() + INTERVAL_S
+
+    def verdict(self, rank: int) -> SpinVerdict:
+        return spin_verdict(self.samples.get(rank, []), self.native_is_work)

@@ -1,0 +1,78 @@
+"""A failed job: its kept output through diagnose's triage, and what the sampler saw.
+
+The output copy holds every rank's lines in arrival order with torchrun's rank prefixes,
+so diagnose's rules can tell the first root cause from the cascade. This is the same code path as
+``ddpdoctor diagnose`` (one knowledge base, ``ddpdoctor/diagnose/kb``, and one list of triage
+rules): every signature works live and after the fact. When the output names no cause,
+the rank whose process went away first (the sampler watched them) is the lead. When the
+output shows a rendezvous that never completed and one rank was given another endpoint
+than the others (its environment or command line, read from its process), that rank is
+the lead (run/rendezvous.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.findings import Finding
+from ddpdoctor.run.progress import RankExit
+from ddpdoctor.signames import killed_by
+
+CHECK = "crash triage"
+
+
+def exit_description(returncode: int) -> str:
+    name = killed_by(returncode)
+    return f"killed by {name}" if name else f"exit code {returncode}"
+
+
+def first_exit(exits: list[RankExit]) -> RankExit | None:
+    """The rank that went away first, if only one went in the first sampling interval."""
+    if not exits:
+        return None
+    first = exits[0]
+    tied = [e for e in exits if abs(e.time - first.time) < 1e-6]
+    return first if len(tied) == 1 else None
+
+
+def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
+                  endpoints: dict[int, Any] | None = None
+                  ) -> tuple[list[Finding], dict[str, Any]]:
+    """Findings (root cause first) for a job that exited with ``returncode``;
+    ``endpoints``: each rank's rendezvous endpoint (ProgressTracker.endpoints)."""
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
+    from ddpdoctor.run.rendezvous import culprit_finding
+
+    info: dict[str, Any] = {"log": str(output_log)}
+    try:
+        findings, scan = diagnose_logs([LogInput(str(output_log))])
+        info["events"] = len(scan.events)
+    except OSError as e:
+        findings, scan = [], None
+        info["error"] = f"cannot read {output_log}: {e.strerror or e}"
+    if scan is not None:
+        lead, fallout = culprit_finding(scan.events, endpoints or {}, findings)
+        if lead is not None:
+            drop = {id(f) for f in fallout}
+            findings = [lead, *(f for f in findings if id(f) not in drop)]
+            return findings, info
+    first = first_exit(exits)
+    if first is not None:
+        info["first_exit"] = {"rank": first.rank, "pid": first.pid}
+    if findings and first is not None and findings[0].id in ("RANK_CRASHED", "OOM") \
+            and not findings[0].ranks:
+        # The log tells how a process died but not which rank (torchrun's summary cut
+        # short, an unprefixed line); run saw which rank's process exited first.
+        findings[0].ranks = [first.rank]
+        findings[0].evidence["rank_from"] = (f"process sampling: rank {first.rank} (pid "
+                                             f"{first.pid}) exited first")
+    if not findings and first is not None:
+        findings = [Finding(
+            "RANK_CRASHED",
+            f"rank {first.rank} (pid {first.pid}) exited first; the job then ended with "
+            f"{exit_description(returncode)}; its output names no cause",
+            ranks=[first.rank],
+            evidence={"pid": first.pid, "job_exit": returncode,
+                      "source": "process sampling (no error line in the output)"})]
+    return findings, info
