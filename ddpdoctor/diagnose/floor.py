@@ -310,9 +310,9 @@ def detect(body: str) -> FloorHit | None:
     return None
 
 
-def _hit(p: FloorPattern, d: Mapping[str, Any]) -> FloorHit:
-    code_text = d.get("code") or d.get("code2")
-    code = int(code_text) if code_text is not None else None
+def _signal_of(p: FloorPattern, d: Mapping[str, Any], code: int | None) -> str | None:
+    """The signal a line reports: by name, by number, as a negative exit code, or as a
+    shell's 128+N."""
     signal = d.get("sig")
     signum = d.get("signum") or d.get("signum2")
     if signum is not None:
@@ -321,6 +321,13 @@ def _hit(p: FloorPattern, d: Mapping[str, Any]) -> FloorHit:
         signal = killed_by(code) or f"signal {-code}"
     if code is not None and code > 128 and p.name in ("generic.exit_code",):
         signal = killed_by(128 - code)  # a shell's 128+N (137 = SIGKILL)
+    return signal
+
+
+def _hit(p: FloorPattern, d: Mapping[str, Any]) -> FloorHit:
+    code_text = d.get("code") or d.get("code2")
+    code = int(code_text) if code_text is not None else None
+    signal = _signal_of(p, d, code)
     what = d.get("what") or d.get("what2") or ""
     if what in ("abort", "raise"):
         signal = "SIGABRT"
