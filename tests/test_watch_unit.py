@@ -101,6 +101,45 @@ def test_memory_growth_rule():
     assert ev and ev["mb_per_step"] == 16.0 and ev["from_step"] == 3
     flat = [(s, 400 * mb + (s % 2) * mb) for s in range(3, 11)]
     assert growth(flat, 64 * mb) is None
+    # a leak under noise: the floor still rises at most samples
+    noisy = [(s, 400 * mb + 16 * mb * s + (s % 3) * 4 * mb) for s in range(3, 11)]
+    assert growth(noisy, 64 * mb)
+
+
+def test_memory_given_back_is_not_growth():
+    """Rank 1's RSS every 20 steps in a clean 200 ms-step job (bench_run_overhead.py,
+    2026-11-26): high peaks, each given back. Before the floor rule this window read
+    5/7 rising and +100 MB: a false MEMORY_GROWTH."""
+    mb = 2**20
+    series = [444, 488, 537, 489, 531, 467, 508, 544, 585, 630, 467]
+    for start in range(len(series) - 7):
+        window = [(20 * (start + i), series[start + i] * mb) for i in range(8)]
+        assert growth(window, 64 * mb) is None, window
+    # a sawtooth whose floor does not move, however high its teeth
+    saw = [(20 * i, (400 + 60 * (i % 5)) * mb) for i in range(8)]
+    assert growth(saw, 64 * mb) is None
+
+
+def test_nonfinite_step_values_keep_no_small_tensors():
+    """The per-step sums live in one buffer (a list of small tensors pinned the heap);
+    rows of a skipped step are forgotten; the first non-finite row is found."""
+    import torch
+
+    from ddpdoctor.watch.nonfinite import GRADIENT, LOSS, OUTPUT, StepValues
+
+    vals = StepValues(4)
+    for step in range(1, 3):
+        vals.append(step, OUTPUT, torch.tensor(1.0))
+        vals.append(step, LOSS, torch.tensor(2.0, dtype=torch.bfloat16))
+    buffer = vals.values
+    vals.append(4, LOSS, torch.tensor(float("nan")))  # grows the buffer past 4 rows
+    assert vals.values.numel() == 8 and buffer.data_ptr() != vals.values.data_ptr()
+    vals.drop_step(4)  # a skipped optimizer step
+    assert vals.last_step() == 2 and vals.first_nonfinite() is None and len(vals) == 0
+    vals.append(5, LOSS, torch.tensor(1e300, dtype=torch.float64))  # finite in float64
+    vals.append(6, GRADIENT, torch.tensor(float("inf")))
+    vals.append(6, LOSS, torch.tensor(float("nan")))
+    assert vals.first_nonfinite() == (6, GRADIENT)
 
 
 def test_device_rules_and_small_rules():

@@ -16,12 +16,15 @@ fitted to real gloo runs by ``benchmarks/check_scale_model.py``; nccl's are assu
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Literal
+
+from ddpdoctor.check.schedule import hypercube
 
 # Mirrors of the check's constants (not imported: the check's modules import socket and
 # torch machinery; this model stays pure). tests/test_check_scale_model.py holds them equal.
@@ -188,8 +191,13 @@ def mesh_budget_s(deadline_s: float) -> float:
     return min(deadline_s / 3, 20.0 + 2 * mesh_connect_timeout_s(deadline_s))
 
 
+@functools.lru_cache(maxsize=8)
+def _rounds(n: int) -> tuple[dict[int, int], ...]:
+    return tuple(hypercube(n))  # the probes' own schedule, built once per world size
+
+
 def hypercube_rounds(n: int) -> int:
-    return math.ceil(math.log2(n)) if n > 1 else 0
+    return len(_rounds(n))
 
 
 def p2p_deadline_s(deadline_s: float, world: int) -> float:
@@ -198,9 +206,8 @@ def p2p_deadline_s(deadline_s: float, world: int) -> float:
 
 
 def partner(rank: int, rnd: int, world: int) -> int | None:
-    """ddpdoctor/check/schedule.py ``hypercube``: rank XOR 2**round, if it exists."""
-    peer = rank ^ (1 << rnd)
-    return peer if peer < world else None
+    """``rank``'s partner in round ``rnd`` of the probes' schedule, if it has one."""
+    return _rounds(world)[rnd].get(rank)
 
 
 # ----------------------------------------------------------------------------- formulas

@@ -14,12 +14,14 @@ Sampling (psutil, files) is at the edge; :class:`ProgressTracker` is pure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor import safefile
+from ddpdoctor.proctree import HostProcs
 from ddpdoctor.run.background_threads import BackgroundThreads
 from ddpdoctor.run.rendezvous import RankEndpoint, endpoint_of
 
@@ -94,18 +96,20 @@ def _identity_of(proc: Any) -> _Identity:
     return _Identity(rank, endpoint_of(env, cmdline))
 
 
-def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], _Identity]
-                ) -> TreeSample:
+def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], _Identity],
+                host: HostProcs | None = None) -> TreeSample:
     """CPU time, RANK and rendezvous endpoint of the root and every descendant
-    (environments read once)."""
+    (environments read once); ``host``: this poll's one walk of the host's processes."""
     import psutil
 
     sample = TreeSample(now)
-    try:
-        root = psutil.Process(root_pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
+    host = host or HostProcs.read()
+    if root_pid not in host.parent:
         return sample
+    procs: list[Any] = []
+    for pid in (root_pid, *host.descendants(root_pid)):
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
     pids = {p.pid for p in procs}
     ranks: dict[int, int | None] = {}
     rdzv: dict[int, RankEndpoint | None] = {}

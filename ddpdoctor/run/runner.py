@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor import redact
+from ddpdoctor.proctree import HostProcs
 from ddpdoctor.report import Report
 from ddpdoctor.run import hang as hang_mod
 from ddpdoctor.run import jobnode
@@ -196,8 +197,9 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
             if job.poll() is not None or sigs.teardown:
                 break
             now = time.monotonic()
-            sample = sample_tree(job.pid, now, loop.rank_cache)
-            tree.scan()
+            host = HostProcs.read()  # one walk of the host's processes a poll
+            sample = sample_tree(job.pid, now, loop.rank_cache, host)
+            tree.scan(host)
             tree.reap(job.pid)
             memory.add(sample)
             beats = loop.heartbeats()

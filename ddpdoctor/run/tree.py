@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from ddpdoctor import redact
+from ddpdoctor.proctree import HostProcs
 from ddpdoctor.signames import signal_name
 
 PR_SET_PDEATHSIG = 1
@@ -114,6 +115,15 @@ def _is_zombie_child(pid: int) -> bool:
         return False
 
 
+def _is_py_spy(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).name().startswith("py-spy")
+    except psutil.Error:
+        return False
+
+
 class JobTree:
     """The processes of one job: seen so far, by (pid, create time)."""
 
@@ -145,35 +155,29 @@ class JobTree:
         if self.on_new is not None:
             self.on_new(pid, created)
 
-    def scan(self) -> None:
-        """Remember the launcher, its descendants and the orphans reparented to run."""
-        import psutil
+    def scan(self, host: HostProcs | None = None) -> None:
+        """Remember the launcher, its descendants and the orphans reparented to run.
 
-        roots = []
-        for pid in (self.launcher_pid, *((os.getpid(),) if self.own_children else ())):
-            with contextlib.suppress(psutil.Error):
-                roots.append(psutil.Process(pid))
+        ``host``: this poll's one walk of the host's processes (read here when not
+        given); every root's descendants come from it, none from a walk of its own."""
+        host = host or HostProcs.read()
+        me = os.getpid()
+        roots = {self.launcher_pid, *((me,) if self.own_children else ())}
         # the children of every process still alive: a daemon's own children too
-        roots += [p for p in self.alive() if p.pid != self.launcher_pid]
-        procs: list = []
+        roots |= {s.pid for s in self.seen.values()
+                  if abs(host.created.get(s.pid, -1.0) - s.created) < _CTIME_SLACK}
+        pids = {self.launcher_pid} if self.launcher_pid in host.parent else set()
         for root in roots:
-            with contextlib.suppress(psutil.Error):
-                if root.pid != os.getpid():
-                    procs.append(root)
-                procs += root.children(recursive=True)
-        for p in procs:
-            if p.pid in self.exclude or p.pid == os.getpid():
-                continue
-            try:
-                created = p.create_time()
-                if p.ppid() == os.getpid() and p.pid != self.launcher_pid and \
-                        p.name().startswith("py-spy"):
-                    continue  # the hang diagnosis's own stack reader
-            except psutil.Error:
+            pids.update(host.descendants(root))
+        for pid in sorted(pids):
+            created = host.created.get(pid)
+            if pid in self.exclude or pid == me or created is None:
                 continue
             if created + 1.0 < self.started:
                 continue  # older than the job: not ours (run used in-process, tests)
-            self.add(p.pid, created, p)
+            if host.parent.get(pid) == me and pid != self.launcher_pid and _is_py_spy(pid):
+                continue  # the hang diagnosis's own stack reader
+            self.add(pid, created)
 
     def sweep_marked(self) -> None:
         """Every process on the host carrying the job's marker in its environment (the

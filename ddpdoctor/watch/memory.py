@@ -48,11 +48,20 @@ def rss_bytes() -> int:
 
 def growth(samples: list[tuple[int, int]], min_growth: float,
            min_rising: float = 0.7) -> dict | None:
-    """``samples`` = [(step, bytes)] -> evidence when memory grew steadily, else None."""
+    """``samples`` = [(step, bytes)] -> evidence when memory grew steadily, else None.
+
+    Judged on the floor, not the samples: the floor at a sample is the least memory
+    from that sample on, i.e. what the process never gave back. A leak or a kept graph
+    raises the floor at most samples; memory that is freed again (an allocator's
+    sawtooth, a cache filled and trimmed, a buffer held until the next check step) does
+    not, however high its peaks."""
     if len(samples) < 3:
         return None
-    diffs = [b[1] - a[1] for a, b in zip(samples, samples[1:])]
-    total = samples[-1][1] - samples[0][1]
+    floor = [b for _, b in samples]
+    for i in range(len(floor) - 2, -1, -1):
+        floor[i] = min(floor[i], floor[i + 1])
+    diffs = [b - a for a, b in zip(floor, floor[1:])]
+    total = floor[-1] - floor[0]
     rising = sum(d > 0 for d in diffs) / len(diffs)
     if total < min_growth or rising < min_rising:
         return None

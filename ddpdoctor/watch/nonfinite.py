@@ -16,6 +16,11 @@ output, the output itself, so a NaN made by the forward is told from one made by
 that costs a hook registration and a reduction over the output every step. An iteration
 whose optimizer step was skipped and whose gradients were then cleared (fp16 GradScaler
 overflow, routine while the scale grows) is forgotten.
+
+The per-step sums wait for the check step in one preallocated buffer, not as a list of
+small tensors: a hundred small allocations kept alive between a step's large activation
+buffers pinned the top of the heap, and a clean job's RSS rose by 50-190 MB between check
+steps (benchmarks/bench_run_overhead.py, 200 ms steps), which read as MEMORY_GROWTH.
 """
 
 from __future__ import annotations
@@ -26,6 +31,56 @@ from typing import Any
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck, first_tensor, local
+
+
+class StepValues:
+    """``(step, source, value)`` rows kept until the check step: the values in one
+    float64 tensor allocated once (on the values' device), the labels in a list.
+
+    float64, so a finite float64 sum above float32's range stays finite; the buffer
+    doubles when a long stretch between check steps outgrows it (rare: it starts with
+    room for two values a step)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(4, capacity)
+        self.labels: list[tuple[int, int]] = []
+        self.values: Any = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def append(self, step: int, source: int, value: Any) -> None:
+        import torch
+
+        n = len(self.labels)
+        if self.values is None:
+            self.values = torch.empty(self.capacity, dtype=torch.float64, device=value.device)
+        elif n == self.values.numel():
+            grown = torch.empty(2 * n, dtype=torch.float64, device=self.values.device)
+            grown[:n].copy_(self.values)
+            self.values = grown
+        # an in-place copy: the temporary sum is freed at once, nothing small stays alive
+        self.values[n].copy_(value.reshape(()), non_blocking=True)
+        self.labels.append((step, source))
+
+    def drop_step(self, step: int) -> None:
+        """Forget the last rows of ``step`` (they are always the newest)."""
+        while self.labels and self.labels[-1][0] == step:
+            self.labels.pop()
+
+    def last_step(self) -> int | None:
+        return self.labels[-1][0] if self.labels else None
+
+    def first_nonfinite(self) -> tuple[int, int] | None:
+        """The (step, source) of the first non-finite row, and empty the rows."""
+        import torch
+
+        n, labels = len(self.labels), self.labels
+        self.labels = []
+        if not n:
+            return None
+        hit = torch.nonzero(~torch.isfinite(self.values[:n].cpu())).flatten()
+        return labels[int(hit[0])] if hit.numel() else None
 
 OUTPUT, LOSS, GRADIENT = 1, 2, 3  # causal order: forward output, then loss grad, then grads
 SOURCE_NAMES = {OUTPUT: "model output (forward)", LOSS: "loss (gradient of the model output)",
@@ -54,7 +109,7 @@ class NonfiniteCheck(WatchCheck):
         import torch
 
         self.sum, self.f32, self.f16 = torch.sum, torch.float32, torch.float16
-        self.flags: list[tuple[int, int, Any]] = []
+        self.flags = StepValues(2 * w.cfg.every + 8)
         self.grad_bad: tuple[int, Any] | None = None
         self.done = False
         self.skipped = 0  # iterations whose optimizer step never ran (GradScaler overflow)
@@ -90,8 +145,8 @@ class NonfiniteCheck(WatchCheck):
             grad = grad.detach()
         # fp16 sums in float32 (a finite fp16 sum can overflow); others as they are: the
         # dtype argument alone costs a few us here
-        self.flags.append((step, LOSS, self.sum(grad, dtype=self.f32)
-                           if grad.dtype is self.f16 else grad.sum()))
+        self.flags.append(step, LOSS, self.sum(grad, dtype=self.f32)
+                          if grad.dtype is self.f16 else grad.sum())
 
     # -- by the model output (FSDP, tensor parallel, or nonfinite_output=True)
 
@@ -110,13 +165,13 @@ class NonfiniteCheck(WatchCheck):
     def _output_hook(self, step: int, output_ref: Any, grad: Any) -> None:
         output = output_ref()
         if output is not None:
-            self.flags.append((step, OUTPUT, self.sum(output.detach(), dtype=self.f32)))
-        self.flags.append((step, LOSS, self.sum(grad.detach(), dtype=self.f32)))
+            self.flags.append(step, OUTPUT, self.sum(output.detach(), dtype=self.f32))
+        self.flags.append(step, LOSS, self.sum(grad.detach(), dtype=self.f32))
 
     # -- both
 
     def _new_backward(self, w: Any, step: int) -> None:
-        if not self.flags or self.flags[-1][0] != step:
+        if self.flags.last_step() != step:
             self.in_a_row = 0  # an optimizer step ran since the last backward
         elif self.cleared():
             self._forget_skipped(w, step)
@@ -126,7 +181,7 @@ class NonfiniteCheck(WatchCheck):
         # gradients were cleared: a skipped step (a GradScaler that found inf in fp16
         # gradients and lowered its scale). Its flags say nothing about the model.
         # Gradient accumulation keeps its gradients between backwards: not this.
-        self.flags = [f for f in self.flags if f[0] != step]
+        self.flags.drop_step(step)
         self.skipped += 1
         self.in_a_row += 1
         if self.in_a_row == w.cfg.nonfinite_skips:
@@ -168,11 +223,9 @@ class NonfiniteCheck(WatchCheck):
         import torch
 
         first, source, pidx = 0, 0, -1
-        if self.flags and not self.done:
-            flags = ~torch.isfinite(torch.stack([f for _, _, f in self.flags]).cpu())
-            hit = torch.nonzero(flags).flatten()
-            if hit.numel():
-                first, source, _ = self.flags[int(hit[0])]
+        hit = self.flags.first_nonfinite()
+        if hit is not None and not self.done:
+            first, source = hit
         if self.grad_bad is not None:
             gstep, bad, index = self.grad_bad
             for i in torch.nonzero(bad.cpu()).flatten().tolist():
@@ -182,7 +235,7 @@ class NonfiniteCheck(WatchCheck):
                     break
             if pidx >= 0 and not first:
                 first, source = gstep, GRADIENT
-        self.flags, self.grad_bad = [], None
+        self.grad_bad = None
         return torch.tensor([first, source, pidx], dtype=torch.float64)
 
     def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
