@@ -115,6 +115,10 @@ _SPECS = [
     _spec("SCALING_INEFFICIENT", "warning",
           "scaling efficiency is poor and no single cause (communication, data, straggler, "
           "compute) explains it, or the run reported no per-rank times", "scale"),
+    _spec("DS_CONFIG_INVALID", "error",
+          "a DeepSpeed config whose settings contradict each other or the job (ZeRO stage vs "
+          "offload, fp16 and bf16, the batch arithmetic, \"auto\" outside HF/accelerate, "
+          "fp16 loss scaling, bucket sizes vs memory)", "check, run, diagnose"),
 ]
 
 CATALOG: dict[str, FindingSpec] = {s.id: s for s in _SPECS}

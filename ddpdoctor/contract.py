@@ -55,6 +55,8 @@ REPORT_FILES = (REPORT_FILE, "ddpdoctor-report.json")  # what ``ddpdoctor report
 EVENTS_FILE = "watch-events.jsonl"
 SERIES_FILE = "watch-series-rank{rank}.jsonl"
 SERIES_GLOB = "watch-series-rank*.jsonl"
+ATTACHED_FILE = "watch-attached-rank{rank}.json"
+ATTACHED_GLOB = "watch-attached-rank*.json"
 FR_SUBDIR = "fr"
 HEARTBEAT_SUBDIR = "heartbeat"
 HEARTBEAT_FILE = "rank{rank}.json"
@@ -139,6 +141,8 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract(REPORT_FILE, "file", "run", "report", "the JSON report of a run directory"),
     Contract(EVENTS_FILE, "file", "watch", "run, report", "one JSON event per line"),
     Contract(SERIES_FILE, "file", "watch", "report", "per-rank step series"),
+    Contract(ATTACHED_FILE, "file", "watch", "run", "what a rank's watch watches, and how "
+             "it attached (ddpdoctor/attachment.py)"),
     Contract(f"{HEARTBEAT_SUBDIR}/{HEARTBEAT_FILE}", "file", "watch", "run, attach, report",
              "a rank's last step, time, phase"),
     Contract(f"{FR_SUBDIR}/{FR_DUMP_FILE}", "file", "watch", "attach, run, report",

@@ -105,6 +105,7 @@ DEFAULTS: dict[str, tuple[Action, str]] = {
     "SCALING_COMM_BOUND": (_K, "overlap or compress communication, or a larger batch"),
     "SCALING_COMPUTE_BOUND": (_K, "one GPU (or core set) per rank"),
     "SCALING_INEFFICIENT": (_K, "profile a step at each size"),
+    "DS_CONFIG_INVALID": (_K, "correct the DeepSpeed config settings the finding names"),
 }
 
 

@@ -31,7 +31,8 @@ PACKAGE = "ddpdoctor"
 # small utilities (redaction, safe files, process trees, signal and thread names). The
 # package root (``ddpdoctor/__init__.py``: __version__, the lazy ``ddpdoctor.watch``) is core.
 CORE = ("", "errors", "findings", "catalog", "report", "contract", "outputs", "next_step",
-        "redact", "signames", "safefile", "proctree", "threadname", "playbook", "render")
+        "redact", "signames", "safefile", "proctree", "threadname", "playbook", "render",
+        "rankclaim", "attachment")
 # libraries and modes: one package per mode or shared library; check_worker.py is the
 # documented ``-m ddpdoctor.check_worker`` shim of check.
 MODES = ("attach", "check", "diagnose", "run", "watch", "jobview", "plan", "scale",

@@ -198,6 +198,11 @@ def test_plain_module_unchanged_and_quiet(tmp_path):
     handle.close()
     assert not model._forward_pre_hooks and not model[2]._forward_hooks
     assert not (tmp_path / "ev.jsonl").exists()
+    # what was watched, beside it (run's report names it)
+    from ddpdoctor.attachment import read_all
+
+    [attached] = read_all(str(tmp_path))
+    assert (attached.rank, attached.wrapper, attached.how) == (0, "module", "watch()")
 
 
 def test_plain_module_nan_and_unused(tmp_path):

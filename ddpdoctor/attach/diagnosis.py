@@ -70,7 +70,8 @@ class HangDiagnosis:
         return Check(
             "ranks", f"{len(d.ranks)} rank processes: {listed}{more}{missing}", group=GROUP,
             data={"ranks": [{"rank": r.rank, "pid": r.pid, "workers": r.workers,
-                             "rank_source": r.rank_source, "cmdline": r.cmdline}
+                             "rank_source": r.rank_source, "cmdline": r.cmdline,
+                             **({"rank_from": r.rank_detail} if r.rank_detail else {})}
                             for r in d.ranks],
                   "missing": d.missing, "notes": d.notes,
                   "left_out": {str(pid): why for pid, why in d.left_out.items()}})

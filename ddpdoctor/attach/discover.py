@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from ddpdoctor import contract as C
 from ddpdoctor.attach.rankproof import (
     ProcFacts,
+    RankMark,
     is_python,
     launcher_name,
     own_lineage,
     rank_mark,
     why_no_ranks_under,
 )
+from ddpdoctor.attach.spawned import UNKNOWN, SpawnedRanks, find_spawned
 from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
@@ -44,6 +46,7 @@ class RankProcess:
     rank_source: str = "env"
     cmdline: str = ""
     heartbeat_dir: str = ""  # DDPDOCTOR_HEARTBEAT_DIR: its step count, from the watch
+    rank_detail: str = ""  # what said which rank it is, where no launcher's variable did
 
 
 @dataclass
@@ -138,8 +141,13 @@ def discover(pids: list[int]) -> Discovery:
 
     disc = Discovery(ranks=[])
     _ranks_from_marks(disc, seen, facts, candidates)
+    spawned = find_spawned(seen, facts, candidates)
+    _ranks_from_claims(disc, seen, facts, spawned)
+    candidates |= set(spawned.claims)
     if not disc.ranks:
-        raise AttachError(_no_ranks(roots, facts, below), EXIT_DOCTOR_FAILED)
+        unread = (f"; {len(spawned.unknown)} multiprocessing child(ren) under it (PIDs "
+                  f"{spawned.unknown[:8]}): {UNKNOWN}") if spawned.unknown else ""
+        raise AttachError(_no_ranks(roots, facts, below) + unread, EXIT_DOCTOR_FAILED)
     _leave_out(disc, roots, facts, below, candidates)
     _find_missing(disc, [p for p, f in facts.items() if f.env == "zombie"])
     denied = sorted(p for p, f in facts.items() if f.env == "denied")
@@ -219,6 +227,33 @@ def _ranks_from_marks(disc: Discovery, seen: dict, facts: dict[int, ProcFacts],
     disc.world_size = max(sizes) if sizes else None
 
 
+def _ranks_from_claims(disc: Discovery, seen: dict, facts: dict[int, ProcFacts],
+                       spawned: SpawnedRanks) -> None:
+    """multiprocessing children numbered by the rank read from them (attach/spawned.py);
+    one whose rank could not be read is named as such, never numbered by PID order."""
+    by_rank = {r.rank: r for r in disc.ranks}
+    for pid, claim in sorted(spawned.claims.items(), key=lambda kv: (kv[1].rank, kv[0])):
+        if claim.rank in by_rank:
+            disc.notes.append(f"rank {claim.rank} is claimed by PIDs {by_rank[claim.rank].pid} "
+                              f"and {pid} ({claim.detail}): using {by_rank[claim.rank].pid}")
+            continue
+        by_rank[claim.rank] = rp = _rank_process(claim.rank, pid, seen, facts,
+                                                 claim.source.value)
+        rp.rank_detail = claim.detail
+        if claim.spawn_index is not None and rp.local_rank is None:
+            rp.local_rank = claim.spawn_index
+    disc.ranks = [by_rank[r] for r in sorted(by_rank)]
+    if any(c.source.value == "spawn_index" for c in spawned.claims.values()):
+        disc.notes.append("some ranks are numbered by mp.spawn's process index (no local "
+                          "`rank` could be read): the rank each passes to "
+                          "init_process_group may differ")
+    for pid in spawned.unknown:
+        disc.left_out[pid] = f"a multiprocessing child with no rank variable: {UNKNOWN}"
+        disc.notes.append(f"PID {pid} left out: {disc.left_out[pid]}")
+    sizes = {r.world_size for r in disc.ranks if r.world_size}
+    disc.world_size = max(sizes) if sizes else None
+
+
 def _rank_process(number: int, pid: int, seen: dict, facts: dict[int, ProcFacts],
                   source: str) -> RankProcess:
     import psutil
@@ -228,7 +263,7 @@ def _rank_process(number: int, pid: int, seen: dict, facts: dict[int, ProcFacts]
         env = seen[pid].environ()
     except psutil.Error:
         workers, env = [], {}
-    mark = facts[pid].mark
+    mark = facts[pid].mark or RankMark(None, None, None, None, "")
     return RankProcess(number, pid, mark.local_rank, mark.world_size, mark.local_world_size,
                        env.get(C.FR_DIR, ""), workers, rank_source=source,
                        cmdline=_describe(seen[pid]),

@@ -16,6 +16,7 @@ from ddpdoctor.commands.common import (
 from ddpdoctor.errors import ExitCode
 
 if TYPE_CHECKING:
+    from ddpdoctor.check.dsconfig.rules import JobFacts
     from ddpdoctor.check.options import CheckOptions
     from ddpdoctor.report import Report
 
@@ -79,6 +80,17 @@ def _bandwidth_table(report) -> None:
 @click.option("--full", is_flag=True,
               help="More of them: bandwidth up to 64M on gloo (1G on nccl), 2 warm-ups and "
                    "5 calls a trial at every size (allow for it in --deadline).")
+@click.option("--ds-config", default=None, metavar="FILE",
+              help="Check this DeepSpeed config (JSON) against itself and the job; alone "
+                   "(no --probe) no rank is started.")
+@click.option("--world-size", type=click.IntRange(1, 1 << 20), default=None,
+              help="The job's world size for --ds-config [default: --nproc x --nnodes when "
+                   "--nproc is given].")
+@click.option("--device-mem", default=None, metavar="SIZE",
+              help="Memory of one device (e.g. 80G) for --ds-config's bucket check.")
+@click.option("--ds-auto-filled", is_flag=True,
+              help="The --ds-config file goes to the HF Trainer or accelerate, which fill its "
+                   "\"auto\" values.")
 @click.option("-v", "--verbose", is_flag=True, help="Show all evidence lines.")
 @json_option
 @html_option
@@ -86,7 +98,9 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
             master_addr: str | None, master_port: int | None, max_bytes: str,
             expect_busbw: float | None, shm_min_mb: int, nnodes: int, node_rank: int,
             rdzv_endpoint: str | None, local_addr: str | None, quick: bool, full: bool,
-            verbose: bool, json_path: str | None, html_path: str | None) -> int:
+            ds_config: str | None, world_size: int | None, device_mem: str | None,
+            ds_auto_filled: bool, verbose: bool, json_path: str | None,
+            html_path: str | None) -> int:
     """Preflight every rank before a run.
 
     Starts NPROC ranks on this node, each with a process group, runs the probes in each and
@@ -111,6 +125,10 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
     """
     from ddpdoctor.check.probes import PROBES
 
+    ds_job = _ds_job(ds_config, world_size, nproc, nnodes, device_mem, ds_auto_filled)
+    alone = _config_alone(ds_job, probes, json_path, verbose, html_path)
+    if alone is not None:
+        return alone
     names = _probe_names(probes)
     if quick and full:
         raise click.BadParameter("choose one of --quick and --full", param_hint="--quick")
@@ -140,8 +158,40 @@ def command(nproc: int | None, backend: str | None, probes: tuple[str, ...], dea
             return ExitCode.HEALTHY
     else:
         report = _run_with_progress(nproc, names, backend, deadline, opts)
+    if ds_job is not None:
+        from ddpdoctor.check.dsconfig.report import add_config_check
+
+        add_config_check(report, ds_job)
     return finish(report, json_path, verbose=verbose,
                   after=None if json_path == "-" else _bandwidth_table, html_path=html_path)
+
+
+def _config_alone(ds_job: JobFacts | None, probes: tuple[str, ...], json_path: str | None,
+                  verbose: bool, html_path: str | None) -> int | None:
+    """--ds-config without --probe: the config alone (no rank started, torch not imported);
+    None when the probes run."""
+    if ds_job is None or probes:
+        return None
+    from ddpdoctor.check.dsconfig.report import config_only_report
+
+    return finish(config_only_report(ds_job), json_path, verbose=verbose, html_path=html_path)
+
+
+def _ds_job(ds_config: str | None, world_size: int | None, nproc: int | None, nnodes: int,
+            device_mem: str | None, auto_filled: bool) -> JobFacts | None:
+    """What --ds-config's rules know of the job; None without --ds-config."""
+    if not ds_config:
+        if device_mem or world_size or auto_filled:
+            raise click.BadParameter("--world-size, --device-mem and --ds-auto-filled go with "
+                                     "--ds-config", param_hint="--ds-config")
+        return None
+    from ddpdoctor.check.dsconfig.rules import JobFacts
+
+    if world_size is None and nproc is not None:
+        world_size = nproc * nnodes
+    mem = _parse_size(device_mem, "--device-mem") if device_mem else None
+    return JobFacts(world_size=world_size, device_mem=mem, auto_filled=auto_filled,
+                    config=ds_config)
 
 
 def _environment_that_breaks_torch() -> Report | None:
@@ -216,7 +266,7 @@ def _run_with_progress(nproc, names, backend, deadline, opts):
         return run_check(nproc, names, backend, deadline, opts, on_progress=show)
 
 
-def _parse_size(text: str) -> int:
+def _parse_size(text: str, option: str = "--max-bytes") -> int:
     units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     num, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
@@ -224,11 +274,11 @@ def _parse_size(text: str) -> int:
         value = int(float(num) * units[unit])
     except (ValueError, OverflowError):  # "nan", "inf", "1e400"
         raise click.BadParameter(f"{text!r} is not a size like 64M or 1G",
-                                 param_hint="--max-bytes") from None
+                                 param_hint=option) from None
     if value < 1024:
-        raise click.BadParameter("must be at least 1K", param_hint="--max-bytes")
-    if value > 1 << 40:
-        raise click.BadParameter("must be at most 1T", param_hint="--max-bytes")
+        raise click.BadParameter("must be at least 1K", param_hint=option)
+    if value > 1 << 40 and option == "--max-bytes":
+        raise click.BadParameter("must be at most 1T", param_hint=option)
     return value
 
 

@@ -100,6 +100,7 @@ class EventKind(str, Enum):
     IB_ASYNC = "ib_async"  # "NET/IB : Got async event : port error"
     SIDE_TRACEBACK = "side_traceback"  # a dashboard/logger's traceback (visdom, wandb, ...)
     HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"
+    DS_CONFIG = "ds_config"  # DeepSpeed refusing its config ("Check batch related parameters")
 
 
 # What other ranks report when one rank goes away (or a collective never completes).

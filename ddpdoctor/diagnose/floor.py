@@ -95,7 +95,9 @@ _HVD = "https://github.com/horovod/horovod/issues/"
 PATTERNS: tuple[FloorPattern, ...] = (
     FloorPattern(
         "deepspeed.launcher_exit", Evidence.LAUNCHER_DEATH, ("exits with return code",),
-        r"--local_rank=(?P<rank>\d+)'.*exits with return code = (?P<code>-?\d+)"
+        # The command the line quotes is the launcher's last spawned one, not the failed
+        # rank's (kb/deepspeed.py): its --local_rank names the rank only when it is 0.
+        r"--local_rank=(?P<rank>0)'.*exits with return code = (?P<code>-?\d+)"
         r"|exits with return code = (?P<code2>-?\d+)",
         (("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3'"
           ", '-u', 'main.py', '--local_rank=0', '--zero_stage', '2', '--deepspeed'] exits with "

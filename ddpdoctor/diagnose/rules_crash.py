@@ -152,8 +152,10 @@ def _who(e: Event) -> str:
 
 def _death(ix: EventIndex, e: Event) -> Verdict:
     """The finding for one process death: the signal decides which."""
-    # A shell's 128+N exit code says nothing the signal does not.
-    code = None if e.kind is K.PROCESS_EXIT else e.data.get("exit_code")
+    # A shell's 128+N exit code says nothing the signal does not; a launcher's returncode
+    # (DeepSpeed's -9) is the exit status itself.
+    code = (None if e.kind is K.PROCESS_EXIT and not e.data.get("launcher")
+            else e.data.get("exit_code"))
     sig = e.data.get("signal")
     who = _who(e)
     ranks = [e.rank] if e.rank is not None else []

@@ -23,6 +23,7 @@ from ddpdoctor.diagnose import (
     known_bugs,
     rules_collective,
     rules_crash,
+    rules_deepspeed,
     rules_env,
     rules_floor,
     rules_training,
@@ -33,7 +34,7 @@ from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, ranks_of, v
 from ddpdoctor.findings import Finding, format_ranks
 
 RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE, rules_versions.PLUGIN_RULE)
-                           + rules_env.RULES
+                           + rules_env.RULES + (rules_deepspeed.RULE,)
                            + rules_training.RULES + rules_collective.RULES + rules_crash.RULES
                            + rules_collective.ALONE[:1] + rules_crash.ALONE[:1]
                            + rules_collective.ALONE[1:] + rules_crash.ALONE[1:]

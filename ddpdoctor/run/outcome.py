@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 from ddpdoctor.contract import REPORT_FILE
@@ -29,6 +30,17 @@ def job_exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _attached(events_path: str, since: float) -> str:
+    """What the watch watched (never a silent "nothing found" over no model), and what
+    it could not compare."""
+    from ddpdoctor.attachment import read_all
+    from ddpdoctor.run.watch_events import describe_attachments, watch_notes
+
+    attached = read_all(os.path.dirname(os.path.abspath(events_path)), since)
+    text = "; " + describe_attachments(attached)
+    return text + "".join(f"; note: {n}" for n in watch_notes(events_path, since))
+
+
 def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
                  wall0: float) -> None:
     report = result.report
@@ -42,7 +54,8 @@ def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
         found = (f"; found {', '.join(sorted({f.id for f in watched}))}" if watched
                  else "; nothing found")
         summary = ("in-training checks on (ddpdoctor.watch bootstrap, DDPDOCTOR_WATCH=1)"
-                   + (found if jenv.events_path else "") + "".join(f"; {n}" for n in jenv.notes))
+                   + (found if jenv.events_path else "") + "".join(f"; {n}" for n in jenv.notes)
+                   + (_attached(jenv.events_path, wall0) if jenv.events_path else ""))
     else:
         summary = "off" if not opts.watch else "; ".join(jenv.notes)
     report.checks.append(Check(
@@ -52,6 +65,7 @@ def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
     _output_check(report, job, rank_paths)
     _stall_check(report, result, opts)
 
+    _restarts(result, job, result.returncode)
     _job_outcome(result, job, opts, took)
     _memory_evidence(report, result)
     # After the outcome's own findings: the root cause of a crash or hang leads.
@@ -159,8 +173,10 @@ def _job_outcome(result: Any, job: Job, opts: Any, took: float) -> None:
         result.exit_code = EXIT_FINDINGS if result.hang is not None else 0
         return
 
-    findings, info = triage_mod.triage_output(job.copy.combined_path, tracker.exits, rc,
+    log_path, exits = _triage_input(result, job)
+    findings, info = triage_mod.triage_output(log_path, exits, rc,
                                               getattr(tracker, "endpoints", None))
+    _spawn_culprit(findings, result, log_path)
     info["returncode"] = rc
     if job.copy.incomplete():
         info["log_incomplete"] = True
@@ -179,6 +195,58 @@ def _job_outcome(result: Any, job: Job, opts: Any, took: float) -> None:
     for f in findings:
         report.add(f, check=triage_mod.CHECK)
     result.exit_code = job_exit_code(rc)
+
+
+def _triage_input(result: Any, job: Job) -> tuple[Any, list]:
+    """The log and rank exits the job's triage reads: its last attempt's after restarts
+    (an earlier attempt's failure is in its own section, not the job's cause)."""
+    sections = getattr(result, "attempt_ends", None)
+    attempts = getattr(result, "attempts", None)
+    if sections and attempts is not None and sections[-1].log:
+        return Path(sections[-1].log), attempts.attempts[-1].exits
+    return job.copy.combined_path, result.tracker.exits
+
+
+def _spawn_culprit(findings: list, result: Any, log_path: Any) -> None:
+    """mp.spawn names the failed child by its process index: the rank run read."""
+    spawn = getattr(result, "spawn", None)
+    if spawn is None or not spawn.children:
+        return
+    from ddpdoctor.run.spawn_ranks import name_spawn_culprit
+
+    try:
+        with open(log_path, "rb") as f:
+            text = f.read(1 << 24).decode("utf-8", "replace")
+    except OSError:
+        return
+    name_spawn_culprit(findings, text, spawn.index_to_rank(), spawn.claims())
+
+
+def _restarts(result: Any, job: Job, rc: int | None) -> None:
+    """One section per attempt of a job that restarted (run/attempt_report.py)."""
+    attempts = getattr(result, "attempts", None)
+    if attempts is None or not attempts.restarted:
+        return
+    from ddpdoctor.run import attempt_report as ar
+
+    try:
+        with open(job.copy.combined_path, "rb") as f:
+            lines = f.read().decode("utf-8", "replace").splitlines(keepends=True)
+    except OSError:
+        return
+    atts = attempts.attempts
+    parts = ar.slice_lines(lines, atts)
+    logs = ar.write_logs(result.run_dir, parts, atts)
+    found, ends = [], []
+    for i, (att, part, log) in enumerate(zip(atts, parts, logs, strict=True)):
+        last = i == len(atts) - 1
+        fs = (triage_mod.triage_output(Path(log), att.exits, rc or 1)[0]
+              if log and not (last and rc == 0) else [])
+        found.append(fs)
+        ends.append(ar.ending(att, part, fs, last, rc if rc is not None else 1, log))
+    result.attempt_ends = ends
+    for check in ar.attempt_checks(ends, atts, found, GROUP):
+        result.report.checks.append(check)
 
 
 def _write_copy(report: Any, run_dir: str) -> None:

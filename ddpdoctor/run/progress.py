@@ -46,7 +46,7 @@ class ProcSample:
 
 
 @dataclass(frozen=True)
-class _Identity:
+class Identity:
     """What a process's environment says, read once per (pid, create time)."""
 
     rank: int | None
@@ -75,28 +75,28 @@ class Heartbeat:
                 and (self.step > 0 or self.phase not in ("", "starting")))
 
 
-def _identity_of(proc: Any) -> _Identity:
+def _identity_of(proc: Any) -> Identity:
     import psutil
 
     try:
         env = proc.environ()
     except (psutil.Error, OSError):
-        return _Identity(None)
+        return Identity(None)
     value = env.get("RANK")
     try:
         rank = int(value) if value is not None else None
     except ValueError:
-        return _Identity(None)
+        return Identity(None)
     if rank is None:
-        return _Identity(None)
+        return Identity(None)
     try:
         cmdline = proc.cmdline()
     except (psutil.Error, OSError):
         cmdline = []
-    return _Identity(rank, endpoint_of(env, cmdline))
+    return Identity(rank, endpoint_of(env, cmdline))
 
 
-def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], _Identity],
+def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], Identity],
                 host: HostProcs | None = None) -> TreeSample:
     """CPU time, RANK and rendezvous endpoint of the root and every descendant
     (environments read once); ``host``: this poll's one walk of the host's processes."""
@@ -127,7 +127,7 @@ def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], _
             continue
         key = (p.pid, created)
         if key not in rank_cache:
-            rank_cache[key] = _Identity(None) if zombie else _identity_of(p)
+            rank_cache[key] = Identity(None) if zombie else _identity_of(p)
         ranks[p.pid], rdzv[p.pid] = rank_cache[key].rank, rank_cache[key].rdzv
         if ranks[p.pid] is not None and not zombie:
             cpu = max(0.0, cpu - BACKGROUND.cpu_s(p.pid))
@@ -185,6 +185,7 @@ class ProgressTracker:
         self._prev: TreeSample | None = None
         self._hb: dict[int, tuple[int, float]] = {}
         self._rank_pids: dict[int, set[int]] = {}
+        self._live_pids: dict[int, set[int]] = {}  # the ranks' processes in the last sample
         # unit -> last time it used CPU, heartbeat or not: a quiet rank that still works
         # (an evaluation, a checkpoint save) is not hung (run/verdict.py)
         self.cpu_last: dict[int, float] = {}
@@ -251,8 +252,9 @@ class ProgressTracker:
 
     @property
     def rank_pids(self) -> dict[int, int]:
-        """Each rank seen so far and its process's pid (the lowest, if it had several)."""
-        return {r: min(p) for r, p in self._rank_pids.items() if p}
+        """Each rank seen so far and its process's pid: a live one where the rank lives
+        (after a restart, the new attempt's, not the dead one's), else the lowest seen."""
+        return {r: min(self._live_pids.get(r) or p) for r, p in self._rank_pids.items() if p}
 
     def _track_exits(self, now: float, sample: TreeSample) -> None:
         live: dict[int, set[int]] = {}
@@ -261,6 +263,7 @@ class ProgressTracker:
                 live.setdefault(p.rank, set()).add(p.pid)
                 if p.rdzv is not None:
                     self.endpoints[p.rank] = p.rdzv
+        self._live_pids = live
         gone_already = {e.rank for e in self.exits}
         for rank, pids in self._rank_pids.items():
             if rank not in live and rank not in gone_already:

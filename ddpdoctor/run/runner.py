@@ -23,6 +23,7 @@ from ddpdoctor.proctree import HostProcs
 from ddpdoctor.report import Report
 from ddpdoctor.run import hang as hang_mod
 from ddpdoctor.run import jobnode
+from ddpdoctor.run.attempts import Attempts, observe_sample
 from ddpdoctor.run.env import RUN_ID, job_environment, watch_bootstrap_dir
 from ddpdoctor.run.looks import Look
 from ddpdoctor.run.loop import Loop, Node
@@ -33,6 +34,7 @@ from ddpdoctor.run.process import Job, JobStartError
 from ddpdoctor.run.progress import ProgressTracker, sample_tree
 from ddpdoctor.run.reaper import Reaper
 from ddpdoctor.run.signals import RunSignals
+from ddpdoctor.run.spawn_ranks import SpawnRanks
 from ddpdoctor.run.tree import JobTree, Killed, set_subreaper
 
 # variables worth seeing in a report about a distributed job (values of secret-looking
@@ -95,6 +97,10 @@ class RunResult:
     tracker: ProgressTracker | None = None
     job_verdicts: list[Any] = field(default_factory=list)  # jobview.snapshot.Verdict
     job_end: Any = None  # run.jobnode.NodeEnd: what the job view knew at the end
+    # mp.spawn / multiprocessing children and the rank read from each (run/spawn_ranks.py)
+    spawn: SpawnRanks = field(default_factory=SpawnRanks)
+    attempts: Attempts = field(default_factory=Attempts)  # torchrun restarts
+    attempt_ends: list[Any] = field(default_factory=list)  # run.attempt_report.AttemptEnd
 
 
 def _prepare_run_dir(path: str | None) -> tuple[str, list[str]]:
@@ -192,13 +198,17 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: R
     result.memory = memory = MemoryHistory(time.monotonic())
     node = node or Node(None)
     loop = Loop(job, sigs, result, jenv, opts, tracker, node, wall0)
+    restart_counts: dict[int, tuple[int | None, int | None]] = {}
     try:
         while True:
             if job.poll() is not None or sigs.teardown:
                 break
             now = time.monotonic()
             host = HostProcs.read()  # one walk of the host's processes a poll
+            # ranks no launcher numbered (mp.spawn): their real rank, before the sample
+            result.spawn.fill(job.pid, host, loop.rank_cache)
             sample = sample_tree(job.pid, now, loop.rank_cache, host)
+            observe_sample(result.attempts, sample, now, job.copy.lines, restart_counts)
             tree.scan(host)
             tree.reap(job.pid)
             memory.add(sample)

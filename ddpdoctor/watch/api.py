@@ -52,6 +52,8 @@ def watch(model: Any, optimizer: Any = None, dataloader: Any = None, every: int 
     Settings: see :class:`ddpdoctor.watch.config.WatchConfig` (``metrics_port`` serves
     Prometheus metrics); env overrides apply.
     """
+    how = str(settings.pop("_how", "watch()"))  # how it attached: said in run's report
+    gather = bool(settings.pop("_gather", True))  # False: no collective (not every rank is here)
     existing = _WATCHERS.get(model)
     if existing is not None and not existing.closed:
         existing.add(optimizer=optimizer, dataloader=dataloader)
@@ -59,15 +61,22 @@ def watch(model: Any, optimizer: Any = None, dataloader: Any = None, every: int 
             existing.stream.add(s)
         return existing
     cfg = from_env(every=every, checks=checks, events_path=events_path, **settings)
-    return Watcher(model, cfg, optimizer, dataloader, sinks=sinks)
+    w = Watcher(model, cfg, optimizer, dataloader, sinks=sinks, gather=gather)
+    if w.stream.path:
+        from ddpdoctor.attachment import Attachment
+
+        Attachment(w.rank, type(model).__name__, w.wrapper, how, time.time()).write(
+            w.stream.path)
+    return w
 
 
 class Watcher(StepHooks):
     """One watched model: the context every check reads (watch/context.py)."""
 
     def __init__(self, model: Any, cfg: WatchConfig, optimizer: Any = None,
-                 dataloader: Any = None, sinks: Iterable[Sink] = ()) -> None:
+                 dataloader: Any = None, sinks: Iterable[Sink] = (), gather: bool = True) -> None:
         self.cfg = cfg
+        self.gather = gather  # cross-rank checks: only where every rank makes this watch
         self.closed = self.disabled = False
         self.auto = False  # created by the zero-code-change hook
         self.findings: list[Finding] = []
@@ -98,6 +107,7 @@ class Watcher(StepHooks):
         self._start_extras()
         _WATCHERS[model] = self
         _install_excepthook()
+        _install_atexit()
 
     # -- set-up
 
@@ -125,7 +135,7 @@ class Watcher(StepHooks):
         self.timed = self.cfg.enabled("straggler")  # per-step times are wanted
         self.exchange = Exchange(self, [c for c in self.checks
                                         if c.name in COLLECTIVE_CHECKS])
-        if self.dist and self.world > 1 and self.exchange.coll:
+        if self.dist and self.world > 1 and self.exchange.coll and self.gather:
             self.exchange.setup()
 
     def _start_extras(self) -> None:
@@ -252,6 +262,7 @@ class Watcher(StepHooks):
                 self.exchange.poll(deadline=time.monotonic() + 2.0)
         except Exception as e:
             log.debug("ddpdoctor: final poll failed: %s", e)
+        self.final_local()
         self.hooks.remove()
         join_hooks.remove(self)
         if self._pause_depth:
@@ -263,6 +274,23 @@ class Watcher(StepHooks):
         hang_watchdog.release(self.monitor)
         self.stream.close()
         _WATCHERS.pop(self.model, None)
+
+    def final_local(self) -> None:
+        """What each check saw since the last check step, said by this rank alone: no
+        gather at the end (ranks end at different times, their group may be gone), so a
+        NaN after the last check step is not lost when the job exits."""
+        if self.disabled:
+            return
+        for c in self.checks:
+            fn = getattr(c, "final_local", None)
+            if fn is None:
+                continue
+            try:
+                fn(self)
+            except Warning:
+                raise
+            except Exception as e:  # the end of training must not fail here
+                log.debug("ddpdoctor: %s.final_local failed: %r", c.name, e)
 
     def exception(self, exc: BaseException) -> None:
         """Let the checks look at an exception that is ending training (an OOM)."""
@@ -289,6 +317,28 @@ class Watcher(StepHooks):
     def __repr__(self) -> str:
         return (f"<ddpdoctor.watch {self.wrapper} rank={self.rank} step={self.step} "
                 f"checks={[c.name for c in self.checks]} findings={len(self.findings)}>")
+
+
+def _install_atexit() -> None:
+    """Once per process: at a normal exit, the watchers no one closed (the zero-code
+    ones) say what they saw since their last check step."""
+    if _exit_hook:
+        return
+    import atexit
+
+    def at_exit() -> None:
+        for w in list(_WATCHERS.values()):
+            if not w.closed:
+                try:
+                    w.final_local()
+                except Exception:  # exiting anyway
+                    pass
+
+    atexit.register(at_exit)
+    _exit_hook.append(at_exit)
+
+
+_exit_hook: list[Any] = []
 
 
 def _install_excepthook() -> None:

@@ -1,4 +1,5 @@
-"""Zero-code-change watching: every DDP / FSDP2 model a program builds gets ``watch()``.
+"""Zero-code-change watching: every DDP / FSDP2 model a program builds gets ``watch()``,
+and so does any other model an optimizer steps (watch/optim_attach.py).
 
 :func:`install` (run by the bootstrap ``sitecustomize`` when ``DDPDOCTOR_WATCH=1``)
 imports nothing heavy: a meta-path finder waits for ``torch`` and
@@ -43,6 +44,9 @@ def _patch(name: str) -> None:
         if name == "torch":
             _patch_ddp()
             _patch_dataloader()
+            from ddpdoctor.watch import optim_attach
+
+            optim_attach.install(_watch)
         elif name == "torch.distributed.fsdp":
             _patch_fully_shard()
     except Exception as e:  # never break the user's import
@@ -82,11 +86,12 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             return None
 
 
-def _watch(model: Any) -> None:
+def _watch(model: Any, optimizer: Any = None, how: str = "auto", gather: bool = True) -> None:
     try:
         from ddpdoctor.watch.api import watch
 
-        w = watch(model, dataloader=[ld for ld in list(_loaders) if ld is not None] or None)
+        w = watch(model, optimizer=optimizer, _how=how, _gather=gather,
+                  dataloader=[ld for ld in list(_loaders) if ld is not None] or None)
         w.auto = True
     except Exception as e:
         log.warning("ddpdoctor autowatch: not watching %s: %s", type(model).__name__, e)
@@ -111,7 +116,8 @@ def _after_init(cls: type, then: Any) -> None:
 def _patch_ddp() -> None:
     from torch.nn.parallel import DistributedDataParallel
 
-    _after_init(DistributedDataParallel, _watch)
+    _after_init(DistributedDataParallel,
+                functools.partial(_watch, how="at DDP's construction"))
 
 
 def _patch_dataloader() -> None:
@@ -169,7 +175,7 @@ def _first_forward(module: Any, args: Any) -> None:
         children = {id(c) for m in alive for c in m.modules() if c is not m}
         for m in alive:
             if id(m) not in children and m not in _WATCHERS:
-                _watch(m)
+                _watch(m, how="at its first forward (fully_shard)")
                 w = _WATCHERS.get(m)
                 if w is not None and m is module:
                     # this forward's hooks were fixed before the watch attached

@@ -23,6 +23,15 @@ updates; otherwise the comparison waits (said once, in a ``note``). Replicated m
 equal on every rank of the group: plain tensors and DTensors whose placements are all
 Replicate, or Shard over a mesh dimension of size 1 (a whole copy).
 
+What counts as a replica is checked, not only assumed: when the watch attaches (before
+the model's first optimizer step when it attached itself: watch/optim_attach.py), every
+rank gathers its checksums once, and a tensor is compared later only within the ranks
+where it was equal then. A model the watch cannot see the layout of (plain modules
+trained by a hand-rolled all-reduce, or pipeline stages of the same shape that were never
+meant to be equal) is thus compared only where it started as a replica; tensors that
+differed from the start are said in a ``note``. FSDP1's flat parameters are per-rank
+shards and are never compared.
+
 The row carries the rank's training state too (watch/train_state.py: the optimizer's own
 step count, the step it resumed from, the learning rate): a desync whose ranks resumed
 different state names the rank whose state differs. And where the wrapper's group holds
@@ -132,6 +141,16 @@ def diverged(sums: list[list[int]], ranks: list[int]) -> tuple[list[int], int] |
     return None if d is None else (d.ranks, d.first)
 
 
+def fsdp1_shards(model: Any) -> set[int]:
+    """ids of the parameters FSDP1 (``FullyShardedDataParallel``) manages: flat parameters
+    and, with ``use_orig_params``, the views into them, both per-rank shards."""
+    out: set[int] = set()
+    for m in (model.modules() if hasattr(model, "modules") else ()):
+        if type(m).__name__ == "FullyShardedDataParallel":
+            out.update(id(p) for p in m.parameters())
+    return out
+
+
 def _replicated(t: Any) -> bool:
     """Equal on every rank of its group: a plain tensor, or a DTensor replicated (or
     "sharded" over a mesh dimension of size 1: every rank holds the whole tensor)."""
@@ -150,8 +169,9 @@ class DesyncCheck(WatchCheck):
     name = "desync"
 
     def attach(self, w: Any) -> None:
+        sharded = fsdp1_shards(getattr(w, "model", None))
         self.tensors: list[tuple[str, Any]] = [(n, p) for n, p in w.named_params
-                                               if _replicated(p)]
+                                               if _replicated(p) and id(p) not in sharded]
         self.n_params = len(self.tensors)
         # DDP re-broadcasts buffers from rank 0 before each forward: differing buffers at
         # the step boundary are expected then (BatchNorm statistics).
@@ -162,6 +182,30 @@ class DesyncCheck(WatchCheck):
         self.done = False
         self.accum = AccumulationCheck()
         self.noted: set[str] = set()
+        self.start: list[list[int]] | None = None  # every rank's checksums at attach
+
+    def group_ready(self, w: Any, make_group: Any) -> None:
+        """The baseline: every rank's checksums now, before they could drift."""
+        import torch
+        import torch.distributed as dist
+
+        from ddpdoctor.watch.exchange import all_gather
+
+        mine = torch.zeros(self.width, dtype=torch.int64)
+        if self.tensors:
+            sums = torch.stack([bit_sum(local(t)) for _, t in self.tensors]).cpu()
+            mine[_HEAD:_HEAD + sums.numel()] = sums
+        out = torch.empty(w.world * self.width, dtype=torch.int64)
+        all_gather(dist)(out, mine, group=make_group("gather"))
+        self.start = out.view(w.world, self.width).tolist()
+
+    def replicas_at_start(self, group: list[int]) -> list[bool]:
+        """Per tensor: equal on every rank of ``group`` when the watch attached."""
+        n = len(self.tensors)
+        if self.start is None:
+            return [True] * n
+        rows = [self.start[r][_HEAD:_HEAD + n] for r in group]
+        return [len({row[j] for row in rows}) == 1 for j in range(n)]
 
     def pack(self, w: Any, step: int) -> Any:
         import struct
@@ -200,8 +244,14 @@ class DesyncCheck(WatchCheck):
             if why_not is not None:
                 self._deferred(w, step, why_not)
                 continue
+            keep = self.replicas_at_start(group)
+            if not all(keep):
+                self._not_replicas(w, step, group, keep)
+            if not any(keep):
+                continue
             compared = True
-            sums = [r[_HEAD:_HEAD + len(self.tensors)] for r in block]
+            sums = [[v if k else 0 for v, k in zip(r[_HEAD:_HEAD + len(self.tensors)], keep)]
+                    for r in block]
             d = compare(sums, group)
             if d is not None:
                 findings.append(self._finding(w, step, group, d, micro, heads))
@@ -219,6 +269,14 @@ class DesyncCheck(WatchCheck):
         self.noted.add(key)
         w.sink.write({"kind": "note", "message": f"replicas not compared at step {step}: "
                                                  f"{why}"}, step)
+
+    def _not_replicas(self, w: Any, step: int, group: list[int], keep: list[bool]) -> None:
+        names = [n for (n, _), k in zip(self.tensors, keep) if not k]
+        self._deferred(w, step, (
+            f"start: {len(names)} of {len(keep)} tensors already differed across ranks "
+            f"{','.join(map(str, group))} when the watch attached (first: {names[0]}); "
+            "they are not compared: not replicas by design (pipeline stages, per-rank "
+            "shards), or replicas whose initial weights were never broadcast"))
 
     def _finding(self, w: Any, step: int, group: list[int], d: Divergence, micro: list[int],
                  heads: list[Head]) -> Finding:

@@ -238,6 +238,30 @@ class NonfiniteCheck(WatchCheck):
         self.grad_bad = None
         return torch.tensor([first, source, pidx], dtype=torch.float64)
 
+    def final_local(self, w: Any) -> None:
+        """A non-finite value after the last check step: this rank's own first one
+        (``run`` keeps the earliest step over the ranks that say so)."""
+        # a backward whose optimizer step never ran (the loop ended, or a GradScaler
+        # skipped it) is no completed step
+        last = self.flags.last_step()
+        if last is not None and last > w.step:
+            self.flags.drop_step(last)
+        hit = self.flags.first_nonfinite()
+        if hit is None or self.done:
+            return
+        self.done = True
+        first, source = hit
+        w.emit(Finding(
+            "GRAD_NONFINITE",
+            f"non-finite {self.source_name(w, source)} on rank {w.rank} at step {first} "
+            "(after the last check step; seen as the watch ended)",
+            ranks=[w.rank],
+            evidence={"step": first, "source": self.source_name(w, source),
+                      "scope": "rank", "detected_at_step": "end of training",
+                      "why": "found after the last check step, so not compared across "
+                             "ranks: the rank with the earliest step is the first"}),
+            first)
+
     def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
         data = [(int(r[0]), int(r[1]), int(r[2])) for r in rows.tolist()]
         hit = first_nonfinite(data)

@@ -7,12 +7,19 @@ Those ride in the all_gather (K values each); the reporter keeps a short history
 names a rank whose local time exceeds the median of its peers' by a margin in most
 recent steps. With two ranks a median/MAD score cannot pick a side, so the comparison is
 always against the peers' median, with an absolute and a relative floor.
+
+A straggler's most common cause under ``torch.compile`` is its own recompiling (a shape
+that changes on that rank only, with ``dynamic=False``; a guard that fails every step):
+each rank also sends how many frames dynamo compiled and the seconds it spent compiling
+(dynamo's own counters, read only where dynamo is already imported), and a straggler that
+compiled more than every peer since the last check step is said to be recompiling.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import sys
 from collections import deque
 from typing import Any
 
@@ -127,12 +134,42 @@ def rank_metrics(step: int, times: dict[int, list[Times]], last: int) -> list[St
     return out
 
 
+def compile_stats() -> tuple[int, float]:
+    """(frames dynamo compiled, seconds compiling) in this process so far; (0, 0.0) where
+    dynamo was never imported (it is not imported here)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return 0, 0.0
+    try:
+        frames = int(utils.counters["frames"]["total"])
+        seconds = float(sum(utils.compilation_time_metrics.get("_compile.compile_inner", ())))
+    except Exception:  # private counters move between releases
+        return 0, 0.0
+    return frames, seconds
+
+
+def recompiling(rank: int, group: list[int], compiles: dict[int, int],
+                seconds: dict[int, float]) -> dict | None:
+    """Evidence that ``rank`` straggles because it recompiles: it compiled at least twice
+    since the last check step, more than every peer."""
+    mine = compiles.get(rank, 0)
+    peers = [compiles.get(r, 0) for r in group if r != rank]
+    if mine < 2 or (peers and mine <= max(peers)):
+        return None
+    return {"compiles_since_last_check": {str(r): compiles.get(r, 0) for r in group},
+            "compile_s_since_last_check": {str(r): round(seconds.get(r, 0.0), 3)
+                                           for r in group},
+            "how_to_see_why": "TORCH_LOGS=recompiles names the guard that failed on each "
+                              "recompile (a shape with dynamic=False, a Python value)"}
+
+
 class StragglerCheck(WatchCheck):
     name = "straggler"
 
     def attach(self, w: Any) -> None:
         self.k = w.cfg.every
-        self.width = 2 + 3 * self.k
+        self.width = 4 + 3 * self.k  # count, loaders, 3 x k times, compiles, compile s
+        self.compiled: dict[int, tuple[float, float]] = {}  # per rank: the last totals
         self.history: dict[int, deque] = {}
         self.warmup = 1  # step 1 carries one-time costs (bucket building, lazy init)
         self.sent = 0  # the last step whose times were packed
@@ -148,7 +185,19 @@ class StragglerCheck(WatchCheck):
         values = [float(len(window)), float(bool(w.loaders))]
         for col in (1, 2, 3):
             values += [t[col] for t in window] + pad
+        frames, seconds = compile_stats()
+        values += [float(frames), seconds]
         return torch.tensor(values, dtype=torch.float64)
+
+    def _compiles(self, data: list[list[float]]) -> tuple[dict[int, int], dict[int, float]]:
+        """Per rank: frames compiled and seconds compiling since the last check step."""
+        frames, seconds = {}, {}
+        for r, row in enumerate(data):
+            now = (row[2 + 3 * self.k], row[3 + 3 * self.k])
+            before = self.compiled.get(r, (0.0, 0.0))
+            frames[r], seconds[r] = int(now[0] - before[0]), now[1] - before[1]
+            self.compiled[r] = now
+        return frames, seconds
 
     def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
         keep = max(self.k, 16)
@@ -163,6 +212,7 @@ class StragglerCheck(WatchCheck):
                 h.append((row[2 + j], row[2 + self.k + j], row[2 + 2 * self.k + j]))
         cfg = w.cfg
         findings = []
+        compiles, compile_s = self._compiles(data)
         for group in w.peer_groups():
             times = {r: list(self.history.get(r, ())) for r in group}
             if fresh:
@@ -172,6 +222,13 @@ class StragglerCheck(WatchCheck):
                                              cfg.data_share, timed):
                 what = ("waits for data" if fid == "DATALOADER_BOTTLENECK"
                         else "is slower than its peers before every all-reduce")
+                cause = (recompiling(ranks[0], group, compiles, compile_s)
+                         if fid == "STRAGGLER" and len(ranks) == 1 else None)
+                if cause is not None:
+                    n, secs = compiles[ranks[0]], compile_s[ranks[0]]
+                    what += (f": it is recompiling (torch.compile: {n} frames compiled "
+                             f"since the last check step, {secs:.1f} s compiling)")
+                    ev = {**ev, "cause": "recompiling", **cause}
                 findings.append(Finding(
                     fid, f"rank {','.join(map(str, ranks))} {what}", ranks=ranks,
                     evidence={"step": step, **ev}))

@@ -1,0 +1,94 @@
+"""DeepSpeed's own texts: its launcher reporting a rank's death, and its config refusals.
+
+The launcher (``deepspeed`` -> ``deepspeed.launcher.launch``) polls its ranks once a second;
+when one exits non-zero it logs ``Killing subprocess PID`` for every rank, then
+``[CMD] exits with return code = N`` and exits with N. CMD there is *not* the failed rank's
+command: it is the loop variable left over from spawning, the command of the last local
+rank (launch.py, ``logger.error(f"{cmd} exits with return code = ...")``; recorded here:
+rank 0 SIGKILLed, the line names ``--local_rank=1``). So the line's ``--local_rank`` names
+the rank only when it is 0 (then the launcher spawned one process: that one failed); for
+any other value the rank is unknown from the log (``ddpdoctor run`` names it by which rank
+process went away first).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.kb.signature import Example, Signature
+from ddpdoctor.signames import killed_by
+
+_DS = "https://github.com/deepspeedai/DeepSpeed/issues/"
+_REC = "tests/fixtures/deepspeed/"  # recorded from real deepspeed 0.19.8, 2 CPU ranks, gloo
+
+
+def _exit(m: re.Match[str]) -> dict[str, Any]:
+    code = int(m["exit_code"])
+    out: dict[str, Any] = {"launcher": "deepspeed"}
+    if code < 0:
+        out["signal"] = killed_by(code) or f"signal {-code}"
+    if m["local_rank"] == "0":
+        # only local rank 0 spawned: the command named is the one that failed. "process"
+        # is the field the scanner reads as the rank a launcher's line names (mp.spawn's).
+        out["process"] = 0
+    return out
+
+
+SIGNATURES = (
+    Signature(
+        "deepspeed.launcher_exit", K.PROCESS_EXIT, "exits with return code",
+        r"\[(?P<command>.*?'--local_rank=(?P<local_rank>\d+)'.*?|.*?)\] exits with return "
+        r"code = (?P<exit_code>-?\d+)",
+        "RANK_CRASHED", "deepspeed.launcher.launch, 0.3 to 0.19",
+        (Example("[2023-07-10 04:26:35,999] [ERROR] [launch.py:324:sigkill_handler] ['/global/D1"
+                 "/homes/sushant/sushanta/venv/bin/python3.10', '-u', 'trainCLM.py', "
+                 "'--local_rank=1', '--deepspeed', '/home/sushant/D1/sushanta/try/nepaligpt/clm"
+                 "/config/deepspeed_config.json'] exits with return code = -11",
+                 "https://github.com/deepspeedai/DeepSpeedExamples/issues/626",
+                 {"exit_code": -11, "signal": "SIGSEGV"}),
+         Example("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] "
+                 "['/usr/bin/python3', '-u', 'main.py', '--local_rank=0', '--zero_stage', '2', "
+                 "'--deepspeed'] exits with return code = -9", _DS + "3232",
+                 {"exit_code": -9, "signal": "SIGKILL", "process": 0}),
+         Example("[2026-11-26 21:33:08,010] [ERROR] [launch.py:259:sigkill_handler] "
+                 "['/venv/bin/python3', '-u', 'ds_train.py', '--local_rank=1', '--fault', "
+                 "'sigkill', '--fault-rank', '0'] exits with return code = -9",
+                 _REC + "sigkill_first_of_two.log", {"exit_code": -9, "signal": "SIGKILL"})),
+        convert={"exit_code": int, "local_rank": int}, extra=_exit),
+    Signature(
+        "deepspeed.killing_subprocess", K.TEARDOWN, "Killing subprocess",
+        r"sigkill_handler\] Killing subprocess (?P<pid>\d+)", "RANK_CRASHED",
+        "deepspeed.launcher.launch, 0.3 to 0.19",
+        (Example("[2021-11-21 08:32:07,148] [INFO] [launch.py:131:sigkill_handler] Killing "
+                 "subprocess 250621", _DS + "1581", {"pid": 250621}),
+         Example("[2026-11-26 21:33:07,983] [INFO] [launch.py:253:sigkill_handler] Killing "
+                 "subprocess 10843", _REC + "sigkill_first_of_two.log", {"pid": 10843})),
+        convert={"pid": int}),
+    Signature(
+        "deepspeed.config_batch", K.DS_CONFIG, "Check batch related parameters",
+        r"train_batch_size is not\s+equal to micro_batch_per_gpu \* gradient_acc_step \* "
+        r"world_size\s*(?P<train_batch_size>\d+) != (?P<micro_batch>\d+) \* (?P<grad_acc>\d+) "
+        r"\* (?P<world_size>\d+)", "DS_CONFIG_INVALID", "deepspeed >= 0.3 (runtime/config.py)",
+        (Example("[rank0]: AssertionError: Check batch related parameters. train_batch_size is "
+                 "not equal to micro_batch_per_gpu * gradient_acc_step * world_size 8 != 2 * 1 "
+                 "* 1", _DS + "6914", {"train_batch_size": 8, "micro_batch": 2, "grad_acc": 1,
+                                       "world_size": 1}),
+         Example("AssertionError: Check batch related parameters. train_batch_size is not equal "
+                 "to micro_batch_per_gpu * gradient_acc_step * world_size 256 != 2 * 18 * 7",
+                 "https://github.com/OpenRLHF/OpenRLHF/issues/346",
+                 {"train_batch_size": 256, "grad_acc": 18, "world_size": 7})),
+        convert={"train_batch_size": int, "micro_batch": int, "grad_acc": int,
+                 "world_size": int},
+        extra=lambda m: {"setting": "train_batch_size"}),
+    Signature(
+        "deepspeed.config_fp16_bf16", K.DS_CONFIG, "cannot be simultaneously enabled",
+        r"bfloat16 and fp16 modes cannot be simultaneously enabled", "DS_CONFIG_INVALID",
+        "deepspeed >= 0.5 (runtime/config.py)",
+        (Example("- `DeepSpeedWorker.ds_training_config` no longer `setdefault`s `bf16` when the "
+                 "client already enabled `fp16`. Both at once is a DeepSpeed assert (`bfloat16 "
+                 "and fp16 modes cannot be simultaneously enabled`).",
+                 "https://github.com/Snowflake-AI-Research/Arctic-Platform/pull/78"),),
+        extra=lambda m: {"setting": "fp16.enabled, bf16.enabled"}),
+)
