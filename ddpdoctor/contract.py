@@ -44,6 +44,7 @@ RUN_ID = "DDPDOCTOR_RUN_ID"
 TRAIN_MEMORY = "DDPDOCTOR_TRAIN_MEMORY"
 METRICS_PORT = "DDPDOCTOR_METRICS_PORT"
 METRICS_HOST = "DDPDOCTOR_METRICS_HOST"
+PROFILE = "DDPDOCTOR_PROFILE"  # "START:STEPS": a torch.profiler window on every rank
 METRICS_JOB = "DDPDOCTOR_METRICS_JOB"
 SCALE_NPROC = "DDPDOCTOR_SCALE_NPROC"
 SCALE_MODE = "DDPDOCTOR_SCALE_MODE"
@@ -57,6 +58,9 @@ SERIES_FILE = "watch-series-rank{rank}.jsonl"
 SERIES_GLOB = "watch-series-rank*.jsonl"
 ATTACHED_FILE = "watch-attached-rank{rank}.json"
 ATTACHED_GLOB = "watch-attached-rank*.json"
+PROFILE_TRACE_FILE = "profile-rank{rank}.json"
+PROFILE_TOP_FILE = "profile-top-rank{rank}.json"
+PROFILE_TOP_GLOB = "profile-top-rank*.json"
 FR_SUBDIR = "fr"
 HEARTBEAT_SUBDIR = "heartbeat"
 HEARTBEAT_FILE = "rank{rank}.json"
@@ -131,6 +135,13 @@ CONTRACTS: tuple[Contract, ...] = (
              "1: measure the bytes of the last step on every rank"),
     Contract(METRICS_PORT, "env", "run --metrics-port, user", "watch",
              "serve Prometheus metrics on this port + LOCAL_RANK"),
+    Contract(PROFILE, "env", "run --profile, user", "watch",
+             "START:STEPS: profile steps START..START+STEPS-1 on every rank"),
+    Contract(PROFILE_TRACE_FILE, "file", "watch", "the user (chrome://tracing, Perfetto)",
+             "a rank's torch.profiler trace of the --profile window"),
+    Contract(PROFILE_TOP_FILE, "file", "watch", "run",
+             "a rank's top operators and step times of the --profile window "
+             "(ddpdoctor/profiled.py)"),
     Contract(METRICS_HOST, "env", "run --metrics-host, user", "watch",
              "address the metrics bind (default 127.0.0.1)"),
     Contract(METRICS_JOB, "env", "user", "watch's Prometheus sink", "the job label"),

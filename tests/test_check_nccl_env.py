@@ -1,13 +1,14 @@
 """NCCL_* / TORCH_NCCL_* / GLOO_* settings users copy from recipes, judged against the table
-of what NCCL and torch really read (ddpdoctor/check/nccl_vars.py). Planted env dicts in,
+of what NCCL and torch really read (ddpdoctor/distenv/table.py). Planted env dicts in,
 exact ENV_NCCL_CONFIG findings (severity, ranks) out; one real 2-rank `check --probe env`."""
 
 import json
 
 import pytest
 
-from ddpdoctor.check import nccl_vars
-from ddpdoctor.check.analysis import env, nccl_env
+from ddpdoctor.check.analysis import env
+from ddpdoctor.distenv import judge as nccl_env
+from ddpdoctor.distenv import table as nccl_vars
 
 CPU_P2P = {"skipped": "NVML: no NVIDIA driver (NVML Shared Library Not Found)"}
 
@@ -241,7 +242,7 @@ def test_two_ranks_one_with_a_misspelt_variable():
 
 
 def test_a_value_that_breaks_torch_distributed_import_is_found_before_any_rank_starts():
-    from ddpdoctor.check.analysis.nccl_env import import_breakers
+    from ddpdoctor.distenv.judge import import_breakers
 
     found = import_breakers({"TORCH_DISTRIBUTED_DEBUG": "VERBOSE", "NCCL_DEBUG": "INFO",
                              "PATH": "/usr/bin"})

@@ -1,11 +1,13 @@
-"""The package is layered one way (issue #28): core <- modes <- commands and the CLI.
+"""The package is layered one way (issue #28): core <- libraries <- modes <- commands and
+the CLI.
 
 An ast walk over ``ddpdoctor/`` (no imports, no processes) builds the file-level import
 graph: every ``import``/``from ... import`` at module level, inside functions (lazy) and
 under ``if TYPE_CHECKING``, plus ``importlib.import_module("ddpdoctor....")`` with a constant
 name. Then:
 
-- core imports nothing above it; no mode imports ``ddpdoctor.commands`` or the CLI;
+- core imports nothing above it; a library imports only core and libraries; no mode
+  imports ``ddpdoctor.commands`` or the CLI;
 - a mode imports another mode only where ``ALLOWED`` records today's edge with its reason;
 - no file-level import cycle, and no package-level cycle beyond ``ALLOWED_PACKAGE_CYCLES``.
 
@@ -32,9 +34,12 @@ PACKAGE = "ddpdoctor"
 # package root (``ddpdoctor/__init__.py``: __version__, the lazy ``ddpdoctor.watch``) is core.
 CORE = ("", "errors", "findings", "catalog", "report", "contract", "outputs", "next_step",
         "redact", "signames", "safefile", "proctree", "threadname", "playbook", "render",
-        "rankclaim", "attachment")
+        "rankclaim", "attachment", "oddrank", "profiled")
 # libraries and modes: one package per mode or shared library; check_worker.py is the
 # documented ``-m ddpdoctor.check_worker`` shim of check.
+# libraries: knowledge and machinery several modes share, named for the thing; they import
+# core only (and each other), never a mode.
+LIBRARIES = ("distenv",)
 MODES = ("attach", "check", "diagnose", "run", "watch", "jobview", "plan", "scale",
          "train", "integrations", "html")
 MODE_ALIASES = {"check_worker": "check"}
@@ -132,6 +137,8 @@ def layer_of(module: str) -> str:
     top = MODE_ALIASES.get(top, top)
     if top in CORE:
         return "core"
+    if top in LIBRARIES:
+        return "library"
     if top in MODES:
         return top
     return "entry" if top in ENTRY else "?"
@@ -239,6 +246,8 @@ def forbidden_edges(graph: dict[str, dict[str, Import]]) -> dict[tuple[str, str]
             where = f"{short(src) or PACKAGE}:{imp.line} ({imp.kind})"
             if low == "core" and high != "core":
                 bad[(short(src), short(dst))] = f"{where}: core imports {high}"
+            elif low == "library" and high not in ("core", "library"):
+                bad[(short(src), short(dst))] = f"{where}: a library imports {high}"
             elif low in MODES and high == "entry":
                 bad[(short(src), short(dst))] = f"{where}: a mode imports commands/cli"
             elif low in MODES and high in MODES and high != low:
@@ -315,7 +324,8 @@ def _graph() -> dict[str, dict[str, Import]]:
 
 def test_every_module_has_a_layer():
     unknown = sorted(m for m in _sources() if layer_of(m) == "?")
-    assert not unknown, f"put these in CORE, MODES or ENTRY of tests/test_layers.py: {unknown}"
+    assert not unknown, ("put these in CORE, LIBRARIES, MODES or ENTRY of tests/test_layers.py: "
+                         f"{unknown}")
 
 
 def test_no_new_import_against_the_layers():
@@ -378,6 +388,16 @@ def test_a_planted_back_import_from_core_is_caught():
     assert list(bad) == [("report", "run.runner")]
     assert bad[("report", "run.runner")] == "report:1 (module): core imports run"
     assert file_cycles(graph) == [["ddpdoctor.report", "ddpdoctor.run.runner"]]
+
+
+def test_a_planted_library_importing_a_mode_is_caught_and_modes_may_import_it():
+    graph = _planted(distenv__judge="from ddpdoctor.check import probe\n",
+                     check__probe="from ddpdoctor.distenv import judge\n",
+                     run__odd_env="from ddpdoctor.distenv.judge import name_findings\n")
+    bad = forbidden_edges(graph)
+    assert list(bad) == [("distenv.judge", "check.probe")]
+    assert bad[("distenv.judge", "check.probe")] == \
+        "distenv.judge:1 (module): a library imports check"
 
 
 def test_the_real_package_with_one_planted_back_import_fails():

@@ -85,9 +85,10 @@ def test_replicas_are_compared_only_where_they_started_equal():
     assert d.replicas_at_start([0, 2]) == [True, True]
 
 
-def _job(tmp: Path, name: str, *args: str, nproc: int = 2) -> RunJob:
+def _job(tmp: Path, name: str, *args: str, nproc: int = 2,
+         run_args: tuple[str, ...] = ()) -> RunJob:
     cmd = [PY, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), LOOP, *args]
-    return RunJob(name, tmp / name, cmd, ["--hang-timeout", "60"])
+    return RunJob(name, tmp / name, cmd, ["--hang-timeout", "60", *run_args])
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def loops(tmp_path_factory):
     base = tmp_path_factory.mktemp("any-loop")
     jobs = {j.name: j for j in (
         _job(base, "drift", "handrolled", "drift", nproc=3),
-        _job(base, "handrolled", "handrolled"),
+        _job(base, "handrolled", "handrolled", run_args=("--profile", "10:5")),
         _job(base, "fsdp1-nan", "fsdp1-orig", "nan"),
         _job(base, "fsdp1", "fsdp1"),
         _job(base, "stages", "stages"),
@@ -199,3 +200,33 @@ def test_a_rank_that_keeps_recompiling_is_the_straggler_and_the_cause_is_said(lo
     assert findings(report) == [("STRAGGLER", [1])], job.output
     f = report["findings"][0]
     assert f["evidence"]["cause"] == "recompiling" and "recompiling" in f["title"], f
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(260)
+def test_run_profile_takes_a_window_on_every_rank(loops):
+    """`run --profile 10:5`: every rank's trace in the run directory, its top operators
+    and step split in the report, no code change."""
+    job = loops["handrolled"]
+    profile = job.report()["probes"]["profile"]
+    assert "ranks 0-1 profiled steps 10-14" in profile["summary"], profile
+    for rank in ("0", "1"):
+        mine = profile["data"]["ranks"][rank]
+        assert mine["top"] and mine["step_ms"] > 0, mine
+        assert Path(mine["trace"]).is_file() and Path(mine["trace"]).parent == job.run_dir
+
+
+def test_profile_window_parsing_and_top_operators():
+    import types
+
+    from ddpdoctor.watch.profile import parse_window, top_ops
+
+    assert parse_window("20:5") == (20, 5)
+    for bad in ("20", "0:5", "a:b", "5:0", ""):
+        with pytest.raises(ValueError):
+            parse_window(bad)
+    evts = [types.SimpleNamespace(key="aten::addmm", count=10, self_cpu_time_total=5000.0,
+                                  self_device_time_total=0.0),
+            types.SimpleNamespace(key="aten::relu", count=10, self_cpu_time_total=200.0)]
+    top = top_ops(evts, limit=1)
+    assert [(o.name, o.calls, o.self_cpu_ms) for o in top] == [("aten::addmm", 10, 5.0)]

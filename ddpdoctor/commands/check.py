@@ -199,7 +199,7 @@ def _environment_that_breaks_torch() -> Report | None:
     import fail (the ranks, and the user's job, would die at start-up)."""
     import os
 
-    from ddpdoctor.check.analysis.nccl_env import import_breakers
+    from ddpdoctor.distenv.judge import import_breakers
     from ddpdoctor.report import Check, Report
 
     findings = import_breakers(dict(os.environ))

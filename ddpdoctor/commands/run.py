@@ -50,6 +50,11 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
                    "port N + LOCAL_RANK (needs --watch; docs/integrations.md).")
 @click.option("--metrics-host", default=None, metavar="ADDR",
               help="Address the metrics endpoints bind to (default 127.0.0.1).")
+@click.option("--profile", default=None, metavar="START:STEPS",
+              help="Profile optimizer steps START..START+STEPS-1 on every rank with "
+                   "torch.profiler (needs --watch; no code change): the top operators and "
+                   "where the steps went join the report, each rank's trace goes to the "
+                   "run directory (profile-rank{R}.json, for Perfetto). E.g. 20:5.")
 @click.option("--fail-on-findings", is_flag=True,
               help="Exit 1 when the job exits 0 but an error was found (NaN losses, "
                    "desynced replicas...). Off: the job's code is passed on.")
@@ -62,7 +67,7 @@ from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
 def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | None,
             job_view: bool, kill: bool, kill_grace: float, watch: bool,
-            metrics_port: int | None, metrics_host: str | None,
+            metrics_port: int | None, metrics_host: str | None, profile: str | None,
             fail_on_findings: bool, native: bool, run_dir: str | None, json_path: str | None,
             html_path: str | None, cmd: tuple[str, ...]) -> int:
     """Run any launch command unchanged, supervised: catch hangs, triage crashes.
@@ -103,6 +108,7 @@ def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | Non
     if not cmd:
         raise click.UsageError("no command given: ddpdoctor run [OPTIONS] -- CMD...")
     _metrics_environment(metrics_port, metrics_host)
+    _profile_environment(profile, watch)
     _check_watch_environment()
     opts = RunOptions(hang_timeout=hang_timeout or 300.0, hang_fixed=hang_timeout is not None,
                       hang_min=hang_min, job_endpoint=_endpoint(job_endpoint),
@@ -138,6 +144,23 @@ def _metrics_environment(port: int | None, host: str | None) -> None:
         os.environ[METRICS_PORT] = str(port)
     if host is not None:
         os.environ[METRICS_HOST] = host
+
+
+def _profile_environment(window: str | None, watch: bool) -> None:
+    """--profile reaches every rank's watch through the environment (watch/profile.py)."""
+    if window is None:
+        return
+    from ddpdoctor.contract import PROFILE
+    from ddpdoctor.profiled import parse_window
+
+    if not watch:
+        raise click.BadParameter("--profile needs --watch (the ranks' watch takes the "
+                                 "profile)", param_hint="--profile")
+    try:
+        start, steps = parse_window(window)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--profile") from None
+    os.environ[PROFILE] = f"{start}:{steps}"
 
 
 def _check_watch_environment() -> None:

@@ -50,6 +50,31 @@ def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
     if ranks_seen:
         report.world.setdefault("ranks_seen", ranks_seen)
     watched = watch_findings(jenv.events_path, since=wall0) if jenv.events_path else []
+    _watch_check(report, jenv, opts, watched, wall0)
+    _output_check(report, job, rank_paths)
+    _stall_check(report, result, opts)
+
+    _restarts(result, job, result.returncode)
+    _job_outcome(result, job, opts, took)
+    _memory_evidence(report, result)
+    # After the outcome's own findings: the root cause of a crash or hang leads.
+    for f in merge(report.findings, watched):
+        report.add(f, check="watch")
+    _per_rank_views(report, jenv, tracker)
+    _cleanup_check(report, result)
+    if result.job_end is not None:
+        from ddpdoctor.jobview.report import add_to as add_job_view
+
+        add_job_view(report, result.job_end)  # the job-wide root cause leads
+    if (opts.fail_on_findings and result.exit_code == 0
+            and any(f.severity == "error" for f in report.findings)):
+        result.exit_code = EXIT_FINDINGS  # e.g. NaN losses in a job that "succeeded"
+    report.exit_override = result.exit_code  # the job's code is passed on
+    scrub_report(report, result.secrets)
+    _write_copy(report, result.run_dir)
+
+
+def _watch_check(report: Any, jenv: Any, opts: Any, watched: list, wall0: float) -> None:
     if jenv.watch:
         found = (f"; found {', '.join(sorted({f.id for f in watched}))}" if watched
                  else "; nothing found")
@@ -62,26 +87,18 @@ def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
         "watch", summary, status="ok" if jenv.watch or not opts.watch else "skipped",
         group=GROUP, data={"fr_dir": jenv.fr_dir, "heartbeat_dir": jenv.heartbeat_dir,
                            "events": jenv.events_path}))
-    _output_check(report, job, rank_paths)
-    _stall_check(report, result, opts)
 
-    _restarts(result, job, result.returncode)
-    _job_outcome(result, job, opts, took)
-    _memory_evidence(report, result)
-    # After the outcome's own findings: the root cause of a crash or hang leads.
-    for f in merge(report.findings, watched):
-        report.add(f, check="watch")
-    _cleanup_check(report, result)
-    if result.job_end is not None:
-        from ddpdoctor.jobview.report import add_to as add_job_view
 
-        add_job_view(report, result.job_end)  # the job-wide root cause leads
-    if (opts.fail_on_findings and result.exit_code == 0
-            and any(f.severity == "error" for f in report.findings)):
-        result.exit_code = EXIT_FINDINGS  # e.g. NaN losses in a job that "succeeded"
-    report.exit_override = result.exit_code  # the job's code is passed on
-    scrub_report(report, result.secrets)
-    _write_copy(report, result.run_dir)
+def _per_rank_views(report: Any, jenv: Any, tracker: Any) -> None:
+    """The ranks' profile windows (run --profile) and their environments compared."""
+    if jenv.events_path:
+        from ddpdoctor.run.profile_view import add_profile
+
+        add_profile(report, os.path.dirname(os.path.abspath(jenv.events_path)), GROUP)
+    if tracker is not None:
+        from ddpdoctor.run.rank_env import name_odd_ranks
+
+        name_odd_ranks(report, tracker.rank_env, GROUP)
 
 
 def _output_check(report: Any, job: Job, rank_paths: dict) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor import safefile
+from ddpdoctor.oddrank import shared_env
 from ddpdoctor.proctree import HostProcs
 from ddpdoctor.run.background_threads import BackgroundThreads
 from ddpdoctor.run.rendezvous import RankEndpoint, endpoint_of
@@ -43,6 +44,7 @@ class ProcSample:
     rss: int = 0  # bytes
     # where it was told to rendezvous (its environment / init_method): run/rendezvous
     rdzv: RankEndpoint | None = None
+    env: tuple[tuple[str, str], ...] = ()  # its distributed set-up (oddrank.shared_env)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Identity:
 
     rank: int | None
     rdzv: RankEndpoint | None = None
+    env: tuple[tuple[str, str], ...] = ()  # the variables every rank of a node shares
 
 
 @dataclass
@@ -93,7 +96,7 @@ def _identity_of(proc: Any) -> Identity:
         cmdline = proc.cmdline()
     except (psutil.Error, OSError):
         cmdline = []
-    return Identity(rank, endpoint_of(env, cmdline))
+    return Identity(rank, endpoint_of(env, cmdline), shared_env(env))
 
 
 def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], Identity],
@@ -113,6 +116,7 @@ def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], I
     pids = {p.pid for p in procs}
     ranks: dict[int, int | None] = {}
     rdzv: dict[int, RankEndpoint | None] = {}
+    envs: dict[int, tuple[tuple[str, str], ...]] = {}
     rows = []
     for p in procs:
         try:
@@ -128,7 +132,8 @@ def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], I
         key = (p.pid, created)
         if key not in rank_cache:
             rank_cache[key] = Identity(None) if zombie else _identity_of(p)
-        ranks[p.pid], rdzv[p.pid] = rank_cache[key].rank, rank_cache[key].rdzv
+        ident = rank_cache[key]
+        ranks[p.pid], rdzv[p.pid], envs[p.pid] = ident.rank, ident.rdzv, ident.env
         if ranks[p.pid] is not None and not zombie:
             cpu = max(0.0, cpu - BACKGROUND.cpu_s(p.pid))
         rows.append((p.pid, cpu, created, zombie, ppid, rss))
@@ -136,7 +141,7 @@ def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], I
         rank = ranks[pid]
         top = not (ppid in pids and ranks.get(ppid) is not None and ranks.get(ppid) == rank)
         sample.procs.append(ProcSample(pid, rank, cpu, created, zombie, top, rss,
-                                       rdzv[pid]))
+                                       rdzv[pid], envs[pid]))
     return sample
 
 
@@ -186,6 +191,8 @@ class ProgressTracker:
         self._hb: dict[int, tuple[int, float]] = {}
         self._rank_pids: dict[int, set[int]] = {}
         self._live_pids: dict[int, set[int]] = {}  # the ranks' processes in the last sample
+        # each rank's distributed set-up as its process was first seen (oddrank.py)
+        self.rank_env: dict[int, dict[str, str]] = {}
         # unit -> last time it used CPU, heartbeat or not: a quiet rank that still works
         # (an evaluation, a checkpoint save) is not hung (run/verdict.py)
         self.cpu_last: dict[int, float] = {}
@@ -261,6 +268,7 @@ class ProgressTracker:
         for p in sample.procs:
             if p.rank is not None and p.top and not p.zombie:
                 live.setdefault(p.rank, set()).add(p.pid)
+                self.rank_env.setdefault(p.rank, dict(p.env))
                 if p.rdzv is not None:
                     self.endpoints[p.rank] = p.rdzv
         self._live_pids = live

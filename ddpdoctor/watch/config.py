@@ -88,6 +88,8 @@ class WatchConfig:
     # rank of a host), on metrics_host only (loopback unless the user opens it)
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    # torch.profiler over optimizer steps START..START+STEPS-1 (`run --profile`)
+    profile: tuple[int, int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def enabled(self, check: str) -> bool:
@@ -151,6 +153,12 @@ def _port(value: str) -> int:
     return n
 
 
+def _window(value: str) -> tuple[int, int]:
+    from ddpdoctor.profiled import parse_window
+
+    return parse_window(value)
+
+
 def _seconds(value: str) -> float:
     # float("nan") parses, and a NaN timeout compares false with everything: the
     # watchdog would silently never fire
@@ -172,6 +180,7 @@ _ENV: dict[str, tuple[str, Any]] = {
     C.WATCH_NONFINITE_OUTPUT: ("nonfinite_output", _flag),
     C.METRICS_PORT: ("metrics_port", _port),  # set by `ddpdoctor run --metrics-port`
     C.METRICS_HOST: ("metrics_host", str),
+    C.PROFILE: ("profile", _window),  # set by `ddpdoctor run --profile`
 }
 
 

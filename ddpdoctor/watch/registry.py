@@ -25,7 +25,12 @@ def check_classes() -> dict[str, type[WatchCheck]]:
 
 def build(cfg: WatchConfig) -> list[WatchCheck]:
     """A fresh instance of every check ``cfg`` enables ("hang" is the watchdog's)."""
-    return [cls() for name, cls in check_classes().items() if cfg.enabled(name)]
+    checks = [cls() for name, cls in check_classes().items() if cfg.enabled(name)]
+    if cfg.profile is not None:  # asked for by window, not by check name
+        from ddpdoctor.watch.profile import ProfileCheck
+
+        checks.append(ProfileCheck())
+    return checks
 
 
 HOOK_POINTS = ("forward_pre", "forward_out", "first_grad", "before_check", "step_end",

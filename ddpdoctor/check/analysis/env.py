@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 from typing import Any
 
 from ddpdoctor import redact
-from ddpdoctor.check import nccl_vars
-from ddpdoctor.check.analysis import nccl_env
 from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.distenv import judge as nccl_env
+from ddpdoctor.distenv import table as nccl_vars
 from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.oddrank import odd_ones_out, ranks_by_value
 from ddpdoctor.report import Check
 
 MiB = 1 << 20
@@ -26,31 +26,8 @@ PER_RANK_VARS = {"CUDA_VISIBLE_DEVICES", "OMP_PLACES", "GOMP_CPU_AFFINITY",
                  "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
 
 
-def odd_ones_out(values: dict[int, Any]) -> list[int]:
-    """Ranks whose value differs from the majority (ties: from rank 0's)."""
-    counts = Counter(repr(v) for v in values.values())
-    if len(counts) <= 1:
-        return []
-    top = counts.most_common()
-    majority = top[0][0]
-    if len(top) > 1 and top[0][1] == top[1][1]:
-        majority = repr(values[min(values)])
-    return sorted(r for r, v in values.items() if repr(v) != majority)
-
-
 def _by_value(values: dict[int, Any], secret: bool = False) -> dict[str, str]:
-    """Value -> the ranks that have it. For a secret-looking name the values are never
-    shown: each distinct value becomes ``*** (value N)``, so the report still says which
-    ranks differ."""
-    groups: dict[str, list[int]] = {}
-    for r, v in sorted(values.items()):
-        groups.setdefault("(unset)" if v is None else str(v), []).append(r)
-    if secret:
-        masked = {}
-        for n, (v, rs) in enumerate(groups.items(), 1):
-            masked[v if v == "(unset)" else f"{redact.MASK} (value {n})"] = rs
-        groups = masked
-    return {v: format_ranks(rs) for v, rs in groups.items()}
+    return ranks_by_value(values, secret)
 
 
 def _mismatches(per_rank: dict[int, dict], section: str, keys: list[str], finding_id: str,
@@ -109,7 +86,7 @@ def _env_vars(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
     findings = _mismatches(per_rank, "env", names, "ENV_VAR_MISMATCH",
                            "{} differs across ranks", "variable")
     summary = f"{len(names)} NCCL/GLOO/TORCH/MASTER/OMP variables compared across ranks"
-    # Each name and value against what NCCL / torch / gloo really read (nccl_vars.py).
+    # Each name and value against what NCCL / torch / gloo really read (distenv/table.py).
     judged, named = nccl_env.name_findings(per_rank)
     if judged:
         summary += (f"; {judged} NCCL/TORCH_NCCL/GLOO name(s) checked against NCCL "

@@ -1,7 +1,7 @@
 """Known NCCL_*, TORCH_NCCL_*, TORCH_FR_*, TORCH_DISTRIBUTED_* and GLOO_* environment variables.
 
 Rules as data: each variable's status, with the source it was taken from beside it. The
-analysis (``ddpdoctor/check/analysis/nccl_env.py``) only interprets this table.
+analysis (``ddpdoctor/distenv/judge.py``) only interprets this table.
 
 Where the entries come from:
 
@@ -21,7 +21,7 @@ Where the entries come from:
   renames are pytorch/pytorch#114077, released in torch 2.2.0.
 - gloo: the ``GLOO_*`` strings in torch 2.13.0's ``libtorch_cpu.so``.
 
-Status -> what the check says (``analysis/nccl_env.py``):
+Status -> what the check says (``distenv/judge.py``):
 ``valid``: nothing; ``deprecated`` (still read, a successor exists): info;
 ``renamed`` (the old name still works as an alias): warning; ``obsolete`` (no longer read:
 set but silently ignored): warning; ``not_a_variable`` (nothing ever read it): warning.

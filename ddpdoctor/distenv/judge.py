@@ -1,5 +1,5 @@
 """NCCL_* / TORCH_NCCL_* / GLOO_* / TORCH_DISTRIBUTED_* settings judged against the table in
-``ddpdoctor/check/nccl_vars.py`` -> ENV_NCCL_CONFIG, naming the ranks whose environment has it.
+``ddpdoctor/distenv/table.py`` -> ENV_NCCL_CONFIG, naming the ranks whose environment has it.
 
 Pure: every rank's env probe data in, findings out. Severity, decided once here:
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor import redact
-from ddpdoctor.check import nccl_vars
-from ddpdoctor.check.nccl_vars import NCCL_PATH_TYPES, Var
+from ddpdoctor.distenv import table as nccl_vars
+from ddpdoctor.distenv.table import NCCL_PATH_TYPES, Var
 from ddpdoctor.findings import Finding, Severity, format_ranks
 from ddpdoctor.report import Check
 
