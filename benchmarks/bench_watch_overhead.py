@@ -25,6 +25,7 @@ that overstates.
     python benchmarks/bench_watch_overhead.py                    # one process, no DDP
     torchrun --nproc-per-node 2 benchmarks/bench_watch_overhead.py            # ~10 min here
     torchrun --nproc-per-node 2 benchmarks/bench_watch_overhead.py --dim 512 --steps 24000
+    torchrun --nproc-per-node 2 benchmarks/bench_watch_overhead.py --loop handrolled   # or fsdp1
 """
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ def main() -> None:
     p.add_argument("--control", action="store_true",
                    help="A/A test: the watch stays paused on the 'watched' steps too")
     p.add_argument("--raw", default=None, help="write the per-block times (JSON) here")
+    p.add_argument("--loop", choices=("ddp", "handrolled", "fsdp1"), default="ddp",
+                   help="how the ranks keep replicas (with torchrun): DDP; a hand-rolled "
+                        "loop that all-reduces and averages each gradient after backward; "
+                        "FSDP1 (FullyShardedDataParallel)")
     args = p.parse_args()
 
     import torch
@@ -141,15 +146,27 @@ def main() -> None:
     for _ in range(args.layers):
         layers += [nn.Linear(args.dim, args.dim), nn.GELU()]
     model: nn.Module = nn.Sequential(*layers, nn.Linear(args.dim, 1))
-    if distributed:
+    if distributed and args.loop == "ddp":
         model = nn.parallel.DistributedDataParallel(model)
+    elif distributed and args.loop == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        model = FullyShardedDataParallel(model, device_id=torch.device("cpu"))
+    elif distributed:
+        for prm in model.parameters():
+            dist.broadcast(prm.data, 0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    by_hand = distributed and args.loop == "handrolled"
     gen = torch.Generator().manual_seed(rank)
     batches = [torch.randn(args.batch, args.dim, generator=gen) for _ in range(8)]
 
     def step(i: int) -> None:
         # one batch per block of four: watched and unwatched steps see the same data
         model(batches[i // 4 % len(batches)]).pow(2).mean().backward()
+        if by_hand:  # the tutorials' average_gradients
+            for prm in model.parameters():
+                dist.all_reduce(prm.grad)
+                prm.grad /= world
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -195,7 +212,8 @@ def main() -> None:
     for i in range(args.warmup):  # allocator pools, DDP buckets, optimizer state
         step(i)
     if rank == 0:
-        print(f"{world} rank(s), {args.layers}x{args.dim} MLP, batch {args.batch}, "
+        print(f"{world} rank(s), {args.loop if distributed else 'one process'}, "
+              f"{args.layers}x{args.dim} MLP, batch {args.batch}, "
               f"{args.steps} timed steps per run (half watched), checks: "
               f"{args.checks or 'the defaults'}"
               + ("; CONTROL (A/A): never watched" if args.control else ""))

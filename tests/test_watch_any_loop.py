@@ -101,6 +101,7 @@ def loops(tmp_path_factory):
         _job(base, "fsdp1", "fsdp1"),
         _job(base, "stages", "stages"),
         _job(base, "recompile", "compiled", "recompile"),
+        _job(base, "slowback", "ddp", "slowback"),
     )}
     run_all(list(jobs.values()), deadline_s=200)
     return jobs
@@ -230,3 +231,17 @@ def test_profile_window_parsing_and_top_operators():
             types.SimpleNamespace(key="aten::relu", count=10, self_cpu_time_total=200.0)]
     top = top_ops(evts, limit=1)
     assert [(o.name, o.calls, o.self_cpu_ms) for o in top] == [("aten::addmm", 10, 5.0)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(260)
+def test_a_rank_slow_in_its_own_backward_is_the_straggler(loops):
+    """Its extra time is in the backward, which DDP's all-reduce overlaps: every rank's
+    step is as slow, but only rank 1's own backward (first gradient to last) is."""
+    job = loops["slowback"]
+    assert job.returncode == 0, job.output
+    report = job.report()
+    assert findings(report) == [("STRAGGLER", [1])], job.output
+    f = report["findings"][0]
+    assert "own backward" in f["title"], f
+    assert f["evidence"]["per_rank"]["1"]["backward_slow_by_s"] > 0.03, f

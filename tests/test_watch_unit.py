@@ -89,6 +89,15 @@ def test_slow_ranks_straggler_and_data_bottleneck():
     [(fid, ranks, _)] = slow_ranks({0: fast, 1: starving, 2: fast}, 0.02, 0.25, 0.6, 3, 0.3,
                                    loader_timed=set())
     assert (fid, ranks) == ("STRAGGLER", [1])
+    # extra time in its own backward (hidden by DDP's overlapped all-reduce): said so
+    backward = [(0.4, 0.001, 0.01, 0.3)] * 6
+    [(fid, ranks, ev)] = slow_ranks({0: [(0.4, 0.001, 0.01, 0.01)] * 6, 1: backward,
+                                     2: [(0.4, 0.001, 0.01, 0.02)] * 6}, 0.02, 0.25, 0.6, 3, 0.3)
+    assert (fid, ranks) == ("STRAGGLER", [1])
+    assert ev["per_rank"]["1"]["backward_slow_by_s"] == 0.285
+    from ddpdoctor.watch.straggler import _where_slow
+
+    assert "own backward" in _where_slow(ev["per_rank"], ranks)
     noisy = [(0.05, 0.001, 0.01 + 0.002 * (i % 2)) for i in range(8)]
     assert slow_ranks({0: noisy, 1: list(reversed(noisy))}, 0.02, 0.25, 0.6, 3, 0.3) == []
     assert slow_ranks({0: fast[:2], 1: slow[:2]}, 0.02, 0.25, 0.6, 3, 0.3) == []
@@ -484,9 +493,10 @@ def test_first_gradient_pick_prefers_the_small_tensor_near_the_loss():
     assert pick([2], numel=[1, 1, 4]) == 2
 
 
-def test_hot_path_keeps_one_gradient_hook_and_module_hooks_only_on_check_steps(tmp_path):
-    """After the first backward one parameter keeps one tensor hook and the module hooks
-    come off; they come back for the steps the straggler check times (the last
+def test_hot_path_keeps_two_gradient_hooks_and_module_hooks_only_on_check_steps(tmp_path):
+    """After the first backward two parameters keep one tensor hook each (the first
+    gradient, and the last: the rank's own backward time) and the module hooks come off;
+    they come back for the steps the straggler check times (the last
     ``straggler_samples`` before a check step) and for a check step's forward (the sampler
     fingerprints the input there). Only timed steps enter the window, with their data
     wait (a 30 ms sleep before each forward) measured."""
@@ -512,12 +522,14 @@ def test_hot_path_keeps_one_gradient_hook_and_module_hooks_only_on_check_steps(t
     # step 1 learns the model; then the 2 steps up to each check step (4 and 8)
     assert hooked_at_forward == [True, False, True, True, False, False, True, True]
     hooks = [len(p._backward_hooks or {}) for p in model.parameters()]
-    assert sorted(hooks) == [0, 0, 0, 1] and model[2].bias._backward_hooks
+    assert sorted(hooks) == [0, 0, 1, 1] and model[2].bias._backward_hooks
+    assert model[0].weight._backward_hooks or model[0].bias._backward_hooks  # the last
     # the emptied hook dicts are gone: autograd would still call into Python for them
-    assert sum(p._backward_hooks is None for p in model.parameters()) == 3
+    assert sum(p._backward_hooks is None for p in model.parameters()) == 2
     assert handle.first_grad.name == "2.bias"
     assert [t[0] for t in handle.window] == [3, 4, 7, 8]  # timed steps (the last `every`)
     assert min(t[2] for t in handle.window) >= 0.03  # data wait: the gap before forward
+    assert all(t[4] > 0 for t in handle.window)  # its own backward, first gradient to last
     handle.close()
     assert all(not p._backward_hooks for p in model.parameters())
     assert not model._forward_pre_hooks and not model[2]._forward_hooks

@@ -124,7 +124,7 @@ class Watcher(StepHooks):
 
         trainable = [p for _, p in self.named_params if p.requires_grad]
         self.first_grad = (first_grad.FirstGradient(self.named_params, self._on_first_grad,
-                                                    self.hooks.safe)
+                                                    self.hooks.safe, self._on_last_grad)
                            if first_grad.usable(self.wrapper, trainable) else None)
         self.steps = StepCounter(self.ddp, counts_backward=self.first_grad is not None)
         self.checks = registry.build(self.cfg)

@@ -40,7 +40,7 @@ class CheckContext(Protocol):
     join: Any                # watch/join.py JoinTracker: steps this rank sat out in a Join
 
     @property
-    def window(self) -> deque: ...        # (step, step_s, data_s, forward_s) of timed steps
+    def window(self) -> deque: ...  # (step, step_s, data_s, forward_s, backward_s), timed
 
     @property
     def group(self) -> Any: ...           # the watch's gloo group, None when cross-rank is off

@@ -9,6 +9,12 @@ work (data, forward, loss) ended, and the gradient that a NaN loss or output poi
 first. It replaces module forward hooks on the hot path, which cost ~20 us a step each on
 a busy CPU (``nn.Module``'s slow call path), and a per-step hook registration.
 
+A second persistent hook sits on the parameter whose gradient came last in the first
+backward (the one nearest the input): the time from the first gradient to that one is
+this rank's own backward compute. Under DDP the all-reduce overlaps the backward and
+every rank's step ends together, so a rank slow in its backward hides there; its own
+backward time does not.
+
 Not for FSDP (a sharded parameter gets its gradient after the reduce-scatter) nor for
 DTensor parameters (tensor parallel): there the watcher keeps its module hooks.
 """
@@ -39,8 +45,12 @@ class FirstGradient:
     ``named``: (name, parameter) of the model; ``wrap``: makes a hook safe (the watcher's
     ``_safe``: an internal error switches the watch off, never breaks training)."""
 
-    def __init__(self, named: list[tuple[str, Any]], on_grad: Any, wrap: Any) -> None:
+    def __init__(self, named: list[tuple[str, Any]], on_grad: Any, wrap: Any,
+                 on_last: Any = None) -> None:
         self.named, self.on_grad, self.wrap = named, on_grad, wrap
+        self.on_last = on_last  # called with no argument when the last gradient arrives
+        self.last: int | None = None  # index of the parameter whose gradient comes last
+        self.last_hook: Any = None
         self.order: list[int] = []   # arrival order during discovery
         self.index: int | None = None
         self.late: list[Any] = []    # parameters whose gradients arrive last
@@ -73,10 +83,15 @@ class FirstGradient:
             return False
         self.index = pick(self.order, [p.numel() for _, p in self.named])
         seen = list(dict.fromkeys(self.order))
+        if self.on_last is not None and len(seen) > 1 and seen[-1] != self.index:
+            self.last = seen[-1]
         self.late = [self.named[j][1] for j in seen[-3:] if j != self.index]
         self.remove()
         self.restore()
         return True
+
+    def _last(self, grad: Any) -> None:
+        self.on_last()
 
     def grads_cleared(self) -> bool:
         """Called as a backward begins: True when zero_grad(set_to_none=True) ran since
@@ -93,6 +108,10 @@ class FirstGradient:
             if self.hook is None:
                 self.hook = self.wrap(self.on_grad)
             self.handles = [self.named[self.index][1].register_hook(self.hook)]
+            if self.last is not None:
+                if self.last_hook is None:
+                    self.last_hook = self.wrap(self._last)
+                self.handles.append(self.named[self.last][1].register_hook(self.last_hook))
         else:
             self.handles = [p.register_hook(self.wrap(partial(self._discover, i)))
                             for i, (_, p) in enumerate(self.named) if p.requires_grad]

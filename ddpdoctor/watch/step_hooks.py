@@ -22,11 +22,14 @@ class StepClock:
     data_s: float = 0.0
     fwd_s: float = 0.0
     t_fwd: float = 0.0
-    window: deque = field(default_factory=deque)  # (step, step_s, data_s, fwd_s), timed
+    bwd_s: float = 0.0  # this rank's own backward: first gradient to last (first_grad.py)
+    t_first: float = 0.0
+    # (step, step_s, data_s, fwd_s, bwd_s) of timed steps
+    window: deque = field(default_factory=deque)
 
     def restart(self) -> None:
         self.in_step = False
-        self.data_s = self.fwd_s = 0.0
+        self.data_s = self.fwd_s = self.bwd_s = 0.0
         self.t_boundary = time.perf_counter()
 
 
@@ -84,10 +87,15 @@ class StepHooks:
         return self._owns_cache[key]
 
     def _on_first_grad(self, grad: Any) -> None:
+        self.clock.t_first = time.perf_counter()
         self.steps.on_backward()
         self.monitor.progress(self.step, "backward")
         for fn in self.at["first_grad"]:
             fn(self, grad)
+
+    def _on_last_grad(self) -> None:
+        # accumulation: every micro-batch's backward adds to the step's
+        self.clock.bwd_s += time.perf_counter() - self.clock.t_first
 
     def _on_pre_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         if not self._owns(opt):
@@ -134,9 +142,9 @@ class StepHooks:
         # its forward ran under the module hooks (a shadow step had no forward: untimed)
         timed = self.hooks.module_hooks_on and not shadow
         if timed:
-            clock.window.append((step, step_s, clock.data_s, clock.fwd_s))
+            clock.window.append((step, step_s, clock.data_s, clock.fwd_s, clock.bwd_s))
         self.monitor.boundary(step, step_s, clock.data_s, clock.fwd_s, timed)
-        clock.data_s = clock.fwd_s = 0.0
+        clock.data_s = clock.fwd_s = clock.bwd_s = 0.0
         clock.in_step = False
         for fn in self.at["step_end"]:
             fn(self, step)

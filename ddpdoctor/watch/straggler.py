@@ -2,7 +2,9 @@
 
 In synchronous data parallelism every rank's *step* takes as long as the slowest one's
 (they meet in the gradient all-reduce), so the step time cannot name the culprit. What
-differs is each rank's *local* time before it joins the others: data wait + forward.
+differs is each rank's *local* time before it joins the others: data wait + forward +
+its own backward compute (first gradient to last: under DDP the all-reduce overlaps the
+backward, so a rank slow there makes every rank's step slow and hides among them).
 Those ride in the all_gather (K values each); the reporter keeps a short history and
 names a rank whose local time exceeds the median of its peers' by a margin in most
 recent steps. With two ranks a median/MAD score cannot pick a side, so the comparison is
@@ -27,7 +29,8 @@ from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
 from ddpdoctor.watch.stream import StepMetrics
 
-Times = tuple[float, float, float]  # (step_s, data_s, forward_s)
+Times = tuple[float, float, float, float]  # (step_s, data_s, forward_s, backward_s)
+COLS = 4
 
 
 def _excess(times: dict[int, list[Times]], r: int, n: int, abs_s: float,
@@ -41,7 +44,7 @@ def _excess(times: dict[int, list[Times]], r: int, n: int, abs_s: float,
         thr = max(abs_s, rel * step_med)
         mine = times[r][-n + j]
         peers = [times[q][-n + j] for q in ranks if q != r]
-        e = mine[1] + mine[2] - statistics.median(p[1] + p[2] for p in peers)
+        e = sum(mine[1:]) - statistics.median(sum(p[1:]) for p in peers)
         excess.append(e)
         dexcess.append(mine[1] - statistics.median(p[1] for p in peers))
         over += e > thr
@@ -57,6 +60,17 @@ def scores(times: dict[int, list[Times]]) -> dict[int, float]:
     return {r: statistics.median(_excess(times, r, n, 0.0, 0.0)[1]) for r in sorted(times)}
 
 
+def _backward_excess(times: dict[int, list[Times]], r: int, n: int) -> float:
+    """Median over the last ``n`` steps of rank ``r``'s backward time over its peers'."""
+    def bwd(t: tuple[float, ...]) -> float:
+        return t[3] if len(t) > 3 else 0.0  # untimed (FSDP, TP: no first-gradient hooks)
+
+    peers = [q for q in times if q != r]
+    return statistics.median(
+        bwd(times[r][-n + j]) - statistics.median(bwd(times[q][-n + j]) for q in peers)
+        for j in range(n))
+
+
 def _slow(times: dict[int, list[Times]], n: int, abs_s: float, rel: float,
           fraction: float) -> dict[int, dict]:
     slow: dict[int, dict] = {}
@@ -65,6 +79,7 @@ def _slow(times: dict[int, list[Times]], n: int, abs_s: float, rel: float,
         if over >= fraction * n:
             slow[r] = {"slow_by_s": round(statistics.median(excess), 4),
                        "data_slow_by_s": round(statistics.median(dexcess), 4),
+                       "backward_slow_by_s": round(_backward_excess(times, r, n), 4),
                        "steps_slow": over, "steps": n}
     return slow
 
@@ -134,6 +149,16 @@ def rank_metrics(step: int, times: dict[int, list[Times]], last: int) -> list[St
     return out
 
 
+def _where_slow(per_rank: dict[str, dict], ranks: list[int]) -> str:
+    """A straggler whose extra time is mostly its own backward is said to be slow there:
+    hidden inside DDP's overlapped all-reduce, it is what users ask every tracer for."""
+    if all(per_rank[str(r)]["backward_slow_by_s"] > 0.5 * per_rank[str(r)]["slow_by_s"]
+           for r in ranks):
+        return ("is slower than its peers in its own backward (DDP's all-reduce overlaps "
+                "the backward: every rank's step waits for it)")
+    return "is slower than its peers before every all-reduce"
+
+
 def compile_stats() -> tuple[int, float]:
     """(frames dynamo compiled, seconds compiling) in this process so far; (0, 0.0) where
     dynamo was never imported (it is not imported here)."""
@@ -168,7 +193,7 @@ class StragglerCheck(WatchCheck):
 
     def attach(self, w: Any) -> None:
         self.k = w.cfg.every
-        self.width = 4 + 3 * self.k  # count, loaders, 3 x k times, compiles, compile s
+        self.width = 4 + COLS * self.k  # count, loaders, 4 x k times, compiles, compile s
         self.compiled: dict[int, tuple[float, float]] = {}  # per rank: the last totals
         self.history: dict[int, deque] = {}
         self.warmup = 1  # step 1 carries one-time costs (bucket building, lazy init)
@@ -183,8 +208,8 @@ class StragglerCheck(WatchCheck):
         pad = [float("nan")] * (self.k - len(window))
         # One tensor from one list: element-wise writes cost ~4 us each, 300 per check.
         values = [float(len(window)), float(bool(w.loaders))]
-        for col in (1, 2, 3):
-            values += [t[col] for t in window] + pad
+        for col in range(1, COLS + 1):
+            values += [t[col] if len(t) > col else 0.0 for t in window] + pad
         frames, seconds = compile_stats()
         values += [float(frames), seconds]
         return torch.tensor(values, dtype=torch.float64)
@@ -193,7 +218,7 @@ class StragglerCheck(WatchCheck):
         """Per rank: frames compiled and seconds compiling since the last check step."""
         frames, seconds = {}, {}
         for r, row in enumerate(data):
-            now = (row[2 + 3 * self.k], row[3 + 3 * self.k])
+            now = (row[2 + COLS * self.k], row[3 + COLS * self.k])
             before = self.compiled.get(r, (0.0, 0.0))
             frames[r], seconds[r] = int(now[0] - before[0]), now[1] - before[1]
             self.compiled[r] = now
@@ -209,7 +234,7 @@ class StragglerCheck(WatchCheck):
             fresh = max(fresh, cnt)
             h = self.history.setdefault(r, deque(maxlen=keep))
             for j in range(cnt):
-                h.append((row[2 + j], row[2 + self.k + j], row[2 + 2 * self.k + j]))
+                h.append(tuple(row[2 + c * self.k + j] for c in range(COLS)))
         cfg = w.cfg
         findings = []
         compiles, compile_s = self._compiles(data)
@@ -221,7 +246,7 @@ class StragglerCheck(WatchCheck):
                                              cfg.straggler_fraction, cfg.straggler_min_steps,
                                              cfg.data_share, timed):
                 what = ("waits for data" if fid == "DATALOADER_BOTTLENECK"
-                        else "is slower than its peers before every all-reduce")
+                        else _where_slow(ev["per_rank"], ranks))
                 cause = (recompiling(ranks[0], group, compiles, compile_s)
                          if fid == "STRAGGLER" and len(ranks) == 1 else None)
                 if cause is not None:
