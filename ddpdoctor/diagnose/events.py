@@ -101,6 +101,9 @@ class EventKind(str, Enum):
     SIDE_TRACEBACK = "side_traceback"  # a dashboard/logger's traceback (visdom, wandb, ...)
     HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"
     DS_CONFIG = "ds_config"  # DeepSpeed refusing its config ("Check batch related parameters")
+    # a loss scaler skipped a step ("Gradient overflow. Skipping step"): routine in fp16
+    # while the scale settles; context for a lone non-finite gradient norm
+    SCALER_SKIP = "scaler_skip"
 
 
 # What other ranks report when one rank goes away (or a collective never completes).
@@ -117,7 +120,8 @@ CASCADE = frozenset({
 WEAK = frozenset({EventKind.NCCL_WARN, EventKind.SIDE_TRACEBACK})
 # Facts that say nothing went wrong by themselves.
 INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,
-                           EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET})
+                           EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET,
+                           EventKind.SCALER_SKIP})
 
 
 @dataclass(frozen=True)

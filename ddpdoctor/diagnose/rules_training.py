@@ -247,10 +247,24 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return out
 
 
+def _routine_overflow(nan: list, ix: EventIndex) -> bool:
+    """One non-finite gradient norm in a log whose loss scaler skips steps: the logged
+    norm of a step fp16's scaler skipped, routine while the scale settles."""
+    return (len(nan) == 1 and nan[0].data.get("metric") == "grad_norm"
+            and bool(ix.of(K.SCALER_SKIP)))
+
+
 def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     nan = ix.of(K.GRAD_NAN, K.GRAD_NONFINITE_NORM, K.LOSS_NAN)
     if not nan:
         return []
+    if _routine_overflow(nan, ix):  # said, as what it most likely is: no failure
+        return [verdict(ix, "GRAD_NONFINITE",
+                        f"one logged gradient norm was {nan[0].data.get('value', 'inf')} in "
+                        "a run whose fp16 loss scaler skips steps: most likely the norm of "
+                        "a skipped step (routine while the scale settles)", nan,
+                        {"why": "the scaler skipped steps in this log, and no other metric "
+                                "is non-finite"}, ranks=ranks_of(nan), severity="warning")]
     first = nan[0]
     ev: dict[str, Any] = {}
     if first.kind is K.GRAD_NAN:

@@ -174,6 +174,35 @@ SIGNATURES = (
                  "https://github.com/facebookresearch/detectron2/issues/214",
                  {"loss_name": "loss_cls", "value": "nan"}),)),
     Signature(
+        # The non-finite metric family beyond losses: a gradient norm in a trainer's
+        # metrics line. Megatron prints "grad norm" only for steps that were not skipped;
+        # HF Trainer logs the logging step's norm, which an fp16 step the scaler skips can
+        # make inf once (the rule then wants a second line, or no scaler skips).
+        "nan.grad_norm_value", K.LOSS_NAN, ("nan", "NaN", " inf"),
+        r"\b(?P<loss_name>grad(?:ient)?[ _-]?norm)'?\"?\s*[:=]\s*(?:tensor\()?"
+        r"(?P<value>nan|NaN|-?inf)\b",
+        "GRAD_NONFINITE", "HF Trainer's metrics dict, Megatron's iteration line",
+        (Example("{'loss': 22276357.5138, 'grad_norm': nan, 'learning_rate': 8e-07, "
+                 "'epoch': 1.0}",
+                 "https://github.com/foundation-model-stack/fms-hf-tuning/pull/290",
+                 {"loss_name": "grad_norm", "value": "nan"}),
+         Example(" iteration     5426/  250000 | consumed samples:        43408 | learning "
+                 "rate: 2.999E-04 | global batch size:     8 | loss scale: 1.0 | grad norm: "
+                 "nan | actual seqlen:  2048 |",
+                 "https://github.com/bigscience-workshop/Megatron-DeepSpeed/issues/396",
+                 {"loss_name": "grad norm", "value": "nan"})),
+        extra=lambda m: {"metric": "grad_norm"}),
+    Signature(
+        "amp.scaler_skip", K.SCALER_SKIP, "Skipping step",
+        r"(?:Gradient overflow\.\s+|OVERFLOW! (?:Rank \d+ )?)Skipping step",
+        "GRAD_NONFINITE", "apex amp, DeepSpeed fp16 (routine while the scale settles)",
+        (Example("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to "
+                 "0.03125, ", "https://github.com/whai362/PVT/issues/94", {}),
+         Example("[2021-11-13 19:22:15,963] [INFO] [stage3.py:2731:_overflow_clean_up] "
+                 "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4.0, "
+                 "reducing to 2.0", "https://github.com/huggingface/transformers/issues/9996",
+                 {}))),
+    Signature(
         "cpp.terminate", K.CPP_ABORT, "terminate called after throwing",
         r"terminate called after throwing an instance of '(?P<type>[^']+)'",
         "RANK_CRASHED", "all",

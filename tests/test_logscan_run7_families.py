@@ -1,0 +1,45 @@
+"""The evidence family learned from locked run 7 (batch J1_, scored blind first): a
+gradient norm that is non-finite in a trainer's metrics line. Held on the real logs
+(tests/fixtures/reallogs/locked/, thread URLs in the sidecars) and on a planted healthy
+fp16 log where one logged norm is the step the loss scaler skipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.diagnose import LogInput, diagnose_logs
+
+LOCKED = Path(__file__).parent / "fixtures" / "reallogs" / "locked"
+
+
+def _findings(path: Path):
+    findings, _ = diagnose_logs([LogInput(str(path), rank_from_path=False)])
+    return [(f.id, f.severity) for f in findings]
+
+
+@pytest.mark.parametrize("name", [
+    "J1_fsdp_hf_trainer_grad_norm_nan_with_state_dict_type_deprecation",  # HF Trainer
+    "J1_megatron_deepspeed_grad_norm_nan_lm_loss_missing",  # Megatron, every iteration
+])
+def test_a_non_finite_gradient_norm_is_grad_nonfinite(name):
+    assert _findings(LOCKED / f"{name}.log")[0] == ("GRAD_NONFINITE", "error")
+
+
+def test_one_norm_of_a_step_the_scaler_skipped_is_routine(tmp_path):
+    """fp16: the scaler found inf, skipped the step, and the logged norm of that step is
+    inf; the next logged norm is finite. The lines are the real texts of the kb examples
+    (apex's skip line; HF Trainer's metrics dict)."""
+    log = tmp_path / "fp16.log"
+    skip = ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to "
+            "32768.0\n")
+    log.write_text(skip + "{'loss': 2.3153, 'grad_norm': inf, 'learning_rate': 8e-07, "
+                          "'epoch': 0.1}\n"
+                          "{'loss': 2.2711, 'grad_norm': 1.93, 'learning_rate': 8e-07, "
+                          "'epoch': 0.2}\n")
+    assert not [f for f in _findings(log) if f[1] == "error"]
+    # ... but a second non-finite norm is no routine skip
+    log.write_text(log.read_text() + "{'loss': 2.2711, 'grad_norm': nan, "
+                                     "'learning_rate': 8e-07, 'epoch': 0.3}\n")
+    assert _findings(log)[0] == ("GRAD_NONFINITE", "error")
