@@ -43,3 +43,24 @@ def test_one_norm_of_a_step_the_scaler_skipped_is_routine(tmp_path):
     log.write_text(log.read_text() + "{'loss': 2.2711, 'grad_norm': nan, "
                                      "'learning_rate': 8e-07, 'epoch': 0.3}\n")
     assert _findings(log)[0] == ("GRAD_NONFINITE", "error")
+
+
+def test_ray_actor_prefixes_come_off_and_name_the_rank():
+    """Ray prefixes each worker's lines with its actor: the traceback after it is the
+    rank's own (the Megatron-on-Ray log of run 7 had its traceback hidden behind it)."""
+    from ddpdoctor.diagnose.reader import split_rank_prefix
+
+    assert split_rank_prefix("(worker6, rank=6, pid=8930, ip=10.42.3.242)   File "
+                             "\"/opt/megatron-lm/megatron/core/datasets/gpt_dataset.py\", "
+                             "line 111, in __init__") == \
+        (6, "  File \"/opt/megatron-lm/megatron/core/datasets/gpt_dataset.py\", line 111, "
+            "in __init__")
+    assert split_rank_prefix("(RayTrainWorker pid=5, ip=10.0.0.1) x") == (None, "x")
+    assert split_rank_prefix("(note) x") == (None, "(note) x")
+    found = _findings(LOCKED / "J1_megatron_index_files_only_first_node_local_storage.log")
+    assert found and found[0][1] == "error"  # never healthy (its last line was cut)
+
+
+def test_a_ray_tune_trial_that_failed_is_no_healthy_run():
+    found = _findings(LOCKED / "J1_ray_train_nccl_socket_ifname_default_wireless_nic.log")
+    assert found and found[0][1] == "error"

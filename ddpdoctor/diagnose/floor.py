@@ -106,6 +106,13 @@ PATTERNS: tuple[FloorPattern, ...] = (
           _DS + "4890")),
         accept=lambda d: d.get("code") not in (None, "0") or d.get("code2") not in (None, "0")),
     FloorPattern(
+        # Ray Tune's summary when a trial (a Ray Train job) failed: its error is in a file
+        # the log names, not in the log.
+        "ray.trials_failed", Evidence.LAUNCHER_DEATH, ("Trials did not complete",),
+        r"Trials did not complete: \[(?P<trials>[^\]]+)\]",
+        (("2022-11-15 19:26:36,618\tERROR tune.py:773 -- Trials did not complete: "
+          "[TorchTrainer_96bfe_00000]", "https://github.com/ray-project/ray/issues/30333"),)),
+    FloorPattern(
         "deepspeed.killing_subprocess", Evidence.LAUNCHER_DEATH, ("Killing subprocess",),
         r"sigkill_handler\] Killing subprocess \d+",
         (("[2023-07-20 15:45:13,980] [INFO] [launch.py:315:sigkill_handler] Killing subprocess "
