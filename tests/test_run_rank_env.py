@@ -74,3 +74,14 @@ def test_the_recipes_mistakes_in_the_ranks_environment_are_judged():
                    ("ENV_NCCL_CONFIG", "NCCL_BLOCKING_WAIT", "renamed"): [0, 1]}
     [check] = report.checks
     assert "checked against what NCCL, torch and gloo read" in check.summary
+
+
+def test_a_difference_a_finding_already_blames_on_those_ranks_is_its_evidence():
+    """A rank given another rendezvous port is ENV_RENDEZVOUS_UNREACHABLE on that rank
+    already (run/rendezvous.py): the difference joins it, no second finding."""
+    report = Report("run")
+    report.add(Finding("ENV_RENDEZVOUS_UNREACHABLE", "rank 1 rendezvouses elsewhere",
+                       ranks=[1]))
+    name_odd_ranks(report, {0: {"MASTER_PORT": "29500"}, 1: {"MASTER_PORT": "29501"}}, "run")
+    [f] = report.findings
+    assert f.evidence["env_differs"]["MASTER_PORT"] == {"29500": "0", "29501": "1"}

@@ -54,6 +54,13 @@ def name_odd_ranks(report: Any, rank_env: dict[int, dict[str, str]], group: str)
                                       "ranks_by_value": _shown(name, rank_env)}
         explained.add(name)
     for name in sorted(set(diffs) - explained):
+        # a finding that already blames exactly these ranks (a rendezvous endpoint that
+        # differs: ENV_RENDEZVOUS_UNREACHABLE) carries the difference, not a second finding
+        same = next((f for f in report.findings if f.ranks and set(f.ranks) == set(diffs[name])),
+                    None)
+        if same is not None:
+            same.evidence.setdefault("env_differs", {})[name] = _shown(name, rank_env)
+            continue
         report.add(Finding(
             "ENV_VAR_MISMATCH",
             f"{name} differs across this node's ranks: rank {format_ranks(diffs[name])} "
