@@ -220,7 +220,8 @@ def test_run_profile_takes_a_window_on_every_rank(loops):
 def test_profile_window_parsing_and_top_operators():
     import types
 
-    from ddpdoctor.watch.profile import parse_window, top_ops
+    from ddpdoctor.profiled import parse_window
+    from ddpdoctor.watch.profile import top_ops
 
     assert parse_window("20:5") == (20, 5)
     for bad in ("20", "0:5", "a:b", "5:0", ""):

@@ -17,7 +17,6 @@ from typing import Any
 
 from ddpdoctor.contract import PROFILE_TRACE_FILE
 from ddpdoctor.profiled import OpTime, ProfileWindow
-from ddpdoctor.profiled import parse_window as parse_window  # run's --profile
 from ddpdoctor.watch.base import WatchCheck
 
 log = logging.getLogger("ddpdoctor.watch")

@@ -26,10 +26,6 @@ PER_RANK_VARS = {"CUDA_VISIBLE_DEVICES", "OMP_PLACES", "GOMP_CPU_AFFINITY",
                  "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
 
 
-def _by_value(values: dict[int, Any], secret: bool = False) -> dict[str, str]:
-    return ranks_by_value(values, secret)
-
-
 def _mismatches(per_rank: dict[int, dict], section: str, keys: list[str], finding_id: str,
                 title: str, key_name: str) -> list[Finding]:
     """One finding per key of ``section`` whose value differs across ranks."""
@@ -40,7 +36,7 @@ def _mismatches(per_rank: dict[int, dict], section: str, keys: list[str], findin
         if odd:
             secret = redact.is_secret_name(key)
             evidence: dict[str, Any] = {key_name: key,
-                                        "ranks_by_value": _by_value(values, secret)}
+                                        "ranks_by_value": ranks_by_value(values, secret)}
             if secret:
                 evidence["values"] = f"hidden ({key} looks like a secret)"
             findings.append(Finding(finding_id, title.format(key), ranks=odd,
