@@ -27,6 +27,7 @@ from ddpdoctor.run.triage import first_exit, triage_output
 
 PY = sys.executable
 FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
+FIXTURE_DS = Path(__file__).parent / "fixtures" / "deepspeed"
 
 
 
@@ -393,3 +394,27 @@ def test_the_tracker_names_each_ranks_lowest_pid():
                                       ProcSample(11, 1, 0.0, 1.0),
                                       ProcSample(12, 1, 0.0, 1.0, top=False)]))
     assert t.rank_pids == {0: 10, 1: 11}  # a worker (not top) is not the rank's process
+
+
+def test_triage_names_the_one_rank_that_lost_no_peer_when_all_went_in_one_poll(tmp_path):
+    """DeepSpeed's launcher kills the other ranks the moment one dies, so one sampling
+    interval can see them all gone, and its own death line quotes the last spawned rank's
+    command. Rank 0 printed "Connection closed by peer": it was alive when rank 1 went
+    (a real run's kept output: rank 1 SIGKILLed)."""
+    from ddpdoctor.run.progress import RankExit
+
+    log = FIXTURE_DS / "sigkill_second_rank_run_output.log"
+    together = [RankExit(0, 4241, 5.0), RankExit(1, 4242, 5.0)]
+    findings, info = triage_output(log, together, 247)
+    assert (findings[0].id, findings[0].ranks) == ("OOM", [1])
+    assert "alone reported no lost peer" in findings[0].evidence["rank_from"]
+    assert info["first_exit"]["rank"] == 1
+    # no rank said it lost a peer, or every rank did: no rank is claimed
+    lines = log.read_text().splitlines(keepends=True)
+    silent = tmp_path / "silent.log"
+    silent.write_text("".join(x for x in lines if not x.startswith("[rank0]")))
+    assert triage_output(silent, together, 247)[0][0].ranks == []
+    both = tmp_path / "both.log"
+    both.write_text("".join(lines) + "".join(x.replace("[rank0]", "[rank1]") for x in lines
+                                             if "Connection closed by peer" in x))
+    assert triage_output(both, together, 247)[0][0].ranks == []

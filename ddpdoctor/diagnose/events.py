@@ -115,6 +115,9 @@ CASCADE = frozenset({
     EventKind.NCCL_PEER_LOST, EventKind.NCCL_WARN, EventKind.ERROR_LINE, EventKind.NCCL_CUDA,
     EventKind.TEARDOWN, EventKind.TRACEBACK,
 })
+# What a rank prints when a peer went away under it: the rank that says so was alive.
+PEER_LOSS = frozenset({EventKind.CONN_RESET, EventKind.CONN_CLOSED, EventKind.BROKEN_PIPE,
+                       EventKind.NCCL_REMOTE, EventKind.NCCL_PEER_LOST})
 # Lines that healthy jobs print too (an NCCL WARN about a missing libibverbs, a proxy
 # thread closing at exit): fallout when something failed, never a failure on their own.
 WEAK = frozenset({EventKind.NCCL_WARN, EventKind.SIDE_TRACEBACK})

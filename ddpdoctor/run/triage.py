@@ -36,6 +36,27 @@ def first_exit(exits: list[RankExit]) -> RankExit | None:
     return first if len(tied) == 1 else None
 
 
+def _only_non_victim(exits: list[RankExit], events: list[Any]) -> RankExit | None:
+    """Among the ranks that went away in the first sampling interval (a launcher kills
+    the others at once, so one poll sees them all gone), the one that never said it lost
+    a peer: a rank that printed "Connection closed by peer" was alive when another went."""
+    from ddpdoctor.diagnose.events import PEER_LOSS
+
+    if not exits:
+        return None
+    tied = [e for e in exits if abs(e.time - exits[0].time) < 1e-6]
+    victims = {e.rank for e in events if e.kind in PEER_LOSS and e.rank is not None}
+    left = [e for e in tied if e.rank not in victims]
+    return left[0] if len(left) == 1 and len(tied) > 1 else None
+
+
+def _how_found(first: RankExit, exits: list[RankExit]) -> str:
+    if first_exit(exits) is first:
+        return f"process sampling: rank {first.rank} (pid {first.pid}) exited first"
+    return (f"process sampling: rank {first.rank} (pid {first.pid}) went with the others, "
+            "and it alone reported no lost peer")
+
+
 def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
                   endpoints: dict[int, Any] | None = None
                   ) -> tuple[list[Finding], dict[str, Any]]:
@@ -57,7 +78,7 @@ def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
             drop = {id(f) for f in fallout}
             findings = [lead, *(f for f in findings if id(f) not in drop)]
             return findings, info
-    first = first_exit(exits)
+    first = first_exit(exits) or _only_non_victim(exits, scan.events if scan else [])
     if first is not None:
         info["first_exit"] = {"rank": first.rank, "pid": first.pid}
     if findings and first is not None and findings[0].id in ("RANK_CRASHED", "OOM") \
@@ -65,8 +86,7 @@ def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
         # The log tells how a process died but not which rank (torchrun's summary cut
         # short, an unprefixed line); run saw which rank's process exited first.
         findings[0].ranks = [first.rank]
-        findings[0].evidence["rank_from"] = (f"process sampling: rank {first.rank} (pid "
-                                             f"{first.pid}) exited first")
+        findings[0].evidence["rank_from"] = _how_found(first, exits)
     if not findings and first is not None:
         findings = [Finding(
             "RANK_CRASHED",

@@ -18,6 +18,7 @@ training loop (except a DDPDoctorWarning turned into an error on purpose with ``
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import time
 import weakref
@@ -29,7 +30,7 @@ from ddpdoctor.findings import Finding
 from ddpdoctor.watch import hang_watchdog, registry
 from ddpdoctor.watch import join as join_hooks
 from ddpdoctor.watch.config import COLLECTIVE_CHECKS, WatchConfig, from_env
-from ddpdoctor.watch.exchange import Exchange
+from ddpdoctor.watch.exchange import Exchange, release_groups
 from ddpdoctor.watch.hooks import HookSet
 from ddpdoctor.watch.introspect import clean_name, describe, env_int
 from ddpdoctor.watch.join import JoinTracker
@@ -321,7 +322,8 @@ class Watcher(StepHooks):
 
 def _install_atexit() -> None:
     """Once per process: at a normal exit, the watchers no one closed (the zero-code
-    ones) say what they saw since their last check step."""
+    ones) are closed: they read the gathers still in flight and say what they saw since
+    their last check step."""
     if _exit_hook:
         return
     import atexit
@@ -330,9 +332,16 @@ def _install_atexit() -> None:
         for w in list(_WATCHERS.values()):
             if not w.closed:
                 try:
-                    w.final_local()
+                    w.close()
                 except Exception:  # exiting anyway
                     pass
+        _WATCHERS.clear()
+        # The watch's gloo groups (and the user's, through the model a watcher held) must
+        # be freed while Python still runs: a gloo thread that drops the last reference to
+        # a Python tensor during interpreter shutdown aborts a healthy rank with
+        # "terminate called without an active exception" (pytorch/pytorch#190489).
+        release_groups()
+        gc.collect()
 
     atexit.register(at_exit)
     _exit_hook.append(at_exit)

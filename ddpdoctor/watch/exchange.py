@@ -40,6 +40,11 @@ def make_group(name: str, timeout_s: float) -> Any:
     return _GROUPS[name]
 
 
+def release_groups() -> None:
+    """At exit: drop the process's references to the watch's groups."""
+    _GROUPS.clear()
+
+
 class Exchange:
     def __init__(self, w: Any, coll: list[WatchCheck]) -> None:
         self.w = w  # the watcher: the context the checks pack and analyze with
