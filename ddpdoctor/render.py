@@ -197,4 +197,8 @@ def _verdict_line(report: Report) -> Text:
         return Text(f"! {errors} error(s), {warnings} warning(s). "
                     "Fix the first error first: later ones are often its fallout.",
                     style="bold red" if errors else "bold yellow")
+    notes = sum(f.severity == "info" for f in report.findings)
+    if notes:  # advice the job printed or a fact worth knowing: not a problem
+        return Text(f"• No issues found ({notes} note(s) above, for information)",
+                    style="bold green")
     return Text("• No issues found!", style="bold green")

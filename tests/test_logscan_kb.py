@@ -8,6 +8,7 @@ import pytest
 
 from ddpdoctor.catalog import CATALOG
 from ddpdoctor.diagnose import KEYWORDS
+from ddpdoctor.diagnose.events import EventKind
 from ddpdoctor.diagnose.kb import SIGNATURES, match_line
 from ddpdoctor.diagnose.reader import split_rank_prefix
 from ddpdoctor.diagnose.scanner import LineScanner
@@ -89,6 +90,9 @@ def test_every_failure_example_alone_gives_an_error_finding(sig, ex):
     findings = triage(events)
     if any(e.is_failure for e in events):
         assert any(f.severity == "error" for f in findings), (sig.name, findings)
+    elif sig.kind is EventKind.ADVICE:  # a framework's advice: its finding, never an error
+        assert [f.id for f in findings] == [sig.finding]
+        assert findings[0].severity in ("warning", "info")
     else:
         assert findings == []
 

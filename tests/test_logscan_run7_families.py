@@ -11,7 +11,7 @@ import pytest
 
 from ddpdoctor.diagnose import LogInput, diagnose_logs
 
-LOCKED = Path(__file__).parent / "fixtures" / "reallogs" / "locked"
+LOCKED = Path(__file__).parent / "fixtures" / "reallogs"  # batch J1_, locked when scored
 
 
 def _findings(path: Path):
@@ -64,3 +64,22 @@ def test_ray_actor_prefixes_come_off_and_name_the_rank():
 def test_a_ray_tune_trial_that_failed_is_no_healthy_run():
     found = _findings(LOCKED / "J1_ray_train_nccl_socket_ifname_default_wireless_nic.log")
     assert found and found[0][1] == "error"
+
+
+def test_a_frameworks_performance_advice_is_said_after_any_failure(tmp_path):
+    """DDP's "did not find any unused parameters" and Lightning's "may be a bottleneck"
+    are advice from jobs that run on (J1_ddp_spawn...: slow epochs, fixed by acting on
+    them): reported at their own severity, never an error, and after what went wrong."""
+    slow = LOCKED / "J1_ddp_spawn_nonpersistent_workers_find_unused_slow_epochs.log"
+    assert _findings(slow) == [("DATALOADER_BOTTLENECK", "warning"),
+                               ("DDP_FIND_UNUSED_OVERHEAD", "info")]
+    few = ("/x/pytorch_lightning/trainer/connectors/data_connector.py:441: The 'val_dataloader'"
+           " does not have many workers which may be a bottleneck. Consider increasing the "
+           "value of the `num_workers` argument` to `num_workers=15` in the `DataLoader` to "
+           "improve performance.\n")
+    crash = (LOCKED.parent / "logs" / "exception.log").read_text()
+    log = tmp_path / "both.log"
+    log.write_text(few + crash)
+    got = _findings(log)
+    assert got[0] == ("RANK_CRASHED", "error") and got[-1] == ("DATALOADER_BOTTLENECK",
+                                                                 "warning")

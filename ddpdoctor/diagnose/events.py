@@ -104,6 +104,9 @@ class EventKind(str, Enum):
     # a loss scaler skipped a step ("Gradient overflow. Skipping step"): routine in fp16
     # while the scale settles; context for a lone non-finite gradient norm
     SCALER_SKIP = "scaler_skip"
+    # a framework's performance advice (DDP's find_unused_parameters found nothing unused,
+    # Lightning's DataLoader workers may be a bottleneck): info, never a failure
+    ADVICE = "advice"
 
 
 # What other ranks report when one rank goes away (or a collective never completes).
@@ -124,7 +127,7 @@ WEAK = frozenset({EventKind.NCCL_WARN, EventKind.SIDE_TRACEBACK})
 # Facts that say nothing went wrong by themselves.
 INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,
                            EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET,
-                           EventKind.SCALER_SKIP})
+                           EventKind.SCALER_SKIP, EventKind.ADVICE})
 
 
 @dataclass(frozen=True)

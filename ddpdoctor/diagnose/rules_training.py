@@ -279,6 +279,21 @@ def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return [verdict(ix, "GRAD_NONFINITE", title, nan, ev, ranks=ranks_of(nan[:1]))]
 
 
+def advice(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A framework's performance advice: one finding per finding id it points to, at that
+    id's severity (a warning or info: never an error).
+    Not in RULES: it runs after them, so it neither stops a rule that runs alone nor
+    stands in for the floor's unrecognised failure."""
+    by_id: dict[str, list[Event]] = {}
+    for e in ix.of(K.ADVICE):
+        by_id.setdefault(str(e.data.get("advice")), []).append(e)
+    out = []
+    for fid, evs in by_id.items():
+        said = " ".join(evs[0].text.split())
+        out.append(verdict(ix, fid, f"the framework advises: {said[:200]}", evs))
+    return out
+
+
 RULES = (
     Rule("ddp", ddp, frozenset({K.CONN_CLOSED, K.CONN_RESET})),
     Rule("shm", shm, frozenset({K.NCCL_SYSTEM, K.NCCL_DETAIL, K.NCCL_WARN, K.ERROR_LINE,

@@ -78,10 +78,15 @@ def triage(events: Iterable[Event]) -> list[Finding]:
         if found:
             folds |= rule.folds
         verdicts.extend(found)
+    # a framework's advice comes after every finding of what went wrong, warnings first
+    advice = [v.finding for v in sorted(rules_training.advice(ix, tuple(verdicts)),
+                                        key=lambda v: (v.finding.severity == "info", v.first))]
     if not verdicts:
         unknown = unrecognized(ix)
-        return [unknown.finding] if unknown else []
-    return _ordered(ix, verdicts, folds)
+        if unknown is None:
+            return advice
+        verdicts = [unknown]
+    return _ordered(ix, verdicts, folds) + advice
 
 
 def unrecognized(ix: EventIndex) -> Verdict | None:

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ddpdoctor.diagnose.kb import bugs, c10d, deepspeed, families, gpu, horovod, nccl, process
+from ddpdoctor.diagnose.kb import (
+    advice,
+    bugs,
+    c10d,
+    deepspeed,
+    families,
+    gpu,
+    horovod,
+    nccl,
+    process,
+)
 from ddpdoctor.diagnose.kb.signature import Example, Signature
 
 __all__ = ["SIGNATURES", "Example", "Signature", "match_line", "needles"]
@@ -19,7 +29,7 @@ __all__ = ["SIGNATURES", "Example", "Signature", "match_line", "needles"]
 SIGNATURES: tuple[Signature, ...] = (bugs.SIGNATURES + c10d.SIGNATURES + nccl.SIGNATURES
                                      + gpu.SIGNATURES + process.SIGNATURES
                                      + families.SIGNATURES + horovod.SIGNATURES
-                                     + deepspeed.SIGNATURES)
+                                     + deepspeed.SIGNATURES + advice.SIGNATURES)
 
 
 def match_line(body: str) -> Iterator[tuple[Signature, dict]]:
