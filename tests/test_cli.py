@@ -37,6 +37,16 @@ def test_unknown_command_is_a_usage_error():
     assert res.exit_code == EXIT_USAGE
 
 
+def test_an_unknown_run_option_is_a_usage_error_not_a_command_to_start():
+    # run passes what follows `--` unprocessed, so a misspelt option of run's own reached
+    # the job's command line: "cannot start '--hang-timeot': command not found"
+    res = CliRunner().invoke(main, ["run", "--hang-timeot", "5", "--", "python", "t.py"])
+    assert res.exit_code == EXIT_USAGE
+    assert "No such option '--hang-timeot'" in res.output and "--hang-timeout" in res.output
+    res = CliRunner().invoke(main, ["scale", "--nproc-lst", "1,2", "--", "python", "t.py"])
+    assert res.exit_code == EXIT_USAGE and "No such option '--nproc-lst'" in res.output
+
+
 def test_not_implemented_commands_exit_3_and_say_so():
     group = click.Group(commands={"later": not_implemented("later")})
     res = CliRunner().invoke(group, ["later", "--x", "y"])

@@ -124,6 +124,15 @@ def finish(report: Report, json_path: str | None, verbose: bool = False,
     return report.exit_code
 
 
+def reject_unknown_option(cmd: tuple[str, ...]) -> None:
+    """A command that passes what follows ``--`` unprocessed also gets its own misspelt
+    options there: no launch command starts with a dash, so say it is no such option."""
+    if cmd and cmd[0].startswith("-"):
+        ctx = click.get_current_context()
+        known = [o for p in ctx.command.params for o in p.opts if o.startswith("--")]
+        raise click.NoSuchOption(cmd[0].split("=", 1)[0], possibilities=known, ctx=ctx)
+
+
 def not_implemented(name: str) -> click.Command:
     """A command that is wired in but not built yet: says so and exits 3, never pretends."""
 

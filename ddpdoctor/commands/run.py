@@ -13,6 +13,7 @@ from ddpdoctor.commands.common import (
     finish,
     html_option,
     json_option,
+    reject_unknown_option,
     write_html,
 )
 from ddpdoctor.errors import DoctorError
@@ -107,6 +108,7 @@ def command(hang_timeout: float | None, hang_min: float, job_endpoint: str | Non
 
     if not cmd:
         raise click.UsageError("no command given: ddpdoctor run [OPTIONS] -- CMD...")
+    reject_unknown_option(cmd)
     _metrics_environment(metrics_port, metrics_host)
     _profile_environment(profile, watch)
     _check_watch_environment()

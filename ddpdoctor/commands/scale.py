@@ -19,6 +19,7 @@ from ddpdoctor.commands.common import (
     finish,
     html_option,
     json_option,
+    reject_unknown_option,
 )
 from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import EXIT_USAGE, Check, Report
@@ -122,6 +123,7 @@ def command(nproc_list: str, mode: str, batch_size: int, global_batch: int | Non
             cmd: tuple[str, ...]) -> int:
     from ddpdoctor.scale.sweep import Sweep, parse_nproc_list, rank_batches, specs
 
+    reject_unknown_option(cmd)
     user = list(cmd) or None
     ctx = click.get_current_context()
     batch_given = ctx.get_parameter_source("batch_size") is click.core.ParameterSource.COMMANDLINE
