@@ -19,15 +19,8 @@ def watch_findings(path: str | os.PathLike, since: float = 0.0) -> list[Finding]
     """The findings in ``path`` written at ``since`` (wall time) or later (missing or
     unreadable file: none), first step first. The file is only ever appended to: a reused
     run directory or a fixed ``DDPDOCTOR_EVENTS`` still holds earlier jobs' findings."""
-    from ddpdoctor.watch.events import read_events
-
-    try:
-        events = read_events(str(path))
-    except OSError:
-        return []
     seen: dict[tuple[str, tuple[int, ...]], Finding] = {}
-    fresh = (e for e in events if e.get("kind") == "finding" and "id" in e
-             and float(e.get("time") or 0) >= since)
+    fresh = (e for e in _fresh(path, since, "finding") if "id" in e)
     for ev in sorted(fresh,
                      key=lambda e: (e.get("step", 0), e.get("time", 0))):
         try:
