@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # an unpinned torch would pull a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: venv check test lint clean
+.PHONY: venv check test lint clean browser
 
 $(BIN)/ddpdoctor: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,16 @@ venv: $(BIN)/ddpdoctor
 check: venv
 	$(BIN)/ddpdoctor check --nproc 2
 
-test: venv
+# Debian's headless Chromium for the HTML views' browser tests (tests/html_browser.py): the
+# set-up installs it (as root, with apt-get), never a test; without it they say skipped.
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "headless Chromium is not installed (apt-get install chromium): the browser tests will be skipped"
+
+test: venv browser
 	$(BIN)/ruff check ddpdoctor tests benchmarks setup.py
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -ra tests
