@@ -99,6 +99,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("run.spinning", "attach.stacks"): _HANG,
     ("run.stack_reads", "attach.stacks"): _HANG,
     ("run.triage", "diagnose"): _TRIAGE,
+    ("run.triage", "diagnose.events"): _TRIAGE,
     ("run.watch_events", "watch.events"): _WATCH_FILE,
     ("train.loop", "plan.measure"): _MEMORY,
     ("watch.api", "integrations.prometheus"): "watch(metrics_port=N) serves Prometheus",
