@@ -8,6 +8,11 @@ TORCH_PIN := torch==2.13.0
 
 .PHONY: venv check test lint clean browser
 
+# Three test processes on two cores: most of a slow test is waiting (for a hang deadline,
+# a rank's start-up, a timeout), so three overlap it; one file per process (--dist
+# loadfile) keeps a module's shared jobs in one place. PARALLEL= runs them one by one.
+PARALLEL ?= -n 3 --dist loadfile
+
 $(BIN)/ddpdoctor: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -32,7 +37,7 @@ browser:
 test: venv browser
 	$(BIN)/ruff check ddpdoctor tests benchmarks setup.py
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -ra tests
+	$(BIN)/python -m pytest -q -ra $(PARALLEL) tests
 
 # The tests without the `slow` marker, for every edit; tests/spawn_report.py names those
 # among them that still start a process (they belong under `slow`).

@@ -88,19 +88,29 @@ def _flags(profile: str) -> list[str]:
             "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={profile}"]
 
 
+def _short_tmp() -> tempfile.TemporaryDirectory:
+    # Chromium puts its singleton socket in TMPDIR and refuses a path over ~107 bytes:
+    # the tests' per-test TMPDIR (under pytest-xdist: .../popen-gw0/test_.../) is too long
+    return tempfile.TemporaryDirectory(prefix="chr", dir="/tmp")
+
+
+def _env(tmp: str) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": tmp}
+
+
 def open_page(chromium: str, html_path: str, budget_ms: int = 15000) -> Opened:
     """Load a copy of the page with the hook and the probe; the page itself is not changed."""
     with open(html_path, encoding="utf-8") as f:
         html = f.read()
     probed = html.replace("<head>", "<head>" + _HOOK, 1).replace("</body>", _PROBE + "</body>")
-    with tempfile.TemporaryDirectory() as tmp:
+    with _short_tmp() as tmp:
         page = os.path.join(tmp, "page.html")
         with open(page, "w", encoding="utf-8") as f:
             f.write(probed)
         proc = subprocess.run(
             [chromium, *_flags(os.path.join(tmp, "profile")), "--enable-logging=stderr",
              "--v=0", f"--virtual-time-budget={budget_ms}", "--dump-dom", f"file://{page}"],
-            capture_output=True, text=True, timeout=120)
+            capture_output=True, text=True, timeout=120, env=_env(tmp))
     m = re.search(r'<pre id="html-probe">(.*?)</pre>', proc.stdout, re.S)
     assert m, f"the probe never reported; chromium stderr: {proc.stderr[-2000:]}"
     data = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&")
@@ -112,11 +122,11 @@ def open_page(chromium: str, html_path: str, budget_ms: int = 15000) -> Opened:
 
 def screenshot(chromium: str, html_path: str, png_path: str, height: int = 2400,
                budget_ms: int = 8000) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    with _short_tmp() as tmp:
         subprocess.run([chromium, *_flags(os.path.join(tmp, "profile")),
                         f"--window-size=1280,{height}", f"--virtual-time-budget={budget_ms}",
                         f"--screenshot={png_path}", f"file://{os.path.abspath(html_path)}"],
-                       capture_output=True, timeout=120, check=True)
+                       capture_output=True, timeout=120, check=True, env=_env(tmp))
 
 
 @pytest.fixture(scope="session")
