@@ -49,7 +49,8 @@ ENTRY = ("commands", "cli", "__main__")
 # Why each reason is allowed today; the redesign (a shared hang/ library, typed
 # contracts, views apart from modes) removes them one by one.
 _HANG = "run's hang look reads and classifies stacks with attach's code (to a shared hang/)"
-_JOB_HANG = "the job view judges hangs with attach's stack analysis (to a shared hang/)"
+_JOB_HANG = ("the job view and diagnose (py-spy dumps in a log) judge hangs with attach's stack "
+             "analysis (to a shared hang/)")
 _JOB_RUN = "run hosts the job view on its node (jobview is half of run)"
 _WATCH_FILE = "run/report read the watch's events file (to a typed contract record)"
 _FR = "the Flight Recorder dump's names and parser live in attach (to a contract record)"
@@ -63,6 +64,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("", "watch.events"): "the public lazy export ddpdoctor.DDPDoctorWarning",
     ("check.analysis.env", "diagnose.known_bugs"): "check and diagnose share the known-bug "
                                                   "table (to a kb/ library)",
+    ("diagnose.stackdump", "attach.classify"): _JOB_HANG,
+    ("diagnose.stackdump", "attach.stacks"): _JOB_HANG,
     ("html.series", "attach.flight_recorder"): _FR,
     ("html.sources", "run.watch_events"): _WATCH_FILE,
     ("html.train_report", "run.watch_events"): _WATCH_FILE,

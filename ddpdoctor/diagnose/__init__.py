@@ -81,9 +81,33 @@ def scan_inputs(inputs: Iterable[LogInput]) -> ScanResult:
             finally:
                 if inp.path != "-":
                     stream.close()
+            if inp.path != "-" and any(e.kind is EventKind.STACK_HEADER for e in events):
+                events.extend(_stack_dump(inp.path, inp.name or name, rank))
         result.events.extend(events)
         result.stats.append(stats)
     return result
+
+
+def _stack_dump(path: str, name: str, rank: int | None) -> list[Event]:
+    """The file read again for the py-spy dumps its thread headers announced: one event
+    with where each dumped process was (a stream cannot be read twice: stdin is not)."""
+    from ddpdoctor.diagnose import stackdump
+
+    stream, _ = open_input(path)
+    try:
+        lines = [(ln.lineno, ln.text) for ln in
+                 iter_picked(stream, stackdump.KEYWORDS, ReadStats(name=name))]
+    finally:
+        stream.close()
+    dumped = stackdump.parse(lines)
+    procs = stackdump.classify(dumped)
+    judged = stackdump.judge(procs)
+    if judged is None:  # stacks that show no hang (computing, idle): not a failure
+        return []
+    return [Event(EventKind.STACK_DUMP, name, procs[0].lineno, rank, judged[1], {
+                      "finding": judged[0],
+                      "processes": [p.to_dict() for p in procs],
+                      "described": [p.describe() for p in procs]})]
 
 
 def diagnose_logs(inputs: Iterable[LogInput]) -> tuple[list[Finding], ScanResult]:

@@ -68,6 +68,7 @@ class EventKind(str, Enum):
     GLOO_TIMEOUT = "gloo_timeout"
     STORE_TIMEOUT = "store_timeout"
     STORE_UNIQUEID = "store_uniqueid"
+    STORE_BARRIER_WAIT = "store_barrier_wait"  # init's store barrier: worker_count of world
     CONNECT_TIMEOUT = "connect_timeout"
     CONN_REFUSED = "conn_refused"
     ADDR_IN_USE = "addr_in_use"
@@ -107,6 +108,10 @@ class EventKind(str, Enum):
     # a framework's performance advice (DDP's find_unused_parameters found nothing unused,
     # Lightning's DataLoader workers may be a bottleneck): info, never a failure
     ADVICE = "advice"
+    # a py-spy dump's thread header ("Thread 1439102 (idle): \"MainThread\""): the file is
+    # read again for the dump's frames (diagnose/stackdump.py), which make a STACK_DUMP
+    STACK_HEADER = "stack_header"
+    STACK_DUMP = "stack_dump"
 
 
 # What other ranks report when one rank goes away (or a collective never completes).
@@ -127,7 +132,7 @@ WEAK = frozenset({EventKind.NCCL_WARN, EventKind.SIDE_TRACEBACK})
 # Facts that say nothing went wrong by themselves.
 INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,
                            EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET,
-                           EventKind.SCALER_SKIP, EventKind.ADVICE})
+                           EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER})
 
 
 @dataclass(frozen=True)

@@ -257,7 +257,55 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                     f"{op}; the logs name no culprit", evs, ev, ranks=[])]
 
 
+def stack_dump(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A py-spy dump in the log: the hang its processes add up to (diagnose/stackdump.py).
+    A dump names no rank; the evidence says where each dumped process was."""
+    out = []
+    for e in ix.of(K.STACK_DUMP):
+        if e.data.get("finding"):
+            out.append(verdict(ix, e.data["finding"], e.text, [e],
+                               {"processes": list(e.data.get("described", [])),
+                                "hint": "a py-spy dump names no rank: dump with `ddpdoctor "
+                                        "attach` (or py-spy with the rank in the file name) "
+                                        "to have the culprit named"},
+                               ranks=[e.rank] if e.rank is not None else []))
+    return out
+
+
+def store_barrier(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """init_process_group's store barrier (torch < 2.1) waiting: fewer workers than the
+    world joined (ranks stuck in start-up, named when every other rank says it waits),
+    or more (two jobs, or one launched twice, on one rendezvous address and port)."""
+    evs = ix.of(K.STORE_BARRIER_WAIT)
+    if not evs:
+        return []
+    last = evs[-1].data
+    world, joined = int(last.get("world_size", 0)), int(last.get("worker_count", 0))
+    if joined > world:
+        return [verdict(ix, "ENV_PORT_IN_USE", f"{joined} processes joined a process group "
+                        f"of {world}: two jobs (or one launched twice) share its rendezvous "
+                        "address and port", evs, {"world_size": world, "worker_count": joined},
+                        ranks=[])]
+    if joined >= world:
+        return []
+    waiting = {int(e.data["rank"]) for e in evs if "rank" in e.data
+               and int(e.data.get("world_size", 0)) == world}
+    missing = sorted(set(range(world)) - waiting)
+    named = missing if len(missing) == world - joined else []
+    who = f": rank {format_ranks(named)}" if named else ""
+    return [verdict(ix, "RANK_UNRESPONSIVE",
+                    f"{world - joined} of {world} ranks never reached init_process_group{who}; "
+                    f"the others wait in its store barrier (worker_count={joined})", evs,
+                    {"waiting_ranks": sorted(waiting), "world_size": world,
+                     "worker_count": joined,
+                     "hint": "the missing rank is stuck before init_process_group (an import, "
+                             "a download, a lock, a logger's login) or was never started: "
+                             "`ddpdoctor attach` on it shows where"}, ranks=named)]
+
+
 RULES = (
+    Rule("stack_dump", stack_dump),
+    Rule("store_barrier", store_barrier),
     Rule("mismatch", mismatch, _TIMEOUTS | {K.NCCL_WARN, K.NCCL_DETAIL}),
     Rule("named_culprits", named_culprits, _TIMEOUTS | {K.NCCL_DETAIL}),
 )

@@ -21,6 +21,7 @@ from ddpdoctor.diagnose.kb import (
     horovod,
     nccl,
     process,
+    stacks,
 )
 from ddpdoctor.diagnose.kb.signature import Example, Signature
 
@@ -29,7 +30,8 @@ __all__ = ["SIGNATURES", "Example", "Signature", "match_line", "needles"]
 SIGNATURES: tuple[Signature, ...] = (bugs.SIGNATURES + c10d.SIGNATURES + nccl.SIGNATURES
                                      + gpu.SIGNATURES + process.SIGNATURES
                                      + families.SIGNATURES + horovod.SIGNATURES
-                                     + deepspeed.SIGNATURES + advice.SIGNATURES)
+                                     + deepspeed.SIGNATURES + advice.SIGNATURES
+                                     + stacks.SIGNATURES)
 
 
 def match_line(body: str) -> Iterator[tuple[Signature, dict]]:

@@ -242,3 +242,24 @@ SIGNATURES += (
                  "https://github.com/modelscope/ms-swift/issues/3171"),),
         extra=lambda m: {"marked_twice": True}),
 )
+
+# torch < 2.1's process-group init waits in a store barrier until world_size processes
+# have joined, printing this line again and again: worker_count below world_size means
+# some ranks never reached init_process_group (stuck in start-up or never started)
+SIGNATURES += (
+    Signature(
+        "c10d.store_barrier_waiting", K.STORE_BARRIER_WAIT, "Waiting in store based barrier",
+        r"Waiting in store based barrier to initialize process group for rank: (?P<rank>\d+), "
+        r"key: \S+ \(world_size=(?P<world_size>\d+), worker_count=(?P<worker_count>\d+)",
+        "RANK_UNRESPONSIVE", "torch 1.8 - 2.0 (distributed_c10d._store_based_barrier)",
+        (Example("INFO:root:Waiting in store based barrier to initialize process group for "
+                 "rank: 6, key: store_based_barrier_key:1 (world_size=8, worker_count=7, "
+                 "timeout=0:30:00)",
+                 "https://github.com/Lightning-AI/pytorch-lightning/issues/4420",
+                 {"rank": 6, "world_size": 8, "worker_count": 7}),
+         Example("Waiting in store based barrier to initialize process group for rank: 0, key: "
+                 "store_based_barrier_key:1 (world_size=2, worker_count=4, timeout=1 day, "
+                 "0:00:00)", "https://github.com/AlibabaResearch/efficientteacher/issues/85",
+                 {"world_size": 2, "worker_count": 4})),
+        convert={"rank": int, "world_size": int, "worker_count": int}),
+)
