@@ -95,3 +95,30 @@ def test_store_barrier_with_more_workers_than_the_world_is_a_shared_rendezvous(t
                    "key: store_based_barrier_key:1 (world_size=2, worker_count=4, timeout=1 "
                    "day, 0:00:00)\n")
     assert _first(log).id == "ENV_PORT_IN_USE"
+
+
+def test_a_loss_that_jumps_and_stays_up_is_a_warning_never_an_error():
+    # BLOOM tr1-13B: 2.77 -> 7.34 and still 6.85 where the excerpt ends; the run recovered
+    # 500 iterations later: from the log alone a divergence and such a spike look the same
+    f = _first(REAL / "F4_tr1_13b_fp16_loss_spike_recovered.log")
+    assert (f.id, f.severity) == ("GRAD_NONFINITE", "warning")
+    assert "jumped from 2.773 to 7.344 at iteration 29050" in f.title
+
+
+def test_a_loss_spike_that_comes_back_is_no_finding():
+    # BLOOM-176B: 2.2 -> 5.1 -> 2.8 within the log
+    findings, _ = diagnose_logs([LogInput(str(REAL / "F4_bloom176b_lm_loss_spike_recovered.log"),
+                                          rank_from_path=False)])
+    assert not [f for f in findings if f.id == "GRAD_NONFINITE"]
+
+
+def test_a_slurm_node_failure_is_a_failure_whatever_tail_its_line_has(tmp_path):
+    log = tmp_path / "slurm.log"
+    log.write_text("srun: error: Node failure on jean-zay-iam37\n"
+                   "slurmstepd: error: *** STEP 1943824.0 ON jean-zay-iam17 CANCELLED AT "
+                   "2023-03-06T03:17:51 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n")
+    findings, _ = diagnose_logs([LogInput(str(log))])
+    assert findings and findings[0].severity == "error"
+    from ddpdoctor.next_step import decide
+
+    assert decide(findings).action.value == "drain_node"

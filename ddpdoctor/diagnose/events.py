@@ -79,6 +79,7 @@ class EventKind(str, Enum):
     GRAD_NAN = "grad_nan"
     GRAD_NONFINITE_NORM = "grad_nonfinite_norm"
     LOSS_NAN = "loss_nan"
+    LOSS_VALUE = "loss_value"  # informational: a trainer's loss, a number (the series)
     # process deaths
     CPP_ABORT = "cpp_abort"
     FATAL_PYTHON = "fatal_python"
@@ -132,7 +133,8 @@ WEAK = frozenset({EventKind.NCCL_WARN, EventKind.SIDE_TRACEBACK})
 # Facts that say nothing went wrong by themselves.
 INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,
                            EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET,
-                           EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER})
+                           EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER,
+                           EventKind.LOSS_VALUE})
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,8 @@ def _collapsed(d: Mapping[str, Any]) -> bool:
 
 
 _DS = "https://github.com/deepspeedai/DeepSpeed/issues/"
+_M4_NODE_FAILURE = ("https://github.com/huggingface/m4-logs/blob/master/tr_141-hanging/"
+                    "tr_141_cm409xPMD01_scale_leap_of_faith_v5_num_workers_06/README.md")
 _HVD = "https://github.com/horovod/horovod/issues/"
 
 PATTERNS: tuple[FloorPattern, ...] = (
@@ -114,9 +116,12 @@ PATTERNS: tuple[FloorPattern, ...] = (
           "[TorchTrainer_96bfe_00000]", "https://github.com/ray-project/ray/issues/30333"),)),
     FloorPattern(
         "deepspeed.killing_subprocess", Evidence.LAUNCHER_DEATH, ("Killing subprocess",),
-        r"sigkill_handler\] Killing subprocess \d+",
+        # DeepSpeed < 0.4 printed it bare, one line per rank it killed
+        r"sigkill_handler\] Killing subprocess \d+|^Killing subprocess \d+\s*$",
         (("[2023-07-20 15:45:13,980] [INFO] [launch.py:315:sigkill_handler] Killing subprocess "
           "3966", _DS + "4000"),
+         ("Killing subprocess 8189", "https://github.com/bigscience-workshop/bigscience/blob/"
+          "master/experiments/gpt2-meg-ds-zero/meg_ds_zero_gpt2_perf_n16-1999616.out"),
          ("[2023-03-20 20:31:29,210] [INFO] [launch.py:315:sigkill_handler] Killing subprocess "
           "3353707", _DS + "5302"))),
     FloorPattern(
@@ -176,12 +181,23 @@ PATTERNS: tuple[FloorPattern, ...] = (
           "https://github.com/ArjunaCluster/ArjunaUsers/issues/52"),), oom=True),
     FloorPattern(
         "slurm.cancelled", Evidence.LAUNCHER_DEATH, ("CANCELLED AT",),
-        r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<what>[A-Z ]+?))? \*\*\*",
+        # "ON host" before or after (older slurmstepd), a reason with its own tail
+        r"\*\*\* (?:JOB|STEP) \S+ (?:ON \S+ )?CANCELLED AT \S+(?: DUE TO (?P<what>[A-Z ]+?))?"
+        r"(?:, [^*]*)? \*\*\*",
         (("slurmstepd: error: *** JOB 18886 ON compute-permanent-node-954 CANCELLED AT "
           "2023-11-24T10:25:54 DUE TO TIME LIMIT ***",
           "https://github.com/NVIDIA/JAX-Toolbox/pull/398"),
          ("slurmstepd: error: *** STEP 6053.0 ON DEL2212S020 CANCELLED AT 2024-04-23T12:18:08 ***",
-          "https://github.com/IGNF/myria3d/issues/123"))),
+          "https://github.com/IGNF/myria3d/issues/123"),
+         ("slurmstepd: *** JOB 1479012 CANCELLED AT 2015-02-04T06:33:25 *** on sh-2-3",
+          "https://github.com/bcbio/bcbio-nextgen/issues/741"),
+         ("slurmstepd: error: *** STEP 1943824.0 ON jean-zay-iam17 CANCELLED AT "
+          "2023-03-06T03:17:51 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+          _M4_NODE_FAILURE))),
+    FloorPattern(
+        "slurm.node_failure", Evidence.LAUNCHER_DEATH, ("srun: error: Node failure",),
+        r"srun: error: Node failure on (?P<node>\S+)",
+        (("srun: error: Node failure on jean-zay-iam37", _M4_NODE_FAILURE),)),
     FloorPattern(
         "kubernetes.oomkilled", Evidence.LAUNCHER_DEATH, ("OOMKilled",),
         r"\bOOMKilled\b",

@@ -279,6 +279,51 @@ def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return [verdict(ix, "GRAD_NONFINITE", title, nan, ev, ranks=ranks_of(nan[:1]))]
 
 
+# A divergence: the loss at least JUMP x the median before it (and JUMP_ABS above it), and
+# every later value (3 at least, to the end of the log) still STAY x that median. A spike
+# that comes back (BLOOM-176B's 2.2 -> 5.1 -> 2.8 within 30 iterations) is no finding.
+JUMP, JUMP_ABS, STAY, AFTER = 1.5, 0.5, 1.3, 3
+
+
+def divergence(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    if any(v.finding.id == "GRAD_NONFINITE" for v in earlier):
+        return []
+    by_rank: dict[int | None, list[Event]] = {}
+    for e in ix.of(K.LOSS_VALUE):
+        by_rank.setdefault(e.rank, []).append(e)
+    for evs in by_rank.values():
+        found = _jump_that_stays(evs)
+        if found is not None:
+            base, jumped = found
+            at = (f" at iteration {jumped.data['iteration']}" if "iteration" in jumped.data
+                  else "")
+            last = evs[-1].data["value"]
+            title = (f"the loss jumped from {base:.4g} to {jumped.data['value']:.4g}{at} and "
+                     f"had not come back by the end of the log ({last:.4g}): training "
+                     "diverging, or a spike it recovers from later")
+            # A warning, never an error: a log cut inside a spike that recovers 500
+            # iterations later (BLOOM tr1-13B) reads the same as a divergence.
+            return [verdict(ix, "GRAD_NONFINITE", title, [jumped, evs[-1]],
+                            {"baseline": round(base, 6), "losses_after": [
+                                e.data["value"] for e in evs[evs.index(jumped):][:12]],
+                             "why": "no NaN printed yet; the iterations after the log's end "
+                                    "tell a divergence from a spike that recovers"},
+                            ranks=ranks_of([jumped]), severity="warning")]
+    return []
+
+
+def _jump_that_stays(evs: list[Event]) -> tuple[float, Event] | None:
+    import statistics
+
+    values = [float(e.data["value"]) for e in evs]
+    for i in range(2, len(values) - AFTER):
+        base = statistics.median(values[:i])
+        if values[i] >= JUMP * base and values[i] - base >= JUMP_ABS \
+                and all(v >= STAY * base for v in values[i + 1:]):
+            return base, evs[i]
+    return None
+
+
 def advice(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A framework's performance advice: one finding per finding id it points to, at that
     id's severity (a warning or info: never an error).
@@ -301,4 +346,5 @@ RULES = (
     Rule("dataloader", dataloader, frozenset({K.DL_EXITED, K.CONN_RESET})),
     Rule("oom", oom, frozenset({K.AGENT_FAILED, K.NCCL_WATCHDOG, K.NCCL_REMOTE})),
     Rule("nonfinite", nonfinite, frozenset({K.PROCESS_EXIT, K.SEGFAULT, K.EXCEPTION})),
+    Rule("divergence", divergence),
 )

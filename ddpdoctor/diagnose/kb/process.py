@@ -193,6 +193,24 @@ SIGNATURES = (
                  {"loss_name": "grad norm", "value": "nan"})),
         extra=lambda m: {"metric": "grad_norm"}),
     Signature(
+        # A trainer's own loss, a number: the series the divergence rule reads (a loss that
+        # jumps and stays up, with no NaN printed yet). Informational one line at a time.
+        "metrics.loss_value", K.LOSS_VALUE, ("lm loss: ", "'loss': "),
+        r"(?:iteration\s+(?P<iteration>\d+)\s*/.*?)?(?:\blm loss: |'loss': )"
+        r"(?P<value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)",
+        "GRAD_NONFINITE", "Megatron's iteration line, HF Trainer's metrics dict",
+        (Example("[default7]: iteration    45000/  115311 | consumed samples:     76002224 | "
+                 "elapsed time per iteration (s): 111.00 | learning rate: 4.298E-05 | global "
+                 "batch size:  2048 | lm loss: 2.113567E+00 | grad norm: 0.139 |",
+                 "https://github.com/bigscience-workshop/bigscience/blob/master/train/"
+                 "tr11-176B-ml/chronicles.md#2022-04-30-hanging-at-eval",
+                 {"iteration": 45000, "value": 2.113567}),
+         Example("{'loss': 22276357.5138, 'grad_norm': nan, 'learning_rate': 8e-07, "
+                 "'epoch': 1.0}",
+                 "https://github.com/foundation-model-stack/fms-hf-tuning/pull/290",
+                 {"value": 22276357.5138})),
+        convert={"iteration": int, "value": float}),
+    Signature(
         "amp.scaler_skip", K.SCALER_SKIP, "Skipping step",
         r"(?:Gradient overflow\.\s+|OVERFLOW! (?:Rank \d+ )?)Skipping step",
         "GRAD_NONFINITE", "apex amp, DeepSpeed fp16 (routine while the scale settles)",
