@@ -122,3 +122,22 @@ def test_a_slurm_node_failure_is_a_failure_whatever_tail_its_line_has(tmp_path):
     from ddpdoctor.next_step import decide
 
     assert decide(findings).action.value == "drain_node"
+
+
+def test_an_nvswitch_fabric_that_is_not_ready_is_the_nodes_gpu_health(tmp_path):
+    # NCCL's NVLS bind failure names the Fabric Manager; CUDA's 802 is the same fabric down
+    log = tmp_path / "nvls.log"
+    log.write_text(
+        "torch.distributed.DistBackendError: NCCL error in: /var/lib/jenkins/workspace/torch/"
+        "csrc/distributed/c10d/NCCLUtils.cpp:93, unhandled cuda error (run with NCCL_DEBUG=INFO "
+        "for details), NCCL version 2.29.3\n"
+        "Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA error 401 "
+        "'the operation cannot be performed in the present state'.\n"
+        "This is usually caused by a system or configuration error in the Fabric Manager or "
+        "NVSwitches.\n")
+    f = _first(log)
+    assert (f.id, f.severity) == ("GPU_HEALTH", "error") and "Fabric Manager" in f.title
+    log.write_text("RuntimeError: cuda runtime error (802) : system not yet initialized at "
+                   "/opt/conda/conda-bld/pytorch_1579022034529/work/aten/src/THC/"
+                   "THCGeneral.cpp:50\n")
+    assert _first(log).id == "GPU_HEALTH"

@@ -58,6 +58,7 @@ class EventKind(str, Enum):
     DUPLICATE_GPU = "duplicate_gpu"
     GPU_ECC = "gpu_ecc"
     GPU_XID = "gpu_xid"
+    GPU_FABRIC = "gpu_fabric"  # NVSwitch fabric not ready: Fabric Manager down or mismatched
     CUDA_ILLEGAL = "cuda_illegal"
     CUDA_ERROR = "cuda_error"
     # gloo / c10d / store

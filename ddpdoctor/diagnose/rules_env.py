@@ -47,8 +47,17 @@ def device_mapping(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict
 
 def gpu_health(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     bad = ix.of(K.GPU_ECC, K.GPU_XID)
-    if not bad:
+    fabric = ix.of(K.GPU_FABRIC)
+    if not bad and not fabric:
         return []
+    if not bad:
+        who = f" on rank {fmt(fabric)}" if fmt(fabric) else ""
+        return [verdict(ix, "GPU_HEALTH", f"the node's NVSwitch fabric is not ready{who} "
+                        f"({fabric[0].data.get('what', '')}): the Fabric Manager is down or not "
+                        "at the driver's version", fabric,
+                        {"action": "check `systemctl status nvidia-fabricmanager` (its version "
+                                   "must match the driver's), restart it or drain the node; "
+                                   "NCCL_NVLS_ENABLE=0 only avoids NVLS"})]
     first = bad[0]
     if first.kind is K.GPU_XID:
         what = f"Xid {first.data['xid']} on {first.data['pci']}: {first.data['message']}"

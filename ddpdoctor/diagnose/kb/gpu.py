@@ -21,6 +21,27 @@ SIGNATURES = (
                  {"pci": "PCI:0000:06:00", "xid": 79}),),
         convert={"xid": int}),
     Signature(
+        # NVSwitch systems (A100/H100/B200 HGX) need the Fabric Manager up, at the driver's
+        # version: without it CUDA will not start (802), and NCCL's NVLS cannot bind
+        "gpu.fabric_not_ready", K.GPU_FABRIC,
+        ("system not yet initialized", "Fabric Manager", "NVLink SHARP"),
+        r"(?P<what>system not yet initialized|Failed to bind NVLink SHARP \(NVLS\) Multicast "
+        r"memory|error in the Fabric Manager or NVSwitches)",
+        "GPU_HEALTH", "CUDA >= 11 (cudaErrorSystemNotReady), NCCL >= 2.17 (NVLS)",
+        (Example("RuntimeError: cuda runtime error (802) : system not yet initialized at "
+                 "/opt/conda/conda-bld/pytorch_1579022034529/work/aten/src/THC/THCGeneral.cpp:50",
+                 "https://github.com/pytorch/pytorch/issues/35710",
+                 {"what": "system not yet initialized"}),
+         Example("UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). "
+                 "Did you run some cuda functions before calling NumCudaDevices() that might "
+                 "have already set an error? Error 802: system not yet initialized (Triggered "
+                 "internally at  ../c10/cuda/CUDAFunctions.cpp:112.)",
+                 "https://github.com/microsoft/lisa/issues/2823"),
+         Example("Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA "
+                 "error 401 'the operation cannot be performed in the present state'. ",
+                 "https://github.com/pytorch/pytorch/pull/177472",
+                 {"what": "Failed to bind NVLink SHARP (NVLS) Multicast memory"}))),
+    Signature(
         "cuda.illegal_memory_access", K.CUDA_ILLEGAL, "illegal memory access",
         r"(?P<watchdog>NCCL watchdog thread terminated with exception: )?CUDA error: an illegal "
         r"memory access was encountered", "RANK_CRASHED", "CUDA (all)",
