@@ -130,6 +130,13 @@ PATTERNS: tuple[FloorPattern, ...] = (
         (("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
           "https://github.com/lmzpai/roboMamba/issues/10"),)),
     FloorPattern(
+        # the elastic agent writing a failure's error record (its JSON follows: the
+        # exception's name and message), for a worker or for the agent itself
+        "elastic.error_record", Evidence.LAUNCHER_DEATH, ("errors.error_handler:",),
+        r"elastic\.multiprocessing\.errors\.error_handler:",
+        (("ERROR:torch.distributed.elastic.multiprocessing.errors.error_handler:{",
+          "https://github.com/kubeflow/trainer/issues/1638"),)),
+    FloorPattern(
         "native.caught_signal", Evidence.PROCESS_KILLED, ("Caught signal", "Signal: "),
         r"Caught signal (?P<signum>\d+) \(|\] Signal: [A-Z][\w ]+ \((?P<signum2>\d+)\)",
         (("[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)",

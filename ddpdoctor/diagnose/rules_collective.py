@@ -233,7 +233,7 @@ def _busy_elsewhere(ix: EventIndex, culprits: list[int], op: str, ev: dict[str, 
 
 
 def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    evs = ix.of(K.NCCL_WATCHDOG, K.GLOO_TIMEOUT, K.STORE_TIMEOUT)
+    evs = ix.of(K.NCCL_WATCHDOG, K.GLOO_TIMEOUT, K.STORE_TIMEOUT) or ix.of(K.NCCL_WORK_STATE)
     peer = ix.of(K.BARRIER_PEER_ERROR)
     if not evs and peer:
         p = sorted({e.data["peer"] for e in peer})

@@ -21,6 +21,10 @@ _EXCEPTION = re.compile(
 # an angle bracket or a colon, and is a CamelCase class name ending in Error/Exception.
 _PREFIXED_EXCEPTION = re.compile(
     r"[\]>:]\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|EnforceNotMet))(?::\s?(.*))?$")
+# The same in torchelastic's error record (the JSON its error_handler logs and writes to
+# the error file): '"message": "RendezvousClosedError: ",'
+_RECORDED_EXCEPTION = re.compile(
+    r'^"message":\s*"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))(?::\s?(.*?))?",?$')
 # Raised by launchers (torchrun, mp.spawn, torch.distributed.launch, deepspeed, accelerate)
 # about a child that died: not the rank's own error (the child's lines, or the floor's
 # reading of this one, say what happened).
@@ -91,7 +95,8 @@ class LineScanner:
             del frames[:-_MAX_FRAMES]
             return
         matches = list(match_line(stripped))
-        exc = _EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
+        exc = (_EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
+               or _RECORDED_EXCEPTION.match(stripped))
         exc_data: dict[str, Any] = {}
         if exc:
             exc_data = self._exception_data(rank, exc.group(1), exc.group(2) or "")

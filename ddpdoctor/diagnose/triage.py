@@ -103,6 +103,17 @@ def unrecognized(ix: EventIndex) -> Verdict | None:
                 next((e for e in failures if e.kind is EventKind.TRACEBACK), failures[0]))
     who = f"rank {root.rank}" if root.rank is not None else "the job"
     where = root.data.get("where") or root.data.get("raised_at")
+    if root.kind is EventKind.TRACEBACK and root.rank is not None and severity == "error":
+        # a rank's own traceback whose exception line could not be read (the log was cut
+        # there, or the class names no Error/Exception): that rank raised, where its frames
+        # say (the convention for a rank's own exception)
+        return verdict(ix, "RANK_CRASHED", f"rank {root.rank} raised"
+                       + (f" at {where}" if where else "") + ": an exception whose line "
+                       "ddpdoctor could not read (cut from the log, or a class that names no "
+                       "Error/Exception)", [root] + [e for e in failures if e is not root][:5],
+                       {"root_line": root.quote(), "hint": "the rank's last lines name the "
+                        "exception; adding a Signature to ddpdoctor/diagnose/kb teaches a new "
+                        "one"}, ranks=[root.rank])
     at = f" (at {where})" if where else ""
     ev = {"root_line": root.quote(), "hint": (
         "ddpdoctor knows no signature for this error text: the playbook shows how to read "
