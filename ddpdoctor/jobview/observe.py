@@ -17,6 +17,7 @@ from ddpdoctor.jobview.store import JobStore, StoreLost
 from ddpdoctor.report import Check, Report
 
 RECHECK_S = 1.0
+STORE_CONNECT_S = 15.0
 
 
 class ObserveError(Exception):
@@ -25,7 +26,9 @@ class ObserveError(Exception):
 
 def observe(endpoint: keys.Endpoint, timeout: float) -> tuple[Verdict, list[NodeSnap]]:
     try:
-        st = JobStore.connect(endpoint, min(timeout, 10.0))
+        # the store's host is the rendezvous agent of a busy job: a connect that takes a
+        # few seconds is a loaded host, not a lost store (5 s failed under load)
+        st = JobStore.connect(endpoint, max(timeout, STORE_CONNECT_S))
         nodes = [s for s in read_nodes(st) if not s.ended]
         if not nodes:
             raise ObserveError(f"no `ddpdoctor run` of a running job has joined the job "
