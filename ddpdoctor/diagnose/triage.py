@@ -91,12 +91,7 @@ def triage(events: Iterable[Event]) -> list[Finding]:
 
 def unrecognized(ix: EventIndex) -> Verdict | None:
     """The first line that shows a failure, when no rule knows what it means."""
-    failures = [e for e in ix.events if e.is_failure]
-    severity = "error"
-    if not failures:
-        # Only lines healthy jobs print too: say what was seen, as a warning.
-        failures = [e for e in ix.events if e.kind in WEAK]
-        severity = "warning"
+    failures, severity = _failure_lines(ix)
     if not failures:
         return None
     root = next((e for e in failures if e.kind is EventKind.EXCEPTION),
@@ -104,16 +99,7 @@ def unrecognized(ix: EventIndex) -> Verdict | None:
     who = f"rank {root.rank}" if root.rank is not None else "the job"
     where = root.data.get("where") or root.data.get("raised_at")
     if root.kind is EventKind.TRACEBACK and root.rank is not None and severity == "error":
-        # a rank's own traceback whose exception line could not be read (the log was cut
-        # there, or the class names no Error/Exception): that rank raised, where its frames
-        # say (the convention for a rank's own exception)
-        return verdict(ix, "RANK_CRASHED", f"rank {root.rank} raised"
-                       + (f" at {where}" if where else "") + ": an exception whose line "
-                       "ddpdoctor could not read (cut from the log, or a class that names no "
-                       "Error/Exception)", [root] + [e for e in failures if e is not root][:5],
-                       {"root_line": root.quote(), "hint": "the rank's last lines name the "
-                        "exception; adding a Signature to ddpdoctor/diagnose/kb teaches a new "
-                        "one"}, ranks=[root.rank])
+        return _unread_exception(ix, root, where, failures)
     at = f" (at {where})" if where else ""
     ev = {"root_line": root.quote(), "hint": (
         "ddpdoctor knows no signature for this error text: the playbook shows how to read "
@@ -125,6 +111,29 @@ def unrecognized(ix: EventIndex) -> Verdict | None:
     return verdict(ix, "UNRECOGNIZED_FAILURE", title,
                    [root] + [e for e in failures if e is not root][:5], ev,
                    ranks=[root.rank] if root.rank is not None else [], severity=severity)
+
+
+def _failure_lines(ix: EventIndex) -> tuple[list[Event], str]:
+    """The lines that show a failure (error), else only lines healthy jobs print too:
+    said as a warning."""
+    failures = [e for e in ix.events if e.is_failure]
+    if failures:
+        return failures, "error"
+    return [e for e in ix.events if e.kind in WEAK], "warning"
+
+
+def _unread_exception(ix: EventIndex, root: Event, where: str | None,
+                      failures: list[Event]) -> Verdict:
+    """A rank's own traceback whose exception line could not be read (the log was cut
+    there, or the class names no Error/Exception): that rank raised, where its frames say
+    (the convention for a rank's own exception)."""
+    return verdict(ix, "RANK_CRASHED", f"rank {root.rank} raised"
+                   + (f" at {where}" if where else "") + ": an exception whose line "
+                   "ddpdoctor could not read (cut from the log, or a class that names no "
+                   "Error/Exception)", [root] + [e for e in failures if e is not root][:5],
+                   {"root_line": root.quote(), "hint": "the rank's last lines name the "
+                    "exception; adding a Signature to ddpdoctor/diagnose/kb teaches a new "
+                    "one"}, ranks=[root.rank])
 
 
 def _ordered(ix: EventIndex, verdicts: list[Verdict], folds: set[EventKind]) -> list[Finding]:

@@ -238,6 +238,15 @@ class _Ends:
             outcome.value = payload.get("value")
             outcome.error = payload.get("error", "")
             outcome.traceback = payload.get("traceback", "")
+        elif r in self.exitcodes and any(p["status"] != STATUS_OK
+                                         for p in self.payloads.values()):
+            # gone with no word of its own after another rank reported its failure: the
+            # teardown (or the peer's loss) took it, however fast a loaded host let the
+            # launcher see both exits in one poll
+            outcome.exitcode = self.exitcodes[r]
+            outcome.status = STATUS_TORN_DOWN
+            outcome.error = ("stopped after another rank failed ("
+                             f"{_describe_exit(self.exitcodes[r])})")
         elif r in self.exitcodes:
             outcome.exitcode = self.exitcodes[r]
             outcome.error = _describe_exit(self.exitcodes[r])
