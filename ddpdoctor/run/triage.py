@@ -27,13 +27,15 @@ def exit_description(returncode: int) -> str:
     return f"killed by {name}" if name else f"exit code {returncode}"
 
 
+def _first_interval(exits: list[RankExit]) -> list[RankExit]:
+    """The ranks the sampler saw gone in its first interval of exits."""
+    return [e for e in exits if abs(e.time - exits[0].time) < 1e-6] if exits else []
+
+
 def first_exit(exits: list[RankExit]) -> RankExit | None:
     """The rank that went away first, if only one went in the first sampling interval."""
-    if not exits:
-        return None
-    first = exits[0]
-    tied = [e for e in exits if abs(e.time - first.time) < 1e-6]
-    return first if len(tied) == 1 else None
+    tied = _first_interval(exits)
+    return tied[0] if len(tied) == 1 else None
 
 
 def _only_non_victim(exits: list[RankExit], events: list[Any]) -> RankExit | None:
@@ -42,9 +44,7 @@ def _only_non_victim(exits: list[RankExit], events: list[Any]) -> RankExit | Non
     a peer: a rank that printed "Connection closed by peer" was alive when another went."""
     from ddpdoctor.diagnose.events import PEER_LOSS
 
-    if not exits:
-        return None
-    tied = [e for e in exits if abs(e.time - exits[0].time) < 1e-6]
+    tied = _first_interval(exits)
     victims = {e.rank for e in events if e.kind in PEER_LOSS and e.rank is not None}
     left = [e for e in tied if e.rank not in victims]
     return left[0] if len(left) == 1 and len(tied) > 1 else None
