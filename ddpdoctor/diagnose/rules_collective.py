@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ddpdoctor.diagnose.events import Event
@@ -47,6 +48,7 @@ def mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                            "a collective received a different amount of data than it expected "
                            f"(detected on rank {fmt(size) or '?'})", size + ix.of(K.CPP_ABORT),
                            ev, ranks=ranks_of(size)))
+    out.extend(_watchdog_fingerprints(ix) if not out else [])
     started = ix.of(K.DESYNC_STARTED)
     if len({e.data["op"] for e in started}) > 1 and not detail:
         minority = min(started, key=lambda e: len(e.data["ranks"]))
@@ -57,6 +59,46 @@ def mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             {"collectives": {format_ranks(sorted(e.data["ranks"])): e.data["op"]
                              for e in started}}, ranks=minority.data["ranks"]))
     return out
+
+
+_PG = re.compile(r"\[PG (?:ID )?(\S+)")
+
+
+def _watchdog_fingerprints(ix: EventIndex) -> list[Verdict]:
+    """Two ranks' watchdogs report the same sequence number of one process group as
+    different collectives (op or element counts): the ranks called different collectives
+    at that point, what torch's collective fingerprint check says with DETAIL on. The
+    ranks of the rarer fingerprint are named when there is one."""
+    by_seq: dict[tuple[str, int], dict[int, tuple[object, ...]]] = {}
+    for e in ix.of(K.NCCL_WATCHDOG):
+        if e.rank is None or "seq" not in e.data or "op" not in e.data:
+            continue
+        pg = _PG.search(e.text)
+        fp = (e.data["op"], e.data.get("numel_in"), e.data.get("numel_out"))
+        by_seq.setdefault((pg.group(1) if pg else "", e.data["seq"]), {})[e.rank] = fp
+    for (_, seq), fps in sorted(by_seq.items(), key=lambda kv: kv[0][1]):
+        if len(set(fps.values())) < 2:
+            continue
+        groups: dict[tuple[object, ...], list[int]] = {}
+        for r, fp in sorted(fps.items()):
+            groups.setdefault(fp, []).append(r)
+        sizes = sorted(len(v) for v in groups.values())
+        minority = min(groups.values(), key=len) if sizes[0] < sizes[1] else []
+        desc = "; ".join(f"rank {format_ranks(rs)}: {_fp_text(fp)}" for fp, rs in groups.items())
+        evs = [e for e in ix.of(K.NCCL_WATCHDOG) if e.data.get("seq") == seq]
+        return [verdict(ix, "HANG_COLLECTIVE_MISMATCH",
+                        f"the ranks' watchdogs timed out in different collectives at sequence "
+                        f"number {seq} ({desc}): the ranks called different collectives",
+                        evs, {"collectives": {format_ranks(rs): _fp_text(fp)
+                                              for fp, rs in groups.items()}},
+                        ranks=minority)]
+    return []
+
+
+def _fp_text(fp: tuple[object, ...]) -> str:
+    op, numel_in, numel_out = fp
+    return f"{op}" + (f" NumelIn={numel_in} NumelOut={numel_out}" if numel_in is not None
+                      else "")
 
 
 def named_culprits(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

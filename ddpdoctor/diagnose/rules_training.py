@@ -208,7 +208,10 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         sizes.setdefault("total_capacity", cuda[0].data.get("total_old"))
         sizes.setdefault("free", cuda[0].data.get("free_old"))
         sizes = {k: v for k, v in sizes.items() if v is not None}
-        msg = f"CUDA out of memory: tried to allocate {sizes.get('tried_to_allocate', '?')}"
+        msg = (f"CUDA out of memory: tried to allocate {sizes['tried_to_allocate']}"
+               if "tried_to_allocate" in sizes else
+               "CUDA out of memory: an allocation outside PyTorch's caching allocator failed "
+               "(a CUDA context, NCCL's buffers, or a kernel's workspace)")
         if sizes.get("total_capacity"):
             msg += (f" on GPU {sizes.get('gpu', '?')} ({sizes.get('free', '?')} free of "
                     f"{sizes['total_capacity']})")
@@ -226,9 +229,15 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             out.append(verdict(ix, "OOM", msg, cuda, {**sizes, "kind": "CUDA"}))
     cpu = ix.of(K.CPU_OOM)
     if cpu:
-        asked = cpu[0].data["tried_to_allocate_bytes"]
-        out.append(verdict(ix, "OOM", "host out of memory: the CPU allocator could not get "
-                           f"{asked / 2**30:.2f} GiB", cpu,
+        # the smallest request: ranks aborting at once interleave their lines' digits
+        asked = min((e.data["tried_to_allocate_bytes"] for e in cpu
+                     if e.data.get("tried_to_allocate_bytes")), default=None)
+        size = (f"{asked / 2**30:.2f} GiB" if asked and asked >= 2**30 else
+                f"{(asked or 0) / 2**20:.1f} MiB")
+        # a native allocator failing even a small request: the host ran out, whatever asked
+        how = (f"the CPU allocator could not get {size}" if asked else
+               f"a native allocator gave up ({cpu[0].text.strip()[:80]})")
+        out.append(verdict(ix, "OOM", f"host out of memory: {how}", cpu,
                            {"kind": "host (allocator)", "tried_to_allocate_bytes": asked}))
     if not cpu and not cuda:
         out += _worker_killed(ix)

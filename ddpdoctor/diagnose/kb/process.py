@@ -113,6 +113,29 @@ SIGNATURES = (
         (Example("ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out "
                  "of memory'", "https://github.com/NVIDIA/nccl/issues/1235"),)),
     Signature(
+        # The CUDA runtime's own code for a failed allocation (cudaErrorMemoryAllocation),
+        # outside the caching allocator's message: a context created on a full GPU, a
+        # barrier's buffer, an abort thrown from C++ (no Python traceback at all).
+        "oom.cuda_error", K.CUDA_OOM, ("CUDA error: out of memory",
+                                       "CUDA_ERROR_OUT_OF_MEMORY"),
+        r"CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY", "OOM",
+        "torch >= 1.0 (cudaErrorMemoryAllocation)",
+        (Example("  what():  CUDA error: out of memory",
+                 "https://github.com/rwth-i6/returnn/issues/1482"),
+         Example("RuntimeError: CUDA error: out of memory",
+                 "https://github.com/MIC-DKFZ/nnUNet/issues/593"))),
+    Signature(
+        # A native allocator giving up on host memory: C++ new (std::bad_alloc) and Rust's
+        # global allocator (tokenizers, safetensors) abort the process with these.
+        "oom.host_alloc_failed", K.CPU_OOM, ("std::bad_alloc", "bytes failed"),
+        r"what\(\):\s+std::bad_alloc|memory allocation of (?P<tried_to_allocate_bytes>\d+) "
+        r"bytes failed", "OOM", "any native extension (C++ new, Rust's allocator)",
+        (Example("  what():  std::bad_alloc", "https://github.com/Haiyang-W/DSVT/issues/14"),
+         Example("memory allocation of 2097152 bytes failed",
+                 "https://github.com/deepspeedai/DeepSpeedExamples/issues/321",
+                 {"tried_to_allocate_bytes": 2097152})),
+        convert={"tried_to_allocate_bytes": int}),
+    Signature(
         "oom.cpu_allocator", K.CPU_OOM, "can't allocate memory",
         r"DefaultCPUAllocator: can't allocate memory: you tried to allocate "
         r"(?P<tried_to_allocate_bytes>\d+) bytes",

@@ -1,0 +1,70 @@
+"""Evidence families learned from the development set's misses before batch 10: the ranks'
+watchdogs naming different collectives at one sequence number (a mismatch, whatever the
+ops), and allocation failures outside the caching allocator's message (the CUDA runtime's
+out-of-memory code, C++ and Rust allocators giving up on host memory). Lines from real
+logs (thread URLs in the sidecars of tests/fixtures/reallogs/H1_seqnum_*, F3_collective_*,
+L3_fail_gloo_cuda_oom_*, G2_deepspeed_launcher_host_alloc_*)."""
+
+from __future__ import annotations
+
+from ddpdoctor.diagnose import LogInput, diagnose_logs
+
+_WD = ("[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation "
+       "timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={n}, NumelOut={n}, "
+       "Timeout(ms)=600000) ran for 600077 milliseconds before timing out.\n")
+
+
+def _first(tmp_path, text: str):
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    findings, _ = diagnose_logs([LogInput(str(log))])
+    return findings[0]
+
+
+def test_watchdogs_at_one_seq_in_different_ops_name_the_odd_rank(tmp_path):
+    text = (_WD.format(r=2, seq=4084, op="ALLREDUCE", n=4821568)
+            + _WD.format(r=1, seq=4084, op="ALLREDUCE", n=4821568)
+            + _WD.format(r=3, seq=4084, op="BROADCAST", n=56623104))
+    f = _first(tmp_path, text)
+    assert (f.id, f.ranks) == ("HANG_COLLECTIVE_MISMATCH", [3])
+    assert "sequence number 4084" in f.title and "BROADCAST" in f.title
+
+
+def test_watchdogs_at_one_seq_with_different_sizes_are_a_mismatch(tmp_path):
+    f = _first(tmp_path, _WD.format(r=0, seq=3437, op="ALLREDUCE", n=4311252)
+               + _WD.format(r=1, seq=3437, op="ALLREDUCE", n=1))
+    # two ranks, two fingerprints: no minority to name
+    assert (f.id, f.ranks) == ("HANG_COLLECTIVE_MISMATCH", [])
+
+
+def test_watchdogs_agreeing_at_one_seq_are_no_mismatch(tmp_path):
+    f = _first(tmp_path, _WD.format(r=0, seq=7, op="ALLREDUCE", n=10)
+               + _WD.format(r=1, seq=7, op="ALLREDUCE", n=10))
+    assert f.id != "HANG_COLLECTIVE_MISMATCH"
+
+
+def test_watchdogs_of_different_process_groups_are_not_compared(tmp_path):
+    line = ("[rank{r}]:[E ProcessGroupNCCL.cpp:632] [PG {pg} Rank {r}] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=5, OpType={op}, NumelIn=8, "
+            "NumelOut=8, Timeout(ms)=600000) ran for 600100 milliseconds before timing out.\n")
+    f = _first(tmp_path, line.format(r=0, pg=0, op="ALLREDUCE")
+               + line.format(r=1, pg=3, op="ALLGATHER"))
+    assert f.id != "HANG_COLLECTIVE_MISMATCH"
+
+
+def test_cuda_runtime_out_of_memory_thrown_from_cpp_is_oom(tmp_path):
+    f = _first(tmp_path, "terminate called after throwing an instance of 'c10::Error'\n"
+                         "  what():  CUDA error: out of memory\n"
+                         "CUDA kernel errors might be asynchronously reported at some other API "
+                         "call, so the stacktrace below might be incorrect.\n")
+    assert (f.id, f.severity) == ("OOM", "error")
+
+
+def test_native_allocators_giving_up_are_host_oom(tmp_path):
+    f = _first(tmp_path, "memory allocation of 2097152 bytes failed\n"
+                         "[2023-04-16 21:54:13,235] [INFO] [launch.py:428:sigkill_handler] "
+                         "Killing subprocess 62215\n")
+    assert (f.id, f.severity) == ("OOM", "error")
+    f = _first(tmp_path, "terminate called after throwing an instance of 'std::bad_alloc'\n"
+                         "  what():  std::bad_alloc\n")
+    assert f.id == "OOM"
