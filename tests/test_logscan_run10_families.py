@@ -68,3 +68,42 @@ def test_native_allocators_giving_up_are_host_oom(tmp_path):
     f = _first(tmp_path, "terminate called after throwing an instance of 'std::bad_alloc'\n"
                          "  what():  std::bad_alloc\n")
     assert f.id == "OOM"
+
+
+def test_a_rank_behind_whose_traceback_waits_in_another_collective_is_a_mismatch(tmp_path):
+    # batch 10 (N1_collective_count_skew_*): ranks 0 and 4 enqueued up to work 77 and sat in
+    # a gloo all_gather; the others timed out in BROADCAST #78
+    log = tmp_path / "job.log"
+    src = ("tests/fixtures/reallogs/"
+           "N1_collective_count_skew_gloo_vs_nccl_broadcast_hang_8gpu.log")
+    lines = open(src).read().splitlines()
+    keep = [ln for ln in lines if ln.startswith(("[rank0]: ", "[rank4]: "))
+            or "Watchdog caught" in ln or "PG status" in ln]
+    log.write_text("\n".join(keep) + "\n")
+    findings, _ = diagnose_logs([LogInput(str(log))])
+    f = findings[0]
+    assert (f.id, f.ranks) == ("HANG_COLLECTIVE_MISMATCH", [0, 4])
+    assert "rank 0 was in all_gather" in f.title and "BROADCAST #78" in f.title
+
+
+def test_a_rank_behind_in_the_same_collective_stays_a_missing_rank(tmp_path):
+    text = ("[rank0]: Traceback (most recent call last):\n"
+            '[rank0]:   File "/w/train.py", line 9, in <module>\n'
+            '[rank0]:   File "/usr/lib/python3/site-packages/torch/distributed/'
+            'distributed_c10d.py", line 3949, in broadcast\n'
+            "[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] "
+            "Connection closed by peer [192.168.7.7]:57000\n")
+    for r in (1, 2):
+        text += (f"[rank{r}]:[E810 03:04:11.061727749 ProcessGroupNCCL.cpp:683] [Rank {r}] "
+                 "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=78, "
+                 "OpType=BROADCAST, NumelIn=80, NumelOut=80, Timeout(ms)=600000) ran for "
+                 "600096 milliseconds before timing out.\n"
+                 f"[rank{r}]:[E810 03:04:11.063313477 ProcessGroupNCCL.cpp:2241] [PG ID 0 PG "
+                 f"GUID 0(default_pg) Rank {r}]  failure detected by watchdog at work sequence "
+                 "id: 78 PG status: last enqueued work: 79, last completed work: 77\n")
+    text += ("[rank0]:[E810 03:04:11.063313477 ProcessGroupNCCL.cpp:1858] [PG ID 0 PG GUID "
+             "0(default_pg) Rank 0] Received a dump signal due to a collective timeout from  "
+             "rank 1 and we will try our best to dump the debug info. Last enqueued NCCL "
+             "work: 77, last completed NCCL work: 77.\n")
+    f = _first(tmp_path, text)
+    assert (f.id, f.ranks) == ("HANG_RANK_MISSING_COLLECTIVE", [0])

@@ -238,6 +238,9 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     ev: dict[str, Any] = {"collective": {k: d[k] for k in ("op", "seq", "timeout_ms", "ran_ms")
                                          if k in d},
                           "ranks_reporting": fmt(evs + states)}
+    other = _waiting_elsewhere(ix, culprits, d.get("op"))
+    if other:
+        return [_elsewhere_verdict(ix, culprits, other, op, evs + states, ev)]
     if busy and culprits == busy:
         title = _busy_elsewhere(ix, culprits, op, ev)
     elif culprits:
@@ -251,6 +254,29 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                       "the data before launching")
     return [verdict(ix, "HANG_RANK_MISSING_COLLECTIVE", title, evs + states + ix.of(K.BUSY)[-1:],
                     ev, ranks=culprits)]
+
+
+def _elsewhere_verdict(ix: EventIndex, culprits: list[int], other: dict[int, str], op: str,
+                       waiting: list[Event], ev: dict[str, Any]) -> Verdict:
+    where = ", ".join(f"rank {r} was in {c}" for r, c in sorted(other.items()))
+    ev["collectives"] = {str(r): c for r, c in sorted(other.items())}
+    return verdict(ix, "HANG_COLLECTIVE_MISMATCH",
+                   f"rank {format_ranks(culprits)} never entered {op}, where rank "
+                   f"{fmt(waiting) or '?'} waited; by its own traceback {where}: the ranks "
+                   "called different collectives", waiting, ev, ranks=culprits)
+
+
+def _waiting_elsewhere(ix: EventIndex, culprits: list[int], op: object) -> dict[int, str]:
+    """The collective each culprit's own traceback shows it waiting in, where that is not
+    the one the others timed out in (names compared without case and underscores)."""
+    if not culprits or not isinstance(op, str):
+        return {}
+    seen = {e.rank: e.data["in_collective"] for e in ix.events
+            if e.rank in culprits and e.data.get("in_collective")}
+    same = op.replace("_", "").upper()
+    if not seen or any(c.replace("_", "").upper() == same for c in seen.values()):
+        return {}
+    return {r: c for r, c in seen.items() if r is not None}
 
 
 def _first_timed_out(watchdog: list[Event]) -> list[Event]:

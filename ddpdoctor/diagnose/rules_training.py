@@ -199,46 +199,8 @@ def _worker_killed(ix: EventIndex) -> list[Verdict]:
 
 
 def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    out = []
-    cuda = ix.of(K.CUDA_OOM)
-    if cuda:
-        sizes = {k: v for k, v in cuda[0].data.items() if k in (
-            "tried_to_allocate", "gpu", "total_capacity", "free", "in_use",
-            "allocated_by_pytorch", "reserved_unallocated") and v is not None}
-        sizes.setdefault("total_capacity", cuda[0].data.get("total_old"))
-        sizes.setdefault("free", cuda[0].data.get("free_old"))
-        sizes = {k: v for k, v in sizes.items() if v is not None}
-        msg = (f"CUDA out of memory: tried to allocate {sizes['tried_to_allocate']}"
-               if "tried_to_allocate" in sizes else
-               "CUDA out of memory: an allocation outside PyTorch's caching allocator failed "
-               "(a CUDA context, NCCL's buffers, or a kernel's workspace)")
-        if sizes.get("total_capacity"):
-            msg += (f" on GPU {sizes.get('gpu', '?')} ({sizes.get('free', '?')} free of "
-                    f"{sizes['total_capacity']})")
-        others = cuda[0].data.get("other_processes", 0)
-        if others >= 2:
-            # Many processes hold memory on one GPU: ranks touch a GPU that is not theirs
-            # (a CUDA context each), not a model too big for the card.
-            out.append(verdict(
-                ix, "GPU_DEVICE_MAPPING", f"{others} other processes hold memory on GPU "
-                f"{sizes.get('gpu', '?')}, so it ran out ({msg}): each rank must use only its "
-                "own GPU", cuda, {**sizes, "other_processes": others,
-                                  "fix": "torch.cuda.set_device(LOCAL_RANK) before any CUDA call"
-                                         "; no .cuda()/torch.device('cuda') without an index"}))
-        else:
-            out.append(verdict(ix, "OOM", msg, cuda, {**sizes, "kind": "CUDA"}))
-    cpu = ix.of(K.CPU_OOM)
-    if cpu:
-        # the smallest request: ranks aborting at once interleave their lines' digits
-        asked = min((e.data["tried_to_allocate_bytes"] for e in cpu
-                     if e.data.get("tried_to_allocate_bytes")), default=None)
-        size = (f"{asked / 2**30:.2f} GiB" if asked and asked >= 2**30 else
-                f"{(asked or 0) / 2**20:.1f} MiB")
-        # a native allocator failing even a small request: the host ran out, whatever asked
-        how = (f"the CPU allocator could not get {size}" if asked else
-               f"a native allocator gave up ({cpu[0].text.strip()[:80]})")
-        out.append(verdict(ix, "OOM", f"host out of memory: {how}", cpu,
-                           {"kind": "host (allocator)", "tried_to_allocate_bytes": asked}))
+    cuda, cpu = ix.of(K.CUDA_OOM), ix.of(K.CPU_OOM)
+    out = _cuda_oom(ix, cuda) + _allocator_oom(ix, cpu)
     if not cpu and not cuda:
         out += _worker_killed(ix)
     host = ix.of(K.HOST_OOM)
@@ -254,6 +216,50 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                            + (f" (rank {format_ranks(ranks)}, SIGKILL)" if ranks else ""),
                            host + killed9, ev, ranks=ranks))
     return out
+
+
+def _cuda_oom(ix: EventIndex, cuda: list[Event]) -> list[Verdict]:
+    if not cuda:
+        return []
+    sizes = {k: v for k, v in cuda[0].data.items() if k in (
+        "tried_to_allocate", "gpu", "total_capacity", "free", "in_use",
+        "allocated_by_pytorch", "reserved_unallocated") and v is not None}
+    sizes.setdefault("total_capacity", cuda[0].data.get("total_old"))
+    sizes.setdefault("free", cuda[0].data.get("free_old"))
+    sizes = {k: v for k, v in sizes.items() if v is not None}
+    msg = (f"CUDA out of memory: tried to allocate {sizes['tried_to_allocate']}"
+           if "tried_to_allocate" in sizes else
+           "CUDA out of memory: an allocation outside PyTorch's caching allocator failed "
+           "(a CUDA context, NCCL's buffers, or a kernel's workspace)")
+    if sizes.get("total_capacity"):
+        msg += (f" on GPU {sizes.get('gpu', '?')} ({sizes.get('free', '?')} free of "
+                f"{sizes['total_capacity']})")
+    others = cuda[0].data.get("other_processes", 0)
+    if others >= 2:
+        # Many processes hold memory on one GPU: ranks touch a GPU that is not theirs
+        # (a CUDA context each), not a model too big for the card.
+        return [verdict(
+            ix, "GPU_DEVICE_MAPPING", f"{others} other processes hold memory on GPU "
+            f"{sizes.get('gpu', '?')}, so it ran out ({msg}): each rank must use only its "
+            "own GPU", cuda, {**sizes, "other_processes": others,
+                              "fix": "torch.cuda.set_device(LOCAL_RANK) before any CUDA call"
+                                     "; no .cuda()/torch.device('cuda') without an index"})]
+    return [verdict(ix, "OOM", msg, cuda, {**sizes, "kind": "CUDA"})]
+
+
+def _allocator_oom(ix: EventIndex, cpu: list[Event]) -> list[Verdict]:
+    if not cpu:
+        return []
+    # the smallest request: ranks aborting at once interleave their lines' digits
+    asked = min((e.data["tried_to_allocate_bytes"] for e in cpu
+                 if e.data.get("tried_to_allocate_bytes")), default=None)
+    size = (f"{asked / 2**30:.2f} GiB" if asked and asked >= 2**30 else
+            f"{(asked or 0) / 2**20:.1f} MiB")
+    # a native allocator failing even a small request: the host ran out, whatever asked
+    how = (f"the CPU allocator could not get {size}" if asked else
+           f"a native allocator gave up ({cpu[0].text.strip()[:80]})")
+    return [verdict(ix, "OOM", f"host out of memory: {how}", cpu,
+                    {"kind": "host (allocator)", "tried_to_allocate_bytes": asked})]
 
 
 def _routine_overflow(nan: list, ix: EventIndex) -> bool:

@@ -61,6 +61,15 @@ def is_library_frame(path: str) -> bool:
     return bool(_LIBRARY_PATH.search(path))
 
 
+# torch.distributed's collectives and point-to-point calls, as their frames name them
+_COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+    "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+    "all_to_all", "all_to_all_single", "barrier", "monitored_barrier", "gather",
+    "gather_object", "scatter", "scatter_object_list", "send", "recv", "_all_gather_base",
+    "_reduce_scatter_base"})
+
+
 class LineScanner:
     """Turns the picked lines of one input into events (:attr:`events`, in log order)."""
 
@@ -209,6 +218,11 @@ class LineScanner:
             data["raised_at"] = f"{file}:{lineno} in {fn}"
         if any("torch/utils/data/" in f[0] for f in frames):
             data["in_dataloader"] = True
+        coll = [f[2] for f in frames if f[0].endswith("distributed_c10d.py")
+                and f[2] in _COLLECTIVES]
+        if coll:
+            # the collective the rank waited in when it failed: a peer's abort ends it
+            data["in_collective"] = coll[-1]
         if rank in self._in_worker:
             data["in_dataloader_worker"] = self._in_worker.pop(rank)
         return data
