@@ -107,3 +107,19 @@ def test_a_rank_behind_in_the_same_collective_stays_a_missing_rank(tmp_path):
              "work: 77, last completed NCCL work: 77.\n")
     f = _first(tmp_path, text)
     assert (f.id, f.ranks) == ("HANG_RANK_MISSING_COLLECTIVE", [0])
+
+
+def test_a_launchers_report_of_the_rank_that_crashed_names_its_unprefixed_traceback(tmp_path):
+    # batch 11 (O1_composer_*): Composer's launcher names the rank; the traceback has no
+    # rank prefix of its own
+    f = _first(tmp_path, "Building trainer...\nTraceback (most recent call last):\n"
+                         "RuntimeError: Cannot writeback when the parameter shape changes\n"
+                         "Expects torch.Size([1769472]) but got torch.Size([2304, 768])\n"
+                         "ERROR:composer.cli.launcher:Rank 0 crashed with exit code 1.\n")
+    assert (f.id, f.ranks) == ("RANK_CRASHED", [0])
+    assert "Cannot writeback" in f.title
+
+
+def test_a_launchers_report_alone_is_that_ranks_crash(tmp_path):
+    f = _first(tmp_path, "ERROR:composer.cli.launcher:Rank 0 crashed with exit code 1.\n")
+    assert (f.id, f.ranks, f.severity) == ("RANK_CRASHED", [0], "error")

@@ -59,10 +59,15 @@ def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
     agents = [i for i, e in enumerate(evs) if e.kind is EventKind.AGENT_FAILED
               and e.data.get("exit_code")]
     if not agents:
+        # another launcher's report of the rank that died (Composer's "Rank 0 crashed with
+        # exit code 1"): the first one names the root, as torchrun's agent line does
+        agents = [i for i, e in enumerate(evs) if e.kind is EventKind.PROCESS_EXIT
+                  and e.data.get("launcher") and e.rank is not None and e.data.get("exit_code")]
+    if not agents:
         return evs, None
     i = agents[0]
     first = evs[i]
-    evs[i] = replace(first, rank=first.data["local_rank"] if first.rank is None
+    evs[i] = replace(first, rank=first.data.get("local_rank") if first.rank is None
                      else first.rank, data={**first.data, "first": True})
     return evs, evs[i]
 
@@ -106,7 +111,7 @@ def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event
         return evs
     # reports about a rank (by the launcher, the kernel, the floor) are not the rank's own lines
     skip = {EventKind.TORCHRUN_FAILURE, EventKind.HOST_OOM, EventKind.AGENT_FAILED,
-            EventKind.FLOOR}
+            EventKind.FLOOR, EventKind.PROCESS_EXIT}
     if any(e.rank == root_rank for e in evs if e.kind not in CASCADE and e.kind not in skip):
         return evs
     return [replace(e, rank=root_rank, rank_from="torchrun's summary (line carries no rank)")

@@ -6,6 +6,7 @@ import re
 
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.kb.signature import Example, Signature, ints
+from ddpdoctor.signames import killed_by
 
 FIX = "tests/fixtures/logs/"
 _SIZE = r"[\d.]+ ?(?:[KMGT]i?B|bytes|B)"
@@ -17,6 +18,14 @@ def _gpu(m: re.Match[str]) -> dict[str, int]:
     others = len(re.findall(r"Process \d+ has [\d.]+ \w+ memory in use", m.string))
     if others:
         out["other_processes"] = others
+    return out
+
+
+def _launcher_exit(m: re.Match[str]) -> dict[str, object]:
+    code = int(m["exit_code"])
+    out: dict[str, object] = {"launcher": "composer"}
+    if code < 0:
+        out["signal"] = killed_by(code) or f"signal {-code}"
     return out
 
 
@@ -324,6 +333,17 @@ SIGNATURES = (
                  "signal SIGKILL", "https://github.com/lyu-yx/ACUMEN/issues/4",
                  {"process": 0, "signal": "SIGKILL"}),),
         convert={"process": int}),
+    Signature(
+        # A launcher's own report of a rank it started dying (Composer's launcher): the
+        # rank it names is the global rank. Negative codes are signals.
+        "launcher.rank_crashed", K.PROCESS_EXIT, ("crashed with exit code",
+                                                 "exited with exit code"),
+        r"\b[Rr]ank (?P<process>\d+) (?:crashed|exited) with exit code (?P<exit_code>-?\d+)",
+        "RANK_CRASHED", "composer's launcher (composer.cli.launcher)",
+        (Example("ERROR:composer.cli.launcher:Rank 0 crashed with exit code 1.",
+                 "https://github.com/mosaicml/llm-foundry/issues/215",
+                 {"process": 0, "exit_code": 1}),),
+        convert={"process": int, "exit_code": int}, extra=_launcher_exit),
     Signature(
         "deepspeed.loss_scale_min", K.LOSS_NAN, "loss scale already at minimum",
         r"Current loss scale already at minimum - cannot decrease scale anymore",
