@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
 from ddpdoctor.check.probes import PROBES
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check, Report
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ddpdoctor.check.launcher.outcome import LaunchResult
 
 GROUP_ORDER = ("Environment", "Communication", "Data", "GPU", "Topology")
 
@@ -38,7 +43,7 @@ def _split(per_rank: dict[int, dict[str, Any]], name: str
 
 
 def analyze_probes(per_rank: dict[int, dict[str, Any]], names: list[str], world_size: int,
-                   report: Report, opts: CheckOptions | dict[str, Any] | None = None,
+                   report: Report, opts: CheckOptions | Mapping[str, object] | None = None,
                    not_run_reason: str = "", expected: list[int] | None = None) -> None:
     """Turn each probe's per-rank data into check lines and findings.
 
@@ -74,22 +79,23 @@ def _mark_missing(first: Check, errors: dict[int, str], silent: list[int]) -> No
         first.status = "error"
 
 
-def _per_rank(result: Any) -> dict[int, dict[str, Any]]:
+def _per_rank(result: LaunchResult) -> dict[int, dict[str, Any]]:
     """Each rank's probe results: its pre-init ones, plus the others if it finished."""
     per_rank: dict[int, dict[str, Any]] = {}
     for o in result.outcomes:
-        merged = dict(o.pre or {})
-        if o.status == "ok":
-            merged.update(o.value or {})
+        # Both are the dicts run_pre_probes / run_probes returned, or None.
+        merged = dict(o.pre) if isinstance(o.pre, dict) else {}
+        if o.status == "ok" and isinstance(o.value, dict):
+            merged.update(o.value)
         if merged:
             per_rank[o.rank] = merged
     return per_rank
 
 
-def _world(result: Any, per_rank: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def _world(result: LaunchResult, per_rank: dict[int, dict[str, Any]]) -> dict[str, object]:
     hosts = {d["env"]["data"]["hostname"] for d in per_rank.values()
              if "data" in d.get("env", {})}
-    world = {"world_size": result.world_size, "backend": result.backend,
+    world: dict[str, object] = {"world_size": result.world_size, "backend": result.backend,
              "nodes": len(hosts) or 1, "deadline_s": result.deadline_s}
     if getattr(result, "store_address", ""):
         # Where the doctor's own rendezvous store listened (docs/safety.md).
@@ -97,7 +103,7 @@ def _world(result: Any, per_rank: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return world
 
 
-def _init_failure(result: Any) -> str:
+def _init_failure(result: LaunchResult) -> str:
     from ddpdoctor.check.launcher import STATUS_ERROR
 
     failed = {o.rank: o.error for o in result.outcomes
@@ -108,8 +114,9 @@ def _init_failure(result: Any) -> str:
             f"{next(iter(failed.values()))}")
 
 
-def assemble_report(result: Any, names: list[str], opts: CheckOptions | dict[str, Any],
-                    parent: dict[str, Any] | None = None) -> Report:
+def assemble_report(result: LaunchResult, names: list[str],
+                    opts: CheckOptions | Mapping[str, object],
+                    parent: dict[str, dict[str, object]] | None = None) -> Report:
     """Every rank's outcome (a LaunchResult, local or rebuilt by the worker) -> Report."""
     options = CheckOptions.coerce(opts)
     if options.backend is None:
@@ -151,7 +158,7 @@ def _fold_into_reachability(report: Report) -> None:
     report.findings[:] = kept
 
 
-def _add_launch_findings(report: Report, result: Any, rank_names: list[str]) -> None:
+def _add_launch_findings(report: Report, result: LaunchResult, rank_names: list[str]) -> None:
     from ddpdoctor.check.analysis.launch import analyze_launch, raised_findings
 
     stall = {n: PROBES[n].stall_finding for n in rank_names}
@@ -189,8 +196,9 @@ def _also_seen(report: Report, first: Finding, again: Finding) -> None:
         {"check": again.check or None, "title": again.title})
     # The check that found it too keeps its mark (a failed dataloader stays red).
     for check in report.checks:
-        if check.name == again.check and check.status != "skipped":
-            check.status = again.severity if again.severity != "info" else check.status
+        if check.name == again.check and check.status != "skipped" and \
+                again.severity in ("error", "warning"):
+            check.status = again.severity
 
 
 def _order_checks(report: Report) -> None:

@@ -20,9 +20,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ddpdoctor.contract import MESH_KEY
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 HELLO = b"ddpdoctor-mesh "
 # Concurrent outgoing connections per rank: bounded so 4,096 ranks stay under a default
@@ -103,7 +106,15 @@ class _Listener:
         self.sock.close()
 
 
-def _reach(me: str, peer: int, where: str, timeout_s: float) -> dict[str, Any]:
+class _Reach(TypedDict, total=False):
+    """One connection to a peer's listener: whether it answered as that rank."""
+
+    ok: bool
+    ms: float
+    error: str
+
+
+def _reach(me: str, peer: int, where: str, timeout_s: float) -> _Reach:
     host, _, port = where.rpartition(":")
     start = time.perf_counter()
     try:
@@ -124,7 +135,7 @@ def _reach(me: str, peer: int, where: str, timeout_s: float) -> dict[str, Any]:
     return {"ok": True, "ms": ms}
 
 
-def _addresses(store: Any, rank: int, world: int, budget_s: float) -> dict[int, str]:
+def _addresses(store: Store, rank: int, world: int, budget_s: float) -> dict[int, str]:
     """Every published ``address node``, read with O(1) store operations per rank: rank 0
     waits for them all (or the budget), then publishes the whole table under one key,
     which every other rank reads once (a store is one server: N reads of N keys each would
@@ -152,7 +163,7 @@ def _addresses(store: Any, rank: int, world: int, budget_s: float) -> dict[int, 
         return {}
 
 
-def _barrier(store: Any, world: int, budget_s: float) -> bool:
+def _barrier(store: Store, world: int, budget_s: float) -> bool:
     """Wait (within ``budget_s``) until every rank has finished connecting, without
     polling: the last rank to arrive sets one key the others wait on."""
     if store.add(_key("done"), 1) >= world:
@@ -164,8 +175,8 @@ def _barrier(store: Any, world: int, budget_s: float) -> bool:
         return False
 
 
-def run_mesh(store: Any, rank: int, world: int, backend: str, timeout_s: float,
-             budget_s: float) -> dict[str, Any]:
+def run_mesh(store: Store, rank: int, world: int, backend: str, timeout_s: float,
+             budget_s: float) -> dict[str, object]:
     """This rank's row of the mesh: its address, how many peers it tried, and only the
     connections that failed (a row stays small at any scale); ``cut`` says whether any
     rank of the job found a connection that failed.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -21,7 +22,7 @@ _DEPTH_MAX_BYTES = {"quick": (1 << 20, 16 << 20), "default": (16 << 20, 256 << 2
 # What --quick and --full change from the field defaults below (the default depth). Every
 # probe runs at every depth: only the probes whose cost grows with what they move do less
 # (--quick) or more (--full).
-_DEPTH_FIELDS: dict[str, dict[str, Any]] = {
+_DEPTH_FIELDS: dict[str, dict[str, object]] = {
     "quick": {"collectives": ("all_reduce",), "link_iters": 1, "dl_batches": 2},
     "default": {},
     "full": {"warmup": 2, "trial_budget_s": None},
@@ -85,16 +86,18 @@ class CheckOptions:
         return nccl if backend == "nccl" else gloo
 
     @classmethod
-    def at_depth(cls, depth: str, **fields: Any) -> CheckOptions:
+    def at_depth(cls, depth: str, **fields: object) -> CheckOptions:
         """Options for ``--quick`` / ``--full`` (or the default depth); ``fields`` win."""
         if depth not in DEPTHS:
             raise OptionsError(f"depth must be one of {DEPTHS}, not {depth!r}")
-        return cls(**{**_DEPTH_FIELDS[depth], "depth": depth, **fields})
+        # Unchecked here: __post_init__ checks each value's type at run time.
+        values: dict[str, Any] = {**_DEPTH_FIELDS[depth], "depth": depth, **fields}
+        return cls(**values)
 
-    def replace(self, **changes: Any) -> CheckOptions:
+    def replace(self, **changes: object) -> CheckOptions:
         return CheckOptions.from_dict({**self.to_dict(), **changes})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["collectives"] = list(self.collectives)
         return out
@@ -103,15 +106,16 @@ class CheckOptions:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CheckOptions:
+    def from_dict(cls, data: Mapping[str, object]) -> CheckOptions:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise OptionsError(f"unknown check option(s) {', '.join(unknown)}")
-        data = dict(data)
-        if "collectives" in data:
-            data["collectives"] = tuple(data["collectives"])
-        return cls(**data)
+        # JSON or a caller's dict, unchecked here: __post_init__ checks each value's type.
+        values: dict[str, Any] = dict(data)
+        if "collectives" in values:
+            values["collectives"] = tuple(values["collectives"])
+        return cls(**values)
 
     @classmethod
     def from_json(cls, text: str) -> CheckOptions:
@@ -124,7 +128,7 @@ class CheckOptions:
         return cls.from_dict(data)
 
     @classmethod
-    def coerce(cls, opts: CheckOptions | dict[str, Any] | None) -> CheckOptions:
+    def coerce(cls, opts: CheckOptions | Mapping[str, object] | None) -> CheckOptions:
         """Options as given by a caller: a ``CheckOptions``, a plain dict or nothing."""
         if isinstance(opts, CheckOptions):
             return opts
@@ -142,7 +146,7 @@ _LIMITS: dict[str, tuple[type, float | None]] = {
 }
 
 
-def _validate(name: str, value: Any) -> None:
+def _validate(name: str, value: object) -> None:
     if value is None or name not in _LIMITS:
         return
     kind, minimum = _LIMITS[name]

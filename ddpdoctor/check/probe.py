@@ -10,11 +10,14 @@ is named by the declaration, and is tested without processes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding
 from ddpdoctor.report import Check
+
+if TYPE_CHECKING:
+    from ddpdoctor.check.launcher.outcome import RankContext
 
 # "pre_init": inside every rank, before the process group exists (its evidence survives a
 # failed init); "rank": inside every rank, with the process group; "parent": once, in the
@@ -23,8 +26,8 @@ Stage = Literal["pre_init", "rank", "parent"]
 
 
 class Collect(Protocol):
-    def __call__(self, ctx: Any, opts: CheckOptions) -> dict[str, Any]:
-        """Rank side (``ctx`` is None for a parent-stage probe)."""
+    def __call__(self, ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
+        """Rank side (a parent-stage probe accepts None for ``ctx``: it runs in no rank)."""
         ...
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ddpdoctor.check.assemble import analyze_probes, assemble_report
 from ddpdoctor.check.options import CheckOptions
@@ -19,13 +19,19 @@ from ddpdoctor.check.probe import Stage
 from ddpdoctor.check.probes import PROBES
 from ddpdoctor.report import Report
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ddpdoctor.check.launcher.outcome import RankContext
+
 __all__ = ["PROBES", "analyze_probes", "assemble_report", "run_check", "run_pre_probes",
            "run_probes"]
 
 
-def _run(ctx: Any, names: list[str], opts: CheckOptions, stage: Stage) -> dict[str, Any]:
+def _run(ctx: RankContext | None, names: list[str], opts: CheckOptions,
+         stage: Stage) -> dict[str, dict[str, object]]:
     """Each probe of ``stage``: ``{"data": ...}`` or ``{"error", "traceback"}``, timed."""
-    out: dict[str, Any] = {}
+    out: dict[str, dict[str, object]] = {}
     for name in names:
         probe = PROBES[name]
         if probe.stage != stage:
@@ -34,7 +40,9 @@ def _run(ctx: Any, names: list[str], opts: CheckOptions, stage: Stage) -> dict[s
             ctx.progress(name)
         start = time.perf_counter()
         try:
-            out[name] = {"data": probe.collect(ctx, opts)}
+            # ctx is None only in the parent, where only parent-stage probes run, and
+            # those take None: the stage, not the type, says which.
+            out[name] = {"data": probe.collect(cast("RankContext", ctx), opts)}
         except Exception as e:  # one broken probe must not hide the others
             out[name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0],
                          "traceback": traceback.format_exc()}
@@ -42,13 +50,14 @@ def _run(ctx: Any, names: list[str], opts: CheckOptions, stage: Stage) -> dict[s
     return out
 
 
-def run_pre_probes(ctx: Any, names: list[str],
-                   opts: CheckOptions | dict[str, Any]) -> dict[str, Any]:
+def run_pre_probes(ctx: RankContext, names: list[str],
+                   opts: CheckOptions | Mapping[str, object]) -> dict[str, dict[str, object]]:
     """Rank side, before the process group exists."""
     return _run(ctx, names, CheckOptions.coerce(opts), "pre_init")
 
 
-def run_probes(ctx: Any, names: list[str], opts: CheckOptions | dict[str, Any]) -> dict[str, Any]:
+def run_probes(ctx: RankContext, names: list[str],
+               opts: CheckOptions | Mapping[str, object]) -> dict[str, dict[str, object]]:
     """Rank side, with the process group; a probe that raises is recorded, not fatal."""
     if getattr(ctx, "skip_init", ""):
         # No process group (a pre-init probe proved it cannot form): every rank probe
@@ -62,7 +71,7 @@ def run_probes(ctx: Any, names: list[str], opts: CheckOptions | dict[str, Any]) 
 
 
 def run_check(nproc: int, names: list[str], backend: str | None, deadline_s: float,
-              opts: CheckOptions | dict[str, Any] | None = None,
+              opts: CheckOptions | Mapping[str, object] | None = None,
               rank_env: dict[int, dict[str, str]] | None = None,
               on_progress: Callable[[dict[int, str]], None] | None = None) -> Report:
     """One node: start ``nproc`` ranks with the launcher and check them."""

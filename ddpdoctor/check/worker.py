@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpdoctor.check.launcher import (
     STATUS_ERROR,
@@ -37,6 +37,11 @@ from ddpdoctor.check.options import CheckOptions, OptionsError
 from ddpdoctor.check.run import PROBES, assemble_report, run_pre_probes, run_probes
 from ddpdoctor.contract import CHECK_KEY, CHECK_RESULT
 from ddpdoctor.errors import ExitCode
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
+
+    from ddpdoctor.report import Report
 
 
 def _deadline(text: str) -> float:
@@ -68,7 +73,9 @@ def _key(kind: str, rank: int) -> str:
     return CHECK_KEY.format(run=run, attempt=attempt, kind=kind, rank=rank)
 
 
-def _get_json(store: Any, key: str) -> Any:
+# What a rank of this job wrote (``{"value": ...}`` or ``{"error": ...}``), as JSON parsed
+# it: read as written, never checked, so its type is left open.
+def _get_json(store: Store, key: str) -> Any:
     try:
         if store.check([key]):
             return json.loads(store.get(key).decode())
@@ -77,8 +84,8 @@ def _get_json(store: Any, key: str) -> Any:
     return None
 
 
-def _collect(store: Any, world: int, backend: str, deadline_s: float, started: float,
-             names: list[str], opts: CheckOptions) -> Any:
+def _collect(store: Store, world: int, backend: str, deadline_s: float, started: float,
+             names: list[str], opts: CheckOptions) -> Report:
     """Rank 0's reporter: wait for every rank's result until the deadline, then report."""
     while time.monotonic() - started < deadline_s:
         if all(store.check([_key("res", r)]) for r in range(world)):
@@ -103,7 +110,7 @@ def _collect(store: Any, world: int, backend: str, deadline_s: float, started: f
     return assemble_report(result, names, opts)
 
 
-def _emit(report: Any, json_path: str | None) -> int:
+def _emit(report: Report, json_path: str | None) -> int:
     target = os.environ.get(CHECK_RESULT)
     if target:
         report.write_json(target)
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = RankContext(rank, world, local_rank, backend, device, args.deadline, store)
 
     reporter: threading.Thread | None = None
-    box: dict[str, Any] = {}
+    box: dict[str, Report] = {}
     if rank == 0:
         def report_at_deadline() -> None:
             box["report"] = _collect(store, world, backend, args.deadline, started, names, opts)
@@ -162,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         if not ctx.skip_init:
             ctx.progress("init_process_group")
             dist.init_process_group(backend, timeout=timeout)
-        res: dict[str, Any] = {"value": run_probes(ctx, names, opts)}
+        res: dict[str, object] = {"value": run_probes(ctx, names, opts)}
     except Exception as e:  # reported through the store
         res = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     store.set(_key("res", rank), json.dumps(res, default=str))

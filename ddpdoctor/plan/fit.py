@@ -105,8 +105,8 @@ def advice_for_oom(params: int, world_size: int, strategy: str, gpu_mem: int,
         "params": params, "world_size": world_size, "gpu_mem": fmt_bytes(gpu_mem),
         "precision": precision,
     }
-    if current is not None and current.ranks:
-        w = current.worst
+    w = current.worst if current is not None else None  # None: no rank
+    if current is not None and w is not None:
         evidence[f"predicted_{strategy}_per_rank"] = fmt_bytes(current.peak)
         evidence["model_states_per_rank"] = fmt_bytes(w.model_states)
         evidence["activations_per_rank"] = fmt_bytes(w.activations)

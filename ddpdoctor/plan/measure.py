@@ -57,7 +57,7 @@ def state_bytes(module: nn.Module, optimizer: Any) -> tuple[int, int, int]:
     return (sum(_nbytes(p) for p in params), sum(_nbytes(p.grad) for p in params), opt)
 
 
-def _is_param(t: torch.Tensor) -> bool:
+def _is_param(t: torch.Tensor | None) -> bool:
     while t is not None:
         if isinstance(t, nn.Parameter):
             return True

@@ -90,6 +90,7 @@ def from_params(params: int, layers: int | None = None, dim: int | None = None,
             d = (body * 128 / 12) ** (1 / 3) if layers is None else math.sqrt(body / layers / 12)
             dim = max(128, int(round(d / 128)) * 128)
             body = max(float(params) - 2 * vocab * dim - seq * dim, params / 2)
+    assert dim is not None  # the loop above ran
     if layers is None:
         layers = max(1, int(round(dim / 128)))
     if heads is None:

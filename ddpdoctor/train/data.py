@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Sampler
 
 
 class SyntheticTokens(Dataset):
@@ -41,6 +41,7 @@ def build_loader(dataset: SyntheticTokens, batch_size: int, dp_rank: int, dp_wor
     Without ``use_sampler`` it is the classic mistake: a plain shuffling loader whose seed is
     the same on every rank, so every rank trains on the same samples.
     """
+    sampler: Sampler[int]
     if use_sampler:
         sampler = DistributedSampler(dataset, num_replicas=dp_world, rank=dp_rank,
                                      shuffle=True, seed=seed, drop_last=True)
@@ -65,31 +66,33 @@ class Batches:
             raise ValueError("the dataset is smaller than one global batch: raise "
                              "--dataset-size or lower --batch-size")
         self.epoch = -1
-        self._it: Iterator | None = None
+        self._it: Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
 
-    def _start_epoch(self, epoch: int) -> None:
+    def _start_epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor,
+                                                         torch.Tensor]]:
         self.epoch = epoch
-        self.loader.dataset.epoch = epoch
+        dataset = self.loader.dataset
+        assert isinstance(dataset, SyntheticTokens)  # what build_loader loads
+        dataset.epoch = epoch
         sampler = self.loader.sampler
         if self.call_set_epoch and isinstance(sampler, DistributedSampler):
             sampler.set_epoch(epoch)
         self._it = iter(self.loader)
+        return self._it
 
     def skip_to(self, done_steps: int) -> None:
         """Position so the next batch is the one of step ``done_steps + 1`` (for resume)."""
         epoch, into = divmod(done_steps, self.steps_per_epoch)
-        self._start_epoch(epoch)
+        it = self._start_epoch(epoch)
         for _ in range(into):
-            next(self._it)
+            next(it)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if self._it is None:
-            self._start_epoch(0)
+        it = self._it if self._it is not None else self._start_epoch(0)
         try:
-            return next(self._it)
+            return next(it)
         except StopIteration:
-            self._start_epoch(self.epoch + 1)
-            return next(self._it)
+            return next(self._start_epoch(self.epoch + 1))
 
 
 def sample_indices(loader: DataLoader, step: int, call_set_epoch: bool = True) -> list[int]:
@@ -99,14 +102,17 @@ def sample_indices(loader: DataLoader, step: int, call_set_epoch: bool = True) -
     epoch, j = divmod(step - 1, spe)
     s = loader.sampler
     if isinstance(s, DistributedSampler):
-        replay = DistributedSampler(loader.dataset, num_replicas=s.num_replicas, rank=s.rank,
-                                    shuffle=s.shuffle, seed=s.seed, drop_last=s.drop_last)
-        replay.set_epoch(epoch if call_set_epoch else 0)
-        order = list(replay)
+        shards: DistributedSampler[int] = DistributedSampler(
+            loader.dataset, num_replicas=s.num_replicas, rank=s.rank, shuffle=s.shuffle,
+            seed=s.seed, drop_last=s.drop_last)
+        shards.set_epoch(epoch if call_set_epoch else 0)
+        order = list(shards)
     else:
-        seed = loader.dataset.seed
-        replay = RandomSampler(loader.dataset, generator=torch.Generator().manual_seed(seed))
+        dataset = loader.dataset
+        assert isinstance(dataset, SyntheticTokens)  # what build_loader loads
+        replay = RandomSampler(dataset, generator=torch.Generator().manual_seed(dataset.seed))
         for _ in range(epoch + 1):
             order = list(replay)
     b = loader.batch_size
+    assert b is not None  # build_loader batches
     return order[j * b:(j + 1) * b]

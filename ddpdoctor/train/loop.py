@@ -226,7 +226,8 @@ def _step_line(run: Run, rec: dict[str, Any]) -> str:
             f"peak {rec['peak_mem_mb']:,.0f} MB")
     if "loss_scale" in rec:
         text += f"  scale {rec['loss_scale']:g}" + (" (skipped)" if rec["step_skipped"] else "")
-    if "comm_bytes" in rec and run.strategy.comm_meter.hooked:
+    meter = run.strategy.comm_meter
+    if "comm_bytes" in rec and meter is not None and meter.hooked:  # comm_bytes: a meter
         share = rec["comm_bytes"] / max(1, rec["comm_plain_bytes"])
         text += f"  sent {rec['comm_bytes']:,} B ({share:.1%} of plain)"
     return text

@@ -83,11 +83,13 @@ class GPT(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Stage 0 receives token ids; later pipeline stages receive hidden states.
         if self.tok_emb is not None:
+            assert self.pos_emb is not None  # a stage keeps both embeddings or neither
             pos = torch.arange(x.shape[1], device=x.device)
             x = self.tok_emb(x) + self.pos_emb(pos)
         for block in self.blocks.values():
             x = block(x)
         if self.head is not None:
+            assert self.ln_f is not None  # the last stage keeps both
             x = self.head(self.ln_f(x))
         return x
 
@@ -99,6 +101,7 @@ def build_model(cfg: ModelConfig, seed: int, device: torch.device | str = "cpu",
         torch.manual_seed(seed)
         model = GPT(cfg)
     for block in model.blocks.values():
+        assert isinstance(block, Block)
         block.checkpointed = checkpointed
     return model.to(device)
 

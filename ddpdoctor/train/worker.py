@@ -68,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddpdoctor.train: error: rank {rank}: {e}", file=sys.stderr)
         return 2
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=rcfg.pg_timeout),
-                            **({"device_id": device} if device.type == "cuda" else {}))
+    if device.type == "cuda":
+        dist.init_process_group(backend, timeout=timedelta(seconds=rcfg.pg_timeout),
+                                device_id=device)
+    else:
+        dist.init_process_group(backend, timeout=timedelta(seconds=rcfg.pg_timeout))
     injector = Injector(injs, rank, world)
     injector.setup()
     log = Log(rank, rcfg.json_log)
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                                Log(rank, None, tag="(plain) "))
             dist.barrier()
         numbers = train_one(name, mcfg, rcfg, device, injector, log)
-        if before is not None:
+        if before is not None and plain is not None:  # before is the plain run's
             line, record = vs_plain.comparison(vs_plain.options_text(name, rcfg, plain[1]),
                                                numbers, before)
             log.line(line)

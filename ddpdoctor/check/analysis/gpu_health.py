@@ -7,9 +7,9 @@ Each rule reads one ``DeviceInfo`` (and the host's XIDs) and returns a ``Problem
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from ddpdoctor.check.nvml import BENIGN_CLOCK_REASONS, DeviceInfo, XidEvent
+from ddpdoctor.findings import Severity
 
 # Utilization (%) above which the GPU is "under load": PCIe links downshift when idle.
 LOADED_UTIL_PCT = 5
@@ -27,7 +27,7 @@ WARNING_XIDS = {63: "ECC page retirement / row remapping event"}
 
 
 # (severity, problem, text, evidence)
-Problem = tuple[str, str, str, dict[str, Any]]
+Problem = tuple[Severity, str, str, dict[str, object]]
 
 
 def _is_loaded(d: DeviceInfo) -> bool:
@@ -88,7 +88,7 @@ def _clocks(d: DeviceInfo, xids: list[XidEvent]) -> Problem | None:
     reasons = [r for r in d.clock_event_names or [] if r not in BENIGN_CLOCK_REASONS]
     if not reasons:
         return None
-    severity = "info" if reasons == ["sw_power_cap"] else "warning"
+    severity: Severity = "info" if reasons == ["sw_power_cap"] else "warning"
     clocks = (f" (SM {d.sm_clock_mhz} of {d.sm_clock_max_mhz} MHz, "
               f"{d.temperature_c} C, {d.power_w} of {d.power_limit_w} W)")
     return (severity, "clocks_throttled",
@@ -118,7 +118,7 @@ def _pcie(d: DeviceInfo, xids: list[XidEvent]) -> Problem | None:
              "utilization_gpu": d.utilization_gpu, "under_load": loaded})
 
 
-def _xid_severity(codes: set[int]) -> str:
+def _xid_severity(codes: set[int]) -> Severity:
     if codes & CRITICAL_XIDS.keys():
         return "error"
     return "warning" if codes & WARNING_XIDS.keys() else "info"

@@ -8,7 +8,8 @@ pairs have no active NVLink (fabric manager down, a link trained down, a bad bas
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypedDict
 
 from ddpdoctor.check.analysis.gpu import HostView, host_views
 from ddpdoctor.check.nvml import PairInfo
@@ -78,13 +79,30 @@ class _HostPairs:
                 if not self.used or (a in self.used and b in self.used)]
 
 
-def _devices(pairs: list[dict[str, Any]]) -> set[int]:
+class _BadPair(TypedDict):
+    """A GPU pair of a TOPO_NO_P2P finding, as its evidence lists it."""
+
+    a: int
+    b: int
+    level: str | None
+
+
+class _NoP2P(_BadPair):
+    p2p_read: str | None
+
+
+class _NoNvlink(_BadPair):
+    p2p_nvlink: str | None
+    active_links: dict[str, int | None]
+
+
+def _devices(pairs: Sequence[_BadPair]) -> set[int]:
     return {p["a"] for p in pairs} | {p["b"] for p in pairs}
 
 
 def _no_p2p(host: _HostPairs) -> Finding | None:
     """TOPO_NO_P2P (no_p2p): pairs without peer access at all."""
-    no_p2p = []
+    no_p2p: list[_NoP2P] = []
     for (a, b), both in host.relevant():
         bad = [p for p in both if p.p2p_read not in (None, "OK")]
         if bad:
@@ -109,7 +127,7 @@ def _nvlink_up(both: list[PairInfo]) -> bool:
 
 def _nvlink_missing(host: _HostPairs) -> Finding | None:
     """TOPO_NO_P2P (nvlink_missing): NVLink-board GPUs that talk over PCIe."""
-    missing = []
+    missing: list[_NoNvlink] = []
     for (a, b), both in host.relevant():
         expected = nvlink_expected(host.names.get(a)) and nvlink_expected(host.names.get(b))
         if not expected or _nvlink_up(both):

@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ddpdoctor.check.launcher import zygote
 from ddpdoctor.check.launcher.outcome import (
@@ -70,7 +70,7 @@ def default_backend(nproc: int) -> str:
 
 
 def launch(
-    fn: Callable[..., Any],
+    fn: Callable[..., object],
     nproc: int = 2,
     args: tuple = (),
     backend: str | None = None,
@@ -78,7 +78,7 @@ def launch(
     rank_env: dict[int, dict[str, str]] | None = None,
     log_dir: str | None = None,
     master_addr: str = "127.0.0.1",
-    pre_init: Callable[..., Any] | None = None,
+    pre_init: Callable[..., object] | None = None,
     on_progress: Callable[[dict[int, str]], None] | None = None,
 ) -> LaunchResult:
     """Run ``fn(ctx, *args)`` on ``nproc`` local ranks and collect every rank's outcome.
@@ -215,7 +215,16 @@ def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, wo
     return LaunchResult(nproc, backend, deadline_s, round(elapsed, 3), outcomes, str(work))
 
 
-def _payloads(result_dir: Path, nproc: int) -> dict[int, dict[str, Any]]:
+class _Payload(TypedDict, total=False):
+    """A rank's result file, as ``rank_entry`` pickles it."""
+
+    status: str
+    value: object
+    error: str
+    traceback: str
+
+
+def _payloads(result_dir: Path, nproc: int) -> dict[int, _Payload]:
     files = {r: result_dir / RANK_RESULT_FILE.format(rank=r) for r in range(nproc)}
     return {r: pickle.loads(f.read_bytes()) for r, f in files.items() if f.exists()}
 
@@ -224,7 +233,7 @@ class _Ends:
     """How each rank ended, from its result file, its exit code or the deadline."""
 
     def __init__(self, exitcodes: dict[int, int | None], timed_out: bool, deadline_s: float,
-                 payloads: dict[int, dict[str, Any]]) -> None:
+                 payloads: dict[int, _Payload]) -> None:
         self.exitcodes, self.timed_out, self.deadline_s = exitcodes, timed_out, deadline_s
         self.payloads = payloads
         self.first_failure_seen = bool(exitcodes) or any(p["status"] != STATUS_OK

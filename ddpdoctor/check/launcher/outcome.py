@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.contract import PROGRESS_KEY
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"          # the function raised
@@ -24,7 +27,7 @@ class RankContext:
     backend: str
     device: str
     deadline_s: float
-    store: Any = None  # the torch.distributed.Store shared by all ranks and the launcher
+    store: Store | None = None  # shared by all ranks and the launcher
     # Set by a pre-init probe that proved the process group cannot form (a pair of ranks
     # that cannot connect makes gloo's full-mesh init hang until the deadline): the reason.
     skip_init: str = ""
@@ -41,12 +44,12 @@ class RankContext:
 class RankOutcome:
     rank: int
     status: str
-    value: Any = None
+    value: object = None
     error: str = ""           # one line
     traceback: str = ""
     exitcode: int | None = None
     pid: int | None = None
-    pre: Any = None           # what ``pre_init`` returned, kept even when the rank failed
+    pre: object = None        # what ``pre_init`` returned, kept even when the rank failed
     progress: int = 0         # how many progress marks this rank reached
     last_step: str = ""       # the label of its last progress mark
     stderr_tail: list[str] = field(default_factory=list)
@@ -75,7 +78,7 @@ class LaunchResult:
     def ok(self) -> bool:
         return all(o.status == STATUS_OK for o in self.outcomes)
 
-    def values(self) -> dict[int, Any]:
+    def values(self) -> dict[int, object]:
         return {o.rank: o.value for o in self.outcomes if o.status == STATUS_OK}
 
     def by_status(self, status: str) -> list[int]:
@@ -103,7 +106,7 @@ class LaunchResult:
 
 
 
-def read_progress(store: Any, rank: int) -> tuple[int, str]:
+def read_progress(store: Store, rank: int) -> tuple[int, str]:
     """(marks reached, last label) of ``rank``; (0, "") when it left none."""
     key = PROGRESS_KEY.format(rank=rank)
     try:

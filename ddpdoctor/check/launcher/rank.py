@@ -9,15 +9,14 @@ import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from ddpdoctor import safefile
 from ddpdoctor.check.launcher.outcome import STATUS_ERROR, STATUS_OK, RankContext
 from ddpdoctor.contract import PRE_DONE_KEY, RANK_PRE_FILE, RANK_RESULT_FILE
 
 
-def rank_entry(fn: Callable[..., Any], args: tuple, result_dir: str, backend: str,
-                deadline_s: float, pre_init: Callable[..., Any] | None = None) -> None:
+def rank_entry(fn: Callable[..., object], args: tuple, result_dir: str, backend: str,
+                deadline_s: float, pre_init: Callable[..., object] | None = None) -> None:
     """Runs inside each rank process (must stay a module-level function: spawn pickles it)."""
     import torch
     import torch.distributed as dist

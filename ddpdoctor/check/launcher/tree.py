@@ -8,10 +8,17 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.launcher.outcome import read_progress
 from ddpdoctor.contract import RANK_RESULT_FILE
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import psutil
+    from torch.distributed import Store
+    from torch.distributed.elastic.multiprocessing.api import PContext, RunProcsResult
 
 CLOSE_TIMEOUT_S = 5.0  # torch's own cleanup, after the launcher's kill
 EXIT_GRACE_S = 5.0  # every rank has answered: how long their processes get to exit
@@ -27,11 +34,11 @@ class RankTree:
     def __init__(self, pids: dict[int, int]) -> None:
         import psutil
 
-        self.ranks: dict[int, Any] = {}
+        self.ranks: dict[int, psutil.Process] = {}
         for r, pid in pids.items():
             with contextlib.suppress(psutil.Error):
                 self.ranks[r] = psutil.Process(pid)
-        self.children: dict[int, dict[int, Any]] = {r: {} for r in self.ranks}
+        self.children: dict[int, dict[int, psutil.Process]] = {r: {} for r in self.ranks}
 
     def refresh(self) -> None:
         import psutil
@@ -90,10 +97,10 @@ class Waiter(threading.Thread):
     entrypoint has returned it blocks until every process exits, forever if one cannot,
     e.g. a teardown joining a stopped DataLoader worker), so the launcher keeps the time."""
 
-    def __init__(self, pc: Any, deadline_s: float) -> None:
+    def __init__(self, pc: PContext, deadline_s: float) -> None:
         super().__init__(name="ddpdoctor-launcher-wait", daemon=True)
         self.pc, self.deadline_s = pc, deadline_s
-        self.run_result: Any = None
+        self.run_result: RunProcsResult | None = None
         self.start()
 
     def run(self) -> None:
@@ -102,7 +109,9 @@ class Waiter(threading.Thread):
 
 
 def watch(waiter: Waiter, tree: RankTree, nproc: int, deadline_s: float, started: float,
-           store: Any, result_dir: Path, on_progress: Any) -> tuple[Any, bool]:
+           store: Store, result_dir: Path,
+           on_progress: Callable[[dict[int, str]], None] | None
+           ) -> tuple[RunProcsResult | None, bool]:
     """Wait for the ranks until the deadline; returns (torch's result, or None when it did
     not come, and whether every rank has written its answer)."""
     answered_at: float | None = None
@@ -125,7 +134,7 @@ def watch(waiter: Waiter, tree: RankTree, nproc: int, deadline_s: float, started
 
 
 
-def close_bounded(pc: Any, tree: RankTree) -> None:
+def close_bounded(pc: PContext, tree: RankTree) -> None:
     """torch's own cleanup (reaping, log files), given a few seconds and no more.
 
     Its waits are not all bounded; whatever it has not ended by then is SIGKILLed here,

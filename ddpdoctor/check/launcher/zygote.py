@@ -28,9 +28,10 @@ import os
 import signal
 import threading
 from multiprocessing import forkserver
+from typing import Final
 
 SPAWN = "spawn"
-FORKSERVER = "forkserver"
+FORKSERVER: Final = "forkserver"
 
 # What every rank imports anyway; the entry point's module is added per launch.
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.elastic.multiprocessing.api",

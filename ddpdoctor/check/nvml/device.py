@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from ddpdoctor.check.nvml.model import (
@@ -41,20 +42,23 @@ _PCIE = (
 )
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _const(value: Any) -> int:
+def _const(value: int | tuple[int]) -> int:
     # pynvml defines NVML_P2P_CAPS_INDEX_READ as "0," (a tuple): unwrap it.
     return int(value[0]) if isinstance(value, tuple) else int(value)
 
 
 class _Reader:
-    def __init__(self, nvml: Any):
+    def __init__(self, nvml: ModuleType):
         self.nvml = nvml
 
-    def call(self, errors: dict[str, str], name: str, fn_name: str, *args: Any) -> Any:
+    # Left untyped: the function is looked up by name, so its result (a struct, a list, a
+    # tuple, an int or bytes) is only known at the call site, which reads it as pynvml
+    # documents.
+    def call(self, errors: dict[str, str], name: str, fn_name: str, *args: object) -> Any:
         """One NVML call; any failure leaves the field None and says why in ``errors``."""
         fn = getattr(self.nvml, fn_name, None)
         if fn is None:
@@ -67,7 +71,7 @@ class _Reader:
                 f"{type(e).__name__}: {e}"
             return None
 
-    def device(self, index: int, handle: Any) -> DeviceInfo:
+    def device(self, index: int, handle: object) -> DeviceInfo:
         d = DeviceInfo(index=index)
         for part in (self._identity, self._processes, self._ecc, self._retirement,
                      self._clocks, self._power_and_pcie):
@@ -75,11 +79,11 @@ class _Reader:
         d.nvlinks = self.nvlinks(handle, d.errors)
         return d
 
-    def _text_of(self, err: dict[str, str], name: str, fn_name: str, handle: Any) -> str | None:
+    def _text_of(self, err: dict[str, str], name: str, fn_name: str, handle: object) -> str | None:
         value = self.call(err, name, fn_name, handle)
         return _text(value) if value is not None else None
 
-    def _identity(self, d: DeviceInfo, handle: Any) -> None:
+    def _identity(self, d: DeviceInfo, handle: object) -> None:
         err = d.errors
         d.name = self._text_of(err, "name", "nvmlDeviceGetName", handle)
         d.uuid = self._text_of(err, "uuid", "nvmlDeviceGetUUID", handle)
@@ -94,7 +98,7 @@ class _Reader:
         d.performance_state = self.call(err, "performance_state",
                                         "nvmlDeviceGetPerformanceState", handle)
 
-    def _processes(self, d: DeviceInfo, handle: Any) -> None:
+    def _processes(self, d: DeviceInfo, handle: object) -> None:
         procs: list[ProcessInfo] = []
         got_any = False
         for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
@@ -109,7 +113,7 @@ class _Reader:
                                          kind))
         d.processes = procs if got_any else None
 
-    def _ecc(self, d: DeviceInfo, handle: Any) -> None:
+    def _ecc(self, d: DeviceInfo, handle: object) -> None:
         n, err = self.nvml, d.errors
         ecc = self.call(err, "ecc_mode", "nvmlDeviceGetEccMode", handle)
         if ecc is not None:
@@ -120,7 +124,7 @@ class _Reader:
             setattr(d, attr, self.call(err, attr, "nvmlDeviceGetTotalEccErrors", handle,
                                        getattr(n, etype), getattr(n, ctype)))
 
-    def _retirement(self, d: DeviceInfo, handle: Any) -> None:
+    def _retirement(self, d: DeviceInfo, handle: object) -> None:
         err = d.errors
         for attr, cause in _RETIRED_PAGES:
             pages = self.call(err, attr, "nvmlDeviceGetRetiredPages", handle,
@@ -135,7 +139,7 @@ class _Reader:
                 int(rows[1])
             d.remap_pending, d.remap_failure = bool(rows[2]), bool(rows[3])
 
-    def _clocks(self, d: DeviceInfo, handle: Any) -> None:
+    def _clocks(self, d: DeviceInfo, handle: object) -> None:
         n, err = self.nvml, d.errors
         reasons_err: dict[str, str] = {}
         reasons = self.call(reasons_err, "clock_event_reasons",
@@ -153,7 +157,7 @@ class _Reader:
         d.temperature_c = self.call(err, "temperature_c", "nvmlDeviceGetTemperature", handle,
                                     n.NVML_TEMPERATURE_GPU)
 
-    def _power_and_pcie(self, d: DeviceInfo, handle: Any) -> None:
+    def _power_and_pcie(self, d: DeviceInfo, handle: object) -> None:
         err = d.errors
         power = self.call(err, "power_w", "nvmlDeviceGetPowerUsage", handle)  # milliwatts
         d.power_w = round(power / 1000, 1) if power is not None else None
@@ -162,7 +166,7 @@ class _Reader:
         for attr, fn in _PCIE:
             setattr(d, attr, self.call(err, attr, fn, handle))
 
-    def nvlinks(self, handle: Any, err: dict[str, str]) -> list[NvLinkInfo] | None:
+    def nvlinks(self, handle: object, err: dict[str, str]) -> list[NvLinkInfo] | None:
         links: list[NvLinkInfo] = []
         for link in range(int(getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18))):
             probe: dict[str, str] = {}
@@ -182,7 +186,7 @@ class _Reader:
             links.append(info)
         return links
 
-    def pairs(self, handles: list[Any], devices: list[DeviceInfo]) -> list[PairInfo]:
+    def pairs(self, handles: list[object | None], devices: list[DeviceInfo]) -> list[PairInfo]:
         n = self.nvml
         read_idx = _const(n.NVML_P2P_CAPS_INDEX_READ)
         nvlink_idx = _const(n.NVML_P2P_CAPS_INDEX_NVLINK)

@@ -16,7 +16,9 @@ why. (``dmesg``/the journal would be a future source for hosts that restrict /de
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from types import ModuleType
 from typing import Any
 
 # Clock event (throttle) reasons: (name, pynvml constant, benign). Benign ones are normal
@@ -140,13 +142,13 @@ class NvmlSnapshot:
     xid_source: str = ""
     errors: dict[str, str] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NvmlSnapshot:
-        def devs(d: dict[str, Any]) -> DeviceInfo:
-            d = _known(DeviceInfo, d)
+    def from_dict(cls, data: Mapping[str, object]) -> NvmlSnapshot:
+        def devs(raw: Mapping[str, object]) -> DeviceInfo:
+            d = _known(DeviceInfo, raw)
             if d.get("processes") is not None:
                 d["processes"] = [ProcessInfo(**_known(ProcessInfo, p)) for p in d["processes"]]
             if d.get("nvlinks") is not None:
@@ -162,14 +164,15 @@ class NvmlSnapshot:
         return cls(**d)
 
 
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    # Recordings from a newer ddpdoctor may carry fields this one does not know.
+def _known(cls: type, data: Mapping[str, object]) -> dict[str, Any]:
+    # Recordings from a newer ddpdoctor may carry fields this one does not know. The values
+    # are a recording's JSON, splatted into a dataclass unchecked, so they stay untyped.
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in names}
 
 
 
-def decode_clock_event_reasons(mask: int, nvml: Any = None) -> list[str]:
+def decode_clock_event_reasons(mask: int, nvml: ModuleType | None = None) -> list[str]:
     """The names of the bits set in an NVML clock event (throttle) reason mask."""
     nvml = nvml or _import_pynvml()
     names = []
@@ -196,7 +199,7 @@ def pci_key(bus_id: str | None) -> tuple[int, int, int] | None:
 
 
 
-def _import_pynvml() -> Any:
+def _import_pynvml() -> ModuleType:
     try:
         return importlib.import_module("pynvml")
     except ImportError as e:

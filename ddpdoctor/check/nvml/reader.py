@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
 
 from ddpdoctor.check.nvml.device import _Reader, _text
 from ddpdoctor.check.nvml.model import (
@@ -15,7 +15,8 @@ from ddpdoctor.check.nvml.model import (
 from ddpdoctor.check.nvml.xid import read_kernel_xids
 
 
-def read_snapshot(nvml: Any = None, topology: bool = True, xids: bool = True) -> NvmlSnapshot:
+def read_snapshot(nvml: ModuleType | None = None, topology: bool = True,
+                  xids: bool = True) -> NvmlSnapshot:
     """Read every device (and, with ``topology``, every GPU pair) through NVML.
 
     Raises NvmlUnavailable when NVML cannot start at all (no driver, no library, no pynvml);
@@ -36,7 +37,7 @@ def read_snapshot(nvml: Any = None, topology: bool = True, xids: bool = True) ->
         ver = reader.call(snap.errors, "nvml_version", "nvmlSystemGetNVMLVersion")
         snap.nvml_version = _text(ver) if ver is not None else None
         count = reader.call(snap.errors, "device_count", "nvmlDeviceGetCount") or 0
-        handles = []
+        handles: list[object | None] = []
         for i in range(int(count)):
             err: dict[str, str] = {}
             h = reader.call(err, "handle", "nvmlDeviceGetHandleByIndex", i)
@@ -60,7 +61,7 @@ def read_snapshot(nvml: Any = None, topology: bool = True, xids: bool = True) ->
     return snap
 
 
-def _unavailable_reason(nvml: Any, e: Exception) -> str:
+def _unavailable_reason(nvml: ModuleType, e: Exception) -> str:
     text = str(e)
     for cls in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded"):
         if isinstance(e, getattr(nvml, cls, ())):
@@ -70,7 +71,7 @@ def _unavailable_reason(nvml: Any, e: Exception) -> str:
     return f"NVML could not start ({type(e).__name__}: {text})"
 
 
-def snapshot_into(data: dict[str, Any], topology: bool, xids: bool) -> NvmlSnapshot | None:
+def snapshot_into(data: dict[str, object], topology: bool, xids: bool) -> NvmlSnapshot | None:
     """A probe's NVML part: ``data["nvml"]`` gets the snapshot, or None with
     ``data["skipped"]`` saying why NVML cannot be used here (then None is returned)."""
     try:

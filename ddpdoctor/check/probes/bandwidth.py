@@ -17,13 +17,18 @@ import socket
 import statistics
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.analysis.bandwidth import analyze
 from ddpdoctor.check.busbw import sizes as size_sweep
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
 from ddpdoctor.check.schedule import hypercube
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from ddpdoctor.check.launcher.outcome import RankContext
 
 NAME = "bandwidth"
 
@@ -60,7 +65,7 @@ def _op(name: str, size: int, world: int, device: str):
     raise ValueError(name)
 
 
-def _iters(run: Any, ctx: Any, opts: CheckOptions) -> int:
+def _iters(run: Callable[[], object], ctx: RankContext, opts: CheckOptions) -> int:
     """Back-to-back calls per trial: ``iters``, or as many as fit in the trial budget.
 
     One timed call sizes it; the slowest rank's time decides for every rank (they must
@@ -79,7 +84,7 @@ def _iters(run: Any, ctx: Any, opts: CheckOptions) -> int:
     return max(1, min(opts.iters, int(opts.trial_budget_s / max(float(one.item()), 1e-9))))
 
 
-def sweep(ctx: Any, opts: CheckOptions | dict[str, Any]) -> list[dict[str, Any]]:
+def sweep(ctx: RankContext, opts: CheckOptions | Mapping[str, object]) -> list[dict[str, object]]:
     """Like nccl-tests: time ``iters`` back-to-back calls and divide, in ``trials`` trials."""
     import torch.distributed as dist
 
@@ -107,7 +112,7 @@ def sweep(ctx: Any, opts: CheckOptions | dict[str, Any]) -> list[dict[str, Any]]
     return rows
 
 
-def links(ctx: Any, opts: CheckOptions) -> dict[str, float]:
+def links(ctx: RankContext, opts: CheckOptions) -> dict[str, float]:
     """GB/s of each link *into* this rank, keyed by the sending rank."""
     import torch
     import torch.distributed as dist
@@ -132,11 +137,15 @@ def links(ctx: Any, opts: CheckOptions) -> dict[str, float]:
             for _ in range(opts.link_iters):
                 if ctx.rank == sender:
                     dist.recv(token, peer)  # receiver is ready: start together
-                    dist.isend(payload, peer).wait(timeout=timeout)
+                    work = dist.isend(payload, peer)
+                    assert work is not None  # None only for a rank outside the group
+                    work.wait(timeout=timeout)
                 else:
                     dist.send(token, peer)
                     start = time.perf_counter()
-                    dist.irecv(buf, peer).wait(timeout=timeout)
+                    work = dist.irecv(buf, peer)
+                    assert work is not None
+                    work.wait(timeout=timeout)
                     _sync(ctx.device)
                     times.append(time.perf_counter() - start)
             if times:
@@ -144,7 +153,7 @@ def links(ctx: Any, opts: CheckOptions) -> dict[str, float]:
     return out
 
 
-def nic_towards(addr: str) -> dict[str, Any]:
+def nic_towards(addr: str) -> dict[str, object]:
     """The interface this host uses to reach ``addr``, with its line rate when known.
 
     The expected bandwidth of a link between nodes: sysfs reports the negotiated speed of
@@ -170,7 +179,7 @@ def nic_towards(addr: str) -> dict[str, Any]:
     return {"name": name, "address": local, "speed_mbps": speed if speed > 0 else None}
 
 
-def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
     import os
 
     return {"host": socket.gethostname(), "world_size": ctx.world_size,

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.analysis.connectivity import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
 from ddpdoctor.check.schedule import hypercube
+
+if TYPE_CHECKING:
+    from ddpdoctor.check.launcher.outcome import RankContext
 
 NAME = "connectivity"
 P2P_ELEMENTS = 4096
@@ -32,13 +35,13 @@ def _pattern(src: int, dst: int, device: str):
     return torch.arange(P2P_ELEMENTS, dtype=torch.float32, device=device) + (src * 1000 + dst)
 
 
-def _allreduce_s(ctx: Any) -> float:
+def _allreduce_s(ctx: RankContext) -> float:
     # A small all-reduce takes milliseconds; a quarter of the deadline leaves the p2p
     # rounds theirs when it cannot finish.
     return max(2.0, ctx.deadline_s / 4)
 
 
-def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
     import torch
     import torch.distributed as dist
 
@@ -51,13 +54,14 @@ def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     except Exception as e:  # a world collective that cannot finish is evidence
         ok, error = False, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
     elapsed = time.perf_counter() - start
-    out: dict[str, Any] = {
+    p2p: dict[str, dict[str, object]] = {}
+    out: dict[str, object] = {
         "allreduce_ok": ok,
         **({"allreduce_error": error} if error else {}),
         "allreduce_expected": expected,
         "allreduce_got": float(t[0].item()),
         "allreduce_ms": round(elapsed * 1000, 3),
-        "p2p": {},
+        "p2p": p2p,
     }
     rounds = hypercube(ctx.world_size)
     per_pair_s = opts.p2p_timeout_s
@@ -74,12 +78,13 @@ def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
         try:
             works = [dist.isend(send, peer), dist.irecv(recv, peer)]
             for w in works:
+                assert w is not None  # None only for a rank outside the group
                 w.wait(timeout=timedelta(seconds=per_pair_s))
             ok = bool(torch.equal(recv, _pattern(peer, ctx.rank, ctx.device)))
-            out["p2p"][str(peer)] = {"ok": ok, "ms": round((time.perf_counter() - start) * 1e3, 3),
+            p2p[str(peer)] = {"ok": ok, "ms": round((time.perf_counter() - start) * 1e3, 3),
                                      **({} if ok else {"error": "received wrong data"})}
         except Exception as e:  # a failed pair is evidence
-            out["p2p"][str(peer)] = {"ok": False, "error": f"{type(e).__name__}: "
+            p2p[str(peer)] = {"ok": False, "error": f"{type(e).__name__}: "
                                      f"{str(e).splitlines()[0][:300] if str(e) else ''}"}
     return out
 

@@ -8,11 +8,17 @@ workers, or a broken fork shows up here instead of an hour into the job.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ddpdoctor.check.analysis.dataloader import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import Dataset
+
+    from ddpdoctor.check.launcher.outcome import RankContext
 
 NAME = "dataloader"
 
@@ -26,13 +32,13 @@ class _BigTensors:
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> torch.Tensor:
         import torch
 
         return torch.full((self.numel,), float(i))
 
 
-def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
     from torch.utils.data import DataLoader
 
     workers, batch, batches = opts.dl_workers, opts.dl_batch, opts.dl_batches
@@ -41,11 +47,13 @@ def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
     if timeout is None:
         timeout = min(30.0, max(5.0, ctx.deadline_s / 3))
     timeout = float(timeout)
-    out: dict[str, Any] = {"workers": workers, "batch_bytes": batch * item_bytes,
-                           "timeout_s": timeout}
+    out: dict[str, object] = {"workers": workers, "batch_bytes": batch * item_bytes,
+                              "timeout_s": timeout}
     start = time.perf_counter()
-    loader = DataLoader(_BigTensors(batch * batches, item_bytes), batch_size=batch,
-                        num_workers=workers, timeout=timeout)
+    # A map-style dataset is any object with __len__ and __getitem__ to the loader, but
+    # its annotation asks for the Dataset class, which would import torch with this module.
+    dataset = cast("Dataset[torch.Tensor]", _BigTensors(batch * batches, item_bytes))
+    loader = DataLoader(dataset, batch_size=batch, num_workers=workers, timeout=timeout)
     try:
         seen = 0
         for b in loader:

@@ -13,11 +13,14 @@ import resource
 import shutil
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.analysis.env import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+
+if TYPE_CHECKING:
+    from ddpdoctor.check.launcher.outcome import RankContext
 
 NAME = "env"
 
@@ -75,10 +78,10 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _infiniband(root: Path = Path("/sys/class/infiniband")) -> list[dict[str, Any]]:
+def _infiniband(root: Path = Path("/sys/class/infiniband")) -> list[dict[str, object]]:
     """The RDMA devices of this host (InfiniBand or RoCE: NCCL's IB transport uses both),
     with each port's link layer and state, so NCCL_IB_DISABLE=1 can be judged."""
-    out = []
+    out: list[dict[str, object]] = []
     for dev in sorted(root.iterdir() if root.is_dir() else []):
         ports = {}
         for port in sorted((dev / "ports").glob("*")):
@@ -87,7 +90,7 @@ def _infiniband(root: Path = Path("/sys/class/infiniband")) -> list[dict[str, An
     return out
 
 
-def _p2p_topology() -> dict[str, Any]:
+def _p2p_topology() -> dict[str, object]:
     """The GPU pairs of this host and their path (NVML, as `nvidia-smi topo -m`), read only
     when NCCL_P2P_LEVEL is set: the only reason the env probe needs the topology."""
     if "NCCL_P2P_LEVEL" not in os.environ:
@@ -112,12 +115,12 @@ def _p2p_topology() -> dict[str, Any]:
     return {"gpus": len(snap.devices), "pairs": pairs}
 
 
-def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
     import torch
 
     try:
         shm = shutil.disk_usage("/dev/shm")
-        shm_info = {"total": shm.total, "free": shm.free}
+        shm_info: dict[str, int | str | None] = {"total": shm.total, "free": shm.free}
     except OSError as e:
         shm_info = {"error": e.strerror}
     nccl = None

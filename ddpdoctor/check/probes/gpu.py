@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check import nvml
 from ddpdoctor.check.analysis.gpu import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
 
+if TYPE_CHECKING:
+    from ddpdoctor.check.launcher.outcome import RankContext
+
 NAME = "gpu"
 
 
-def rank_identity(ctx: Any) -> dict[str, Any]:
+def rank_identity(ctx: RankContext) -> dict[str, object]:
     """Who this rank is and which GPU it uses: lets the analysis map devices to ranks and
     tell the job's own processes from foreign ones (both probes share it)."""
-    data: dict[str, Any] = {
+    data: dict[str, object] = {
         "hostname": socket.gethostname(),
         "rank": ctx.rank,
         "local_rank": ctx.local_rank,
@@ -54,7 +57,7 @@ def _process_name(pid: int) -> str | None:
         return None
 
 
-def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
     data = rank_identity(ctx)
     snap = nvml.snapshot_into(data, topology=False, xids=True)
     if snap is None:

@@ -8,11 +8,14 @@ cannot connect skips the process group, so the check ends in seconds, not at its
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.analysis.reachability import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+
+if TYPE_CHECKING:
+    from ddpdoctor.check.launcher.outcome import RankContext
 
 NAME = "reachability"
 
@@ -23,7 +26,7 @@ def budget(deadline_s: float, connect_timeout_s: float) -> float:
     return min(deadline_s / 3, 20.0 + 2 * connect_timeout_s)
 
 
-def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
     from ddpdoctor.check.mesh import run_mesh
 
     if ctx.world_size < 2:

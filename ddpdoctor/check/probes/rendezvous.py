@@ -9,12 +9,15 @@ from __future__ import annotations
 import errno
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor import redact
 from ddpdoctor.check.analysis.rendezvous import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+
+if TYPE_CHECKING:
+    from ddpdoctor.check.launcher.outcome import RankContext
 
 NAME = "rendezvous"
 CONNECT_TIMEOUT_S = 3.0
@@ -30,13 +33,13 @@ def _local_addresses() -> set[str]:
     return addrs
 
 
-def _port_owner(port: int) -> dict[str, Any] | None:
+def _port_owner(port: int) -> dict[str, object] | None:
     import psutil
 
     try:
         for c in psutil.net_connections(kind="inet"):
             if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN:
-                owner: dict[str, Any] = {"pid": c.pid}
+                owner: dict[str, object] = {"pid": c.pid}
                 if c.pid:
                     try:
                         p = psutil.Process(c.pid)
@@ -83,18 +86,19 @@ def bind_like_the_store(port: int) -> OSError | None:
     return last
 
 
-def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+def collect(ctx: RankContext | None, opts: CheckOptions) -> dict[str, object]:
     host = opts.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
     port = int(opts.master_port or os.environ.get("MASTER_PORT") or 29500)
-    out: dict[str, Any] = {"master_addr": host, "master_port": port}
+    out: dict[str, object] = {"master_addr": host, "master_port": port}
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
         out["resolve_error"] = e.strerror or str(e)
         return out
     family, _, _, _, sockaddr = infos[0]
-    out["resolved"] = sockaddr[0]
-    out["local"] = sockaddr[0] in _local_addresses() or sockaddr[0].startswith("127.")
+    resolved = str(sockaddr[0])  # an address string for the AF_INET(6) of a host name
+    out["resolved"] = resolved
+    out["local"] = resolved in _local_addresses() or resolved.startswith("127.")
     if out["local"]:
         # The job's rank 0 will listen here: its store must be able to bind the port.
         err = bind_like_the_store(port)

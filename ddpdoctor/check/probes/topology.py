@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check import nvml
 from ddpdoctor.check.analysis.topology import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
 from ddpdoctor.check.probes.gpu import rank_identity
+
+if TYPE_CHECKING:
+    from ddpdoctor.check.launcher.outcome import RankContext
 
 NAME = "topology"
 
@@ -41,8 +44,8 @@ def _node(text: str | None) -> int | None:
     return value if value is not None and value >= 0 else None  # sysfs says -1 for "none"
 
 
-def numa_nodes(root: Path = _NODE_ROOT) -> list[dict[str, Any]]:
-    nodes = []
+def numa_nodes(root: Path = _NODE_ROOT) -> list[dict[str, object]]:
+    nodes: list[dict[str, object]] = []
     for d in sorted(root.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
         mem_kib = None
         for line in (_read(d / "meminfo") or "").splitlines():
@@ -53,8 +56,8 @@ def numa_nodes(root: Path = _NODE_ROOT) -> list[dict[str, Any]]:
     return nodes
 
 
-def nics(root: Path = _NET_ROOT) -> list[dict[str, Any]]:
-    out = []
+def nics(root: Path = _NET_ROOT) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
     for d in sorted(root.iterdir() if root.is_dir() else []):
         if d.name == "lo":
             continue
@@ -82,7 +85,7 @@ def gpu_numa_node(pci_bus_id: str | None, root: Path = _PCI_ROOT) -> int | None:
     return _node(_read(root / f"{key[0]:04x}:{key[1]:02x}:{key[2]:02x}.0" / "numa_node"))
 
 
-def collect(ctx: Any, opts: CheckOptions) -> dict[str, Any]:
+def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
     data = rank_identity(ctx)
     data["numa"] = numa_nodes()
     data["nics"] = nics()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -19,6 +19,29 @@ from torch import nn
 
 from ddpdoctor.train.config import ModelConfig, RunConfig
 from ddpdoctor.train.model import lm_loss
+
+if TYPE_CHECKING:
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+
+    from ddpdoctor.train.comm_hooks import CommMeter
+    from ddpdoctor.train.injector import Injector
+
+# What the loss of a step goes through before backward (an injection may scale it).
+LossHook = Callable[[torch.Tensor], torch.Tensor]
+
+
+@runtime_checkable
+class _NoSync(Protocol):
+    """DDP: ``no_sync()`` accumulates gradients locally."""
+
+    def no_sync(self) -> contextlib.AbstractContextManager[object]: ...
+
+
+@runtime_checkable
+class _GradientSync(Protocol):
+    """FSDP2: gradient reduction switched off and on."""
+
+    def set_requires_gradient_sync(self, requires_gradient_sync: bool) -> None: ...
 
 
 @dataclass
@@ -32,16 +55,16 @@ class Strategy:
     loss_ranks: list[int] = field(default_factory=list)   # ranks whose loss is the job's loss
     autocast_dtype: torch.dtype | None = None
     device: torch.device = torch.device("cpu")
-    pp_schedule: Any = None          # pp only
+    pp_schedule: PipelineScheduleSingle | None = None  # pp only
     pp_stage: int = 0
     pp_stages: int = 1
-    norm_group: Any = None           # pp: grad norms are summed across the stages
-    pp_loss_hook: dict[str, Any] | None = None  # pp: the loss_fn's injectable hook
+    norm_group: dist.ProcessGroup | None = None  # pp: grad norms are summed across the stages
+    pp_loss_hook: dict[str, LossHook] | None = None  # pp: the loss_fn's injectable hook
     precision_by_policy: bool = False  # FSDP2 MixedPrecisionPolicy casts; no autocast then
-    comm_meter: Any = None           # ddp/zero1: payload bytes of the gradient collectives
+    comm_meter: CommMeter | None = None  # ddp/zero1: payload bytes of the gradient collectives
     comm_plain_bytes: int = 0        # ddp/zero1: what the default all-reduce would hand over
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor, loss_hook: Any) -> torch.Tensor:
+    def loss(self, x: torch.Tensor, y: torch.Tensor, loss_hook: LossHook) -> torch.Tensor:
         """This rank's loss (before backward); pp runs the whole schedule here."""
         if self.pp_schedule is not None:
             return self._pp_step(x, y, loss_hook)
@@ -53,9 +76,10 @@ class Strategy:
         if self.pp_schedule is None:
             loss.backward()
 
-    def _pp_step(self, x: torch.Tensor, y: torch.Tensor, loss_hook: Any) -> torch.Tensor:
+    def _pp_step(self, x: torch.Tensor, y: torch.Tensor, loss_hook: LossHook) -> torch.Tensor:
         last = self.pp_stage == self.pp_stages - 1
         losses: list[torch.Tensor] = []
+        assert self.pp_schedule is not None and self.pp_loss_hook is not None  # set together
         self.pp_loss_hook["fn"] = loss_hook
         if self.pp_stage == 0:
             self.pp_schedule.step(x)
@@ -67,14 +91,14 @@ class Strategy:
             return torch.stack([t.detach().float() for t in losses]).mean()
         return torch.tensor(float("nan"), device=self.device)
 
-    def grad_sync(self, on: bool) -> Any:
+    def grad_sync(self, on: bool) -> contextlib.AbstractContextManager[object]:
         """Context of one micro-batch's backward: gradients synchronised or accumulated
         locally (DDP ``no_sync``; FSDP2 ``set_requires_gradient_sync(False)``)."""
         if on:
             return contextlib.nullcontext()
-        if hasattr(self.model, "no_sync"):
+        if isinstance(self.model, _NoSync):
             return self.model.no_sync()
-        if hasattr(self.model, "set_requires_gradient_sync"):
+        if isinstance(self.model, _GradientSync):
             return _fsdp_no_sync(self.model)
         return contextlib.nullcontext()  # tp / pp: no data-parallel gradient reduction
 
@@ -91,7 +115,7 @@ class Strategy:
 
 
 @contextlib.contextmanager
-def _fsdp_no_sync(model: Any) -> Any:
+def _fsdp_no_sync(model: _GradientSync) -> Iterator[None]:
     model.set_requires_gradient_sync(False)
     try:
         yield
@@ -99,14 +123,15 @@ def _fsdp_no_sync(model: Any) -> Any:
         model.set_requires_gradient_sync(True)
 
 
-def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
+def _autocast(device: torch.device, dtype: torch.dtype | None
+              ) -> contextlib.AbstractContextManager[object]:
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
 
 
 def clip_grad_norm(params: Iterable[nn.Parameter], max_norm: float,
-                   group: Any = None) -> float:
+                   group: dist.ProcessGroup | None = None) -> float:
     """Global grad-norm clipping that works for plain, sharded (FSDP) and TP (DTensor) grads.
 
     A DTensor's norm is reduced over its mesh; replicated tensors are counted once.
@@ -146,7 +171,7 @@ BUILDERS: dict[str, tuple[str, str]] = {
 
 
 def build(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-          injector: Any) -> Strategy:
+          injector: Injector) -> Strategy:
     import importlib
 
     # Import only the chosen family: pipelining or DTensor alone cost seconds to import.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -13,15 +13,18 @@ from ddpdoctor.train.config import ModelConfig, RunConfig
 from ddpdoctor.train.model import build_model
 from ddpdoctor.train.strategies import Strategy, make_optimizer
 
+if TYPE_CHECKING:
+    from ddpdoctor.train.injector import Injector
 
-def _ddp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device, injector: Any) -> DDP:
+
+def _ddp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device, injector: Injector) -> DDP:
     model = build_model(mcfg, rcfg.seed, device, rcfg.activation_checkpointing)
     injector.model_built(model)
     ids = [device.index] if device.type == "cuda" else None
     return DDP(model, device_ids=ids, find_unused_parameters=rcfg.find_unused)
 
 
-def _compress(s: Strategy, rcfg: RunConfig, injector: Any) -> Strategy:
+def _compress(s: Strategy, rcfg: RunConfig, injector: Injector) -> Strategy:
     """Register this rank's gradient compression hook and meter what it sends."""
     s.comm_plain_bytes = plain_payload(s.model.parameters())
     s.comm_meter = CommMeter(s.comm_plain_bytes)
@@ -31,7 +34,7 @@ def _compress(s: Strategy, rcfg: RunConfig, injector: Any) -> Strategy:
 
 
 def build_ddp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-              injector: Any) -> Strategy:
+              injector: Injector) -> Strategy:
     model = _ddp(mcfg, rcfg, device, injector)
     world = dist.get_world_size()
     return _compress(Strategy("ddp", model, model.module,
@@ -40,7 +43,7 @@ def build_ddp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
 
 
 def build_zero1(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-                injector: Any) -> Strategy:
+                injector: Injector) -> Strategy:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     model = _ddp(mcfg, rcfg, device, injector)

@@ -9,7 +9,7 @@ last stage the targets); there is no data parallelism.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -17,11 +17,14 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from ddpdoctor.train.config import ModelConfig, RunConfig
 from ddpdoctor.train.model import build_model, lm_loss, pipeline_stage
-from ddpdoctor.train.strategies import Strategy, make_optimizer
+from ddpdoctor.train.strategies import LossHook, Strategy, make_optimizer
+
+if TYPE_CHECKING:
+    from ddpdoctor.train.injector import Injector
 
 
 def build_pp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-             injector: Any) -> Strategy:
+             injector: Injector) -> Strategy:
     rank, world = dist.get_rank(), dist.get_world_size()
     model = pipeline_stage(build_model(mcfg, rcfg.seed, device,
                                        rcfg.activation_checkpointing), rank, world)
@@ -30,7 +33,7 @@ def build_pp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
     strategy = Strategy("pp", model, model, make_optimizer(model.parameters(), rcfg),
                         loss_ranks=[world - 1], pp_stage=rank, pp_stages=world,
                         norm_group=dist.group.WORLD)
-    hook: dict[str, Any] = {"fn": lambda loss: loss}
+    hook: dict[str, LossHook] = {"fn": lambda loss: loss}
 
     def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return hook["fn"](lm_loss(logits, targets))

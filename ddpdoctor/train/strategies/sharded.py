@@ -9,7 +9,7 @@ zero3 with a bf16 mixed-precision policy on GPU.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -19,6 +19,9 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 from ddpdoctor.train.config import ModelConfig, RunConfig
 from ddpdoctor.train.model import GPT, build_model
 from ddpdoctor.train.strategies import Strategy, make_optimizer
+
+if TYPE_CHECKING:
+    from ddpdoctor.train.injector import Injector
 
 # The root returns the head's output, a view; the loop never edits it in place.
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
@@ -38,7 +41,7 @@ def shard_blocks(model: GPT, mesh: DeviceMesh, reshard: bool,
     return model
 
 
-def _build(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device, injector: Any,
+def _build(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device, injector: Injector,
            reshard: bool, mixed: bool, mesh: DeviceMesh | None = None) -> Strategy:
     world = dist.get_world_size()
     if mesh is None:
@@ -57,22 +60,22 @@ def _build(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device, injector: A
 
 
 def build_fsdp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-               injector: Any) -> Strategy:
+               injector: Injector) -> Strategy:
     return _build(mcfg, rcfg, device, injector, reshard=True, mixed=True)
 
 
 def build_zero2(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-                injector: Any) -> Strategy:
+                injector: Injector) -> Strategy:
     return _build(mcfg, rcfg, device, injector, reshard=False, mixed=False)
 
 
 def build_zero3(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-                injector: Any) -> Strategy:
+                injector: Injector) -> Strategy:
     return _build(mcfg, rcfg, device, injector, reshard=True, mixed=False)
 
 
 def build_hsdp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-               injector: Any) -> Strategy:
+               injector: Injector) -> Strategy:
     """HYBRID_SHARD: a 2-D mesh (replicate, shard); fully_shard on it shards parameters
     within a group of --shard-group ranks and all-reduces gradients across the groups."""
     world, group = dist.get_world_size(), rcfg.shard_group

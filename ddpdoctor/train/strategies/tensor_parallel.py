@@ -8,7 +8,7 @@ group read the same batch; tp-dp shards the data across the ``dp`` dimension.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -23,6 +23,9 @@ from ddpdoctor.train.config import ModelConfig, RunConfig
 from ddpdoctor.train.model import GPT, build_model
 from ddpdoctor.train.strategies import Strategy, make_optimizer
 from ddpdoctor.train.strategies.sharded import shard_blocks
+
+if TYPE_CHECKING:
+    from ddpdoctor.train.injector import Injector
 
 BLOCK_PLAN = {
     "attn.q": ColwiseParallel(),
@@ -47,7 +50,7 @@ def apply_tp(model: GPT, tp_mesh: DeviceMesh) -> GPT:
 
 
 def build_tp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-             injector: Any) -> Strategy:
+             injector: Injector) -> Strategy:
     world = dist.get_world_size()
     _check_divisible(mcfg, world)
     mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("tp",))
@@ -59,7 +62,7 @@ def build_tp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
 
 
 def build_tp_dp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-                injector: Any) -> Strategy:
+                injector: Injector) -> Strategy:
     world, tp = dist.get_world_size(), rcfg.tp
     if tp < 2 or world % tp or world // tp < 2:
         raise ValueError(f"tp-dp needs a world size that is a multiple of --tp {tp} with at "
