@@ -182,10 +182,10 @@ def _same_op_other_lines(sc: _Scene) -> list[Finding]:
     sites = Counter(s.where for s in sc.waiters).most_common()
     if sites[0][1] > sites[1][1]:
         odd = [s for s in sc.waiters if s.where != sc.where]
-        usual = waiting_phrase([s.rank for s in sc.waiters if s.where == sc.where], sc.op,
-                                sc.where)
+        said = waiting_phrase([s.rank for s in sc.waiters if s.where == sc.where], sc.op,
+                              sc.where)
         return [Finding(
-            "HANG_COLLECTIVE_MISMATCH", f"{usual}; {culprit_phrase(odd)}",
+            "HANG_COLLECTIVE_MISMATCH", f"{said}; {culprit_phrase(odd)}",
             ranks=[s.rank for s in odd],
             evidence=evidence_of(sc.waiters, odd, sc.op, sc.where))]
     usual, culprits, extra = _split(sc, lambda s: s.where, sc.waiters)

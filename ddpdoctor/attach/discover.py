@@ -182,17 +182,24 @@ def _leave_out(disc: Discovery, roots: list, facts: dict[int, ProcFacts],
         disc.notes.append(f"PID {root.pid} left out, no rank: {why}")
 
 
+def _marks(facts: dict[int, ProcFacts], candidates: set[int]) -> dict[int, RankMark]:
+    """The candidates' marks: each is a rank (ProcFacts.is_rank), so its mark is set."""
+    return {pid: m for pid in candidates if (m := facts[pid].mark) is not None}
+
+
 def _ranks_from_marks(disc: Discovery, seen: dict, facts: dict[int, ProcFacts],
                       candidates: set[int]) -> None:
     import psutil
 
+    marks = _marks(facts, candidates)
+
     def has_ancestor_with_same_mark(pid: int) -> bool:
         """A forked worker inherits its rank's environment: same variables, Python parent."""
-        mark = facts[pid].mark
+        mark = marks[pid]
         try:
             parent = seen[pid].parent()
             while parent is not None:
-                if parent.pid in candidates and facts[parent.pid].mark.identity == mark.identity:
+                if parent.pid in candidates and marks[parent.pid].identity == mark.identity:
                     return True
                 parent = parent.parent()
         except psutil.Error:
@@ -200,18 +207,18 @@ def _ranks_from_marks(disc: Discovery, seen: dict, facts: dict[int, ProcFacts],
         return False
 
     tops = [pid for pid in sorted(candidates) if not has_ancestor_with_same_mark(pid)]
-    numbered = [p for p in tops if facts[p].mark.number is not None]
-    unnumbered = [p for p in tops if facts[p].mark.number is None]
+    numbered = [(p, n) for p in tops if (n := marks[p].number) is not None]
+    unnumbered = [p for p in tops if marks[p].number is None]
     by_rank: dict[int, RankProcess] = {}
-    for pid in numbered:
-        mark = facts[pid].mark
-        if mark.number in by_rank:
-            disc.notes.append(f"{mark.source}={mark.number} is set in PIDs "
-                              f"{by_rank[mark.number].pid} and {pid} (two jobs?): using "
-                              f"{by_rank[mark.number].pid}")
+    for pid, number in numbered:
+        mark = marks[pid]
+        if number in by_rank:
+            disc.notes.append(f"{mark.source}={number} is set in PIDs "
+                              f"{by_rank[number].pid} and {pid} (two jobs?): using "
+                              f"{by_rank[number].pid}")
             continue
         source = "env" if mark.rank is not None else "local_rank"
-        by_rank[mark.number] = _rank_process(mark.number, pid, seen, facts, source)
+        by_rank[number] = _rank_process(number, pid, seen, facts, source)
     free = (n for n in range(len(by_rank) + len(unnumbered)) if n not in by_rank)
     for pid in unnumbered:
         n = next(free)

@@ -66,7 +66,7 @@ class FrTrace:
 TRACE_TAIL = 64  # entries per rank that cross the job's store: the hang is at the end
 
 
-def trace_to_dict(trace: FrTrace, tail: int = TRACE_TAIL) -> dict[str, Any]:
+def trace_to_dict(trace: FrTrace, tail: int = TRACE_TAIL) -> dict[str, object]:
     """A parsed trace, cut to its last ``tail`` entries, as JSON-ready data (``run``'s job
     view sends it to the leader; ``last_enqueued`` keeps the counts the cut drops)."""
     return {"rank": trace.rank, "last_enqueued": dict(trace.last_enqueued),
@@ -104,14 +104,14 @@ def parse_fr_trace(text: str | bytes, rank: int) -> FrTrace:
         raise FrParseError(f"rank {rank}: not a Flight Recorder JSON dump (no entries)")
     trace = FrTrace(rank)
     try:
-        for e in data.get("entries") or []:
-            pg = e.get("process_group") or [str(e.get("pg_id", "0")), ""]
+        for raw in data.get("entries") or []:
+            pg = raw.get("process_group") or [str(raw.get("pg_id", "0")), ""]
             name = str(pg[0])
             trace.pg_desc.setdefault(name, str(pg[1]) if len(pg) > 1 else "")
-            op = str(e.get("profiling_name", "?")).split(":", 1)[-1]
-            entry = FrEntry(name, int(e.get("collective_seq_id") or 0), op,
-                            bool(e.get("is_p2p")), int(e.get("p2p_seq_id") or 0),
-                            _sizes(e.get("input_sizes") or []), bool(e.get("retired")))
+            op = str(raw.get("profiling_name", "?")).split(":", 1)[-1]
+            entry = FrEntry(name, int(raw.get("collective_seq_id") or 0), op,
+                            bool(raw.get("is_p2p")), int(raw.get("p2p_seq_id") or 0),
+                            _sizes(raw.get("input_sizes") or []), bool(raw.get("retired")))
             trace.entries.append(entry)
             if not entry.is_p2p:
                 trace.last_enqueued[name] = max(trace.last_enqueued.get(name, 0), entry.seq)

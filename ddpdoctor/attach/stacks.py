@@ -14,7 +14,6 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 # Process states a RankStack can be in (psutil's words, narrowed to what analysis needs).
 RUNNING, SLEEPING, STOPPED, ZOMBIE, DEAD, MISSING = (
@@ -203,7 +202,7 @@ def collect_stacks(targets: list[tuple[int, int]], native: bool = False,
         return [f.result() for f in futures]
 
 
-def stack_to_dict(stack: RankStack) -> dict[str, Any]:
+def stack_to_dict(stack: RankStack) -> dict[str, object]:
     return {
         "rank": stack.rank, "pid": stack.pid, "state": stack.state, "error": stack.error,
         "threads": [{"name": t.name, "active": t.active,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bokeh.models import ColorMapper, CustomJSTickFormatter
+    from bokeh.models.annotations import ColorBar
 
 HEIGHT = 300
 TOOLS = "pan,box_zoom,wheel_zoom,reset,save"
@@ -11,7 +15,11 @@ SLOW_IS_RED = ("#a50026", "#d73027", "#f46d43", "#fdae61", "#fee08b", "#ffffbf",
                "#a6d96a", "#66bd63", "#1a9850", "#006837")
 
 
+# Any: bokeh's stubs give a figure's ranges as the base Range (no .start) and its
+# renderers as the base Renderer; the charts set what a figure's DataRange1d and
+# GlyphRenderer have
 def figure(**kw: Any) -> Any:
+    from bokeh.models.annotations import Title
     from bokeh.plotting import figure as bk_figure
 
     kw.setdefault("height", HEIGHT)
@@ -19,7 +27,8 @@ def figure(**kw: Any) -> Any:
     kw.setdefault("tools", TOOLS)
     kw.setdefault("toolbar_location", "right")
     p = bk_figure(**kw)
-    p.title.text_font_size = "13px"
+    if isinstance(p.title, Title):  # always, on a figure: its title is a model
+        p.title.text_font_size = "13px"
     p.xaxis.axis_label_text_font_style = "normal"
     p.yaxis.axis_label_text_font_style = "normal"
     return p
@@ -33,13 +42,13 @@ def rank_colors(n: int) -> list[str]:
     return [Turbo256[int(i * 255 / max(n - 1, 1))] for i in range(n)]
 
 
-def color_bar(mapper: Any, title: str) -> Any:
-    from bokeh.models import ColorBar
+def color_bar(mapper: ColorMapper, title: str) -> ColorBar:
+    from bokeh.models.annotations import ColorBar
 
     return ColorBar(color_mapper=mapper, title=title, label_standoff=6, width=10)
 
 
-def bytes_tick_formatter() -> Any:
+def bytes_tick_formatter() -> CustomJSTickFormatter:
     """Message sizes as nccl-tests prints them (8 B, 4 KiB, 16 MiB)."""
     from bokeh.models import CustomJSTickFormatter
 

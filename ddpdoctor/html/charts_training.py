@@ -16,7 +16,7 @@ _SEVERITY_COLOR = {"error": "#c62828", "warning": "#ef6c00", "info": "#1565c0"}
 
 def _mark_events(p: Any, events: list[WatchEvent], y_top: bool = True) -> None:
     """A dashed line at the step each finding was raised, labelled with its id."""
-    from bokeh.models import Label, Span
+    from bokeh.models.annotations import Label, Span
 
     for i, ev in enumerate(events[:12]):
         color = _SEVERITY_COLOR.get(ev.severity, "#555")
@@ -104,7 +104,7 @@ def per_rank_lines(s: StepSeries, matrix: list[list[float]], title: str, y_label
     p.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("step", "$data_x{0}"),
                                     (y_label, "$data_y{0.000}")]))
     if s.world <= 10:
-        from bokeh.models import Legend, LegendItem
+        from bokeh.models.annotations import Legend, LegendItem
 
         renderer = p.renderers[-1]
         p.add_layout(Legend(items=[LegendItem(label=f"rank {r}", renderers=[renderer], index=r)

@@ -10,12 +10,15 @@ and the culprits did not work (CPU, I/O) while each node watched them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpdoctor.attach.classify import RankState
 from ddpdoctor.attach.stacks import Frame
 from ddpdoctor.findings import Finding
 from ddpdoctor.jobview.snapshot import MAX_FRAMES, Culprit, StackReply, Verdict
+
+if TYPE_CHECKING:
+    from ddpdoctor.attach.flight_recorder import FrTrace
 
 
 def _frame_to_list(f: Frame) -> list:
@@ -27,7 +30,7 @@ def _frame_of(x: Any) -> Frame:
     return Frame(str(name), str(filename), int(line), str(rest[0]) if rest else "")
 
 
-def state_to_dict(s: RankState) -> dict[str, Any]:
+def state_to_dict(s: RankState) -> dict[str, object]:
     return {"rank": s.rank, "pid": s.pid, "kind": s.kind, "op": s.op,
             "site": _frame_to_list(s.site) if s.site else None, "detail": s.detail,
             "thread": s.thread, "frames": [_frame_to_list(f) for f in s.frames[:MAX_FRAMES]],
@@ -59,7 +62,7 @@ class JobDiagnosis:
         return sorted({r for f in self.findings for r in f.ranks})
 
 
-def merge_traces(replies: list[StackReply]) -> dict[int, Any]:
+def merge_traces(replies: list[StackReply]) -> dict[int, FrTrace]:
     """Every node's Flight Recorder traces, by rank (a malformed record is dropped)."""
     from ddpdoctor.attach.flight_recorder import FrParseError, trace_of
 

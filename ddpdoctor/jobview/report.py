@@ -10,15 +10,41 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.jobview.leader import root_cause
-from ddpdoctor.jobview.snapshot import Culprit, Failure, Verdict
-from ddpdoctor.report import Check, Report
+from ddpdoctor.jobview.snapshot import Culprit, Failure, JobSummary, Verdict
+from ddpdoctor.report import Check, CheckStatus, Report
 
 CHECK = "job view"
 GROUP = "run"
+
+
+class NodeEndView(Protocol):
+    """What the job view knew when this node's job ended: run/jobnode.NodeEnd (run hosts
+    the job view; this module reads it without importing run)."""
+
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def leader(self) -> bool: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def lost(self) -> str: ...
+    @property
+    def nodes(self) -> dict[int, str]: ...
+    @property
+    def failures(self) -> list[Failure]: ...
+    @property
+    def own(self) -> Failure | None: ...
+    @property
+    def summary(self) -> JobSummary | None: ...
+    @property
+    def verdicts(self) -> list[Verdict]: ...
+    @property
+    def unaccounted(self) -> list[str]: ...
 
 
 def culprit_text(c: Culprit) -> str:
@@ -61,7 +87,7 @@ def _failure_line(f: Failure) -> str:
     return f"{who} on {f.host}: {f.finding_id}: {f.title}"
 
 
-def crash_finding(end: Any) -> Finding | None:
+def crash_finding(end: NodeEndView) -> Finding | None:
     """The root cause when it is on another node than this one."""
     cause = root_cause(end.failures + ([end.own] if end.own else []))
     if cause is None or cause.fallout or cause.node == end.index:
@@ -75,7 +101,7 @@ def crash_finding(end: Any) -> Finding | None:
                              "source": "job view (the other node's output triage)"})
 
 
-def _summary_parts(end: Any) -> tuple[list[str], list[str]]:
+def _summary_parts(end: NodeEndView) -> tuple[list[str], list[str]]:
     """The leader's threshold and the nodes it lost or found silent; and those lines."""
     summary = end.summary
     if summary is None:
@@ -92,7 +118,7 @@ def _summary_parts(end: Any) -> tuple[list[str], list[str]]:
     return parts, []
 
 
-def summary_line(end: Any) -> tuple[str, str]:
+def summary_line(end: NodeEndView) -> tuple[str, CheckStatus]:
     nodes = ", ".join(f"{h} (node {n})" for n, h in sorted(end.nodes.items()))
     role = "leader" if end.leader else "member"
     parts = [f"job's store {end.endpoint}; this node: {role}, node {end.index}"]
@@ -115,7 +141,7 @@ def summary_line(end: Any) -> tuple[str, str]:
     return "; ".join(parts), "warning" if warn else "ok"
 
 
-def add_to(report: Report, end: Any) -> None:
+def add_to(report: Report, end: NodeEndView) -> None:
     summary, status = summary_line(end)
     report.checks.append(Check(CHECK, summary, status=status, group=GROUP, data={
         "endpoint": end.endpoint, "leader": end.leader, "node": end.index,

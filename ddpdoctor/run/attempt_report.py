@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ddpdoctor.report import Check
+from ddpdoctor.report import Check, CheckStatus
 from ddpdoctor.run.attempts import Attempt, agent_exits
 from ddpdoctor.signames import killed_by
+
+if TYPE_CHECKING:
+    from ddpdoctor.findings import Finding
 
 CHECK = "restarts"
 
@@ -59,7 +62,7 @@ def slice_lines(lines: list[str], attempts: list[Attempt]) -> list[list[str]]:
     return [lines[starts[i]:starts[i + 1]] for i in range(len(attempts))]
 
 
-def ending(att: Attempt, lines: list[str], findings: list[Any], last: bool,
+def ending(att: Attempt, lines: list[str], findings: list[Finding], last: bool,
            job_rc: int, log: str) -> AttemptEnd:
     """What ended ``att`` (pure): the agent's failure line names the rank and its code."""
     if last and job_rc == 0:
@@ -79,7 +82,7 @@ def ending(att: Attempt, lines: list[str], findings: list[Any], last: bool,
                       lead.title if lead else "", log)
 
 
-def verdict(ends: list[AttemptEnd]) -> tuple[str, str]:
+def verdict(ends: list[AttemptEnd]) -> tuple[str, CheckStatus]:
     """(one line, status) on whether restarting helped (pure)."""
     restarts = len(ends) - 1
     first = ends[0]
@@ -111,7 +114,7 @@ def write_logs(run_dir: str, parts: list[list[str]], attempts: list[Attempt]) ->
 
 
 def attempt_checks(ends: list[AttemptEnd], attempts: list[Attempt],
-                   findings: list[list[Any]], group: str) -> list[Check]:
+                   findings: list[list[Finding]], group: str) -> list[Check]:
     """One check per attempt, then the restarts verdict."""
     out = []
     for end, att, found in zip(ends, attempts, findings, strict=True):

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.report import Check, Report
+
+if TYPE_CHECKING:
+    # run's other modules name attach's diagnosis and its parts through here, run's glue
+    # to attach (the package layers, tests/test_layers.py)
+    from ddpdoctor.attach.diagnosis import HangDiagnosis
+    from ddpdoctor.attach.diagnosis import RankState as RankState
 
 CHECK = "hang"
 GROUP = "run"
@@ -16,7 +22,7 @@ GROUP = "run"
 class HangOutcome:
     no_progress_s: float
     last_progress: str
-    diagnosis: Any = None  # ddpdoctor.attach.diagnosis.HangDiagnosis
+    diagnosis: HangDiagnosis | None = None
     error: str = ""  # why the diagnosis could not be made
     stopped: bool = False
     stop_status: int | None = None

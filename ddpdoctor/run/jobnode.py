@@ -11,12 +11,23 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from ddpdoctor.jobview.agent import INTERVAL_S  # noqa: F401 - run's loop paces itself by it
 from ddpdoctor.jobview.keys import Endpoint, endpoint_from_command
 from ddpdoctor.jobview.leader import Policy, root_cause, threshold
 from ddpdoctor.jobview.snapshot import Failure, RankSnap, StackReply, Verdict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ddpdoctor.findings import Finding
+    from ddpdoctor.jobview.agent import JobView
+    from ddpdoctor.jobview.snapshot import JobSummary, Request
+    from ddpdoctor.run.hang import HangDiagnosis, RankState
+    from ddpdoctor.run.process import Job
+    from ddpdoctor.run.progress import Heartbeat, Identity, ProgressTracker
+    from ddpdoctor.run.stack_reads import StackReads
 
 FINAL_WAIT_S = 4.0
 LOST_MARGIN_S = 1.5  # after the job ended: how long to wait for the other nodes' causes
@@ -33,6 +44,18 @@ PACE_SHARE = 0.25
 PACE_REPEATS = 4
 
 
+class NodeOptions(Protocol):
+    """What this glue reads of run's options (run/options.RunOptions, which names the
+    job view's types through here: it cannot be imported back)."""
+
+    hang_timeout: float
+    hang_fixed: bool
+    hang_min: float
+    job_endpoint: Endpoint | None
+    native: bool
+    attach_timeout: float
+
+
 @dataclass
 class StepTimes:
     """Seconds between progress events (a step's heartbeat, a line of output)."""
@@ -46,7 +69,7 @@ class StepTimes:
     _looking: bool = False  # the current interval was looked at (and not stopped)
     _look_open: bool = False  # a look is under way: every interval it overlaps is flagged
 
-    def observe(self, tracker: Any) -> None:
+    def observe(self, tracker: ProgressTracker) -> None:
         if tracker.last_progress == self.last_seen:
             return
         self.last_seen = tracker.last_progress
@@ -85,11 +108,11 @@ class StepTimes:
         return [t for t, looked in zip(self.raw, self.looked_at) if not looked or t <= usual]
 
 
-def local_threshold(steps: StepTimes, opts: Any) -> float:
+def local_threshold(steps: StepTimes, opts: NodeOptions) -> float:
     return threshold(steps.times, policy_of(opts))[0]
 
 
-def policy_of(opts: Any) -> Policy:
+def policy_of(opts: NodeOptions) -> Policy:
     return Policy(fixed_s=opts.hang_timeout if opts.hang_fixed else None,
                   hang_min_s=opts.hang_min)
 
@@ -110,7 +133,7 @@ def is_local_address(host: str) -> bool:
     return False
 
 
-def start(cmd: list[str], opts: Any) -> Any:
+def start(cmd: list[str], opts: NodeOptions) -> JobView | None:
     """The job view for this launch command, or None (no endpoint: one node)."""
     endpoint: Endpoint | None = opts.job_endpoint or endpoint_from_command(cmd)
     if endpoint is None:
@@ -121,7 +144,8 @@ def start(cmd: list[str], opts: Any) -> Any:
                    policy_of(opts), reply_timeout_s=opts.attach_timeout + 15).start()
 
 
-def rank_snaps(tracker: Any, heartbeats: dict | None = None) -> tuple[RankSnap, ...]:
+def rank_snaps(tracker: ProgressTracker, heartbeats: dict[int, Heartbeat] | None = None
+               ) -> tuple[RankSnap, ...]:
     """Per rank: pid and state from the process sampling; step, phase and last progress
     from its watch heartbeat (run.progress.Heartbeat) when it writes one."""
     gone = {e.rank for e in tracker.exits}
@@ -140,8 +164,9 @@ def rank_snaps(tracker: Any, heartbeats: dict | None = None) -> tuple[RankSnap, 
 
 # ---- a stack request: this node's ranks, then whether the ones not waiting still work
 
-def answer(job: Any, tracker: Any, request: Any, opts: Any, rank_cache: dict,
-           heartbeats: Any) -> StackReply:
+def answer(job: Job, tracker: ProgressTracker, request: Request, opts: NodeOptions,
+           rank_cache: dict[tuple[int, float], Identity],
+           heartbeats: Callable[[], dict[int, Heartbeat]]) -> StackReply:
     from ddpdoctor.jobview.merge import state_to_dict
     from ddpdoctor.run import hang as hang_mod
     from ddpdoctor.run.progress import sample_tree
@@ -166,7 +191,8 @@ def answer(job: Any, tracker: Any, request: Any, opts: Any, rank_cache: dict,
                       traces=traces, traced=tuple(sorted(traced_pids(d))))
 
 
-def _busy_ranks(job: Any, states: list, seconds: float, diagnosis: Any = None) -> list[int]:
+def _busy_ranks(job: Job, states: list[RankState], seconds: float,
+                diagnosis: HangDiagnosis | None = None) -> list[int]:
     """The ranks not waiting that worked while this node watched them ``seconds`` (at
     least SPIN_WINDOW_S: their stacks are read meanwhile). CPU alone is not work: a rank
     that burned it on the same lines in every read, with no storage I/O and no native
@@ -192,8 +218,8 @@ def _busy_ranks(job: Any, states: list, seconds: float, diagnosis: Any = None) -
     return busy_of(pids, first, after, took, reads)
 
 
-def busy_of(pids: dict[int, int], first: dict, after: dict, took: float, reads: Any
-            ) -> list[int]:
+def busy_of(pids: dict[int, int], first: dict[int, tuple[float, int]],
+            after: dict[int, tuple[float, int]], took: float, reads: StackReads) -> list[int]:
     """Pure: the ranks that worked (CPU or storage I/O over ``took`` s), less those whose
     stack ``reads`` show spinning with under 256 KiB of I/O (a spin loop writes nothing)."""
     from ddpdoctor.run.looks import _WORK_IO_BYTES, is_working
@@ -213,7 +239,8 @@ def busy_of(pids: dict[int, int], first: dict, after: dict, took: float, reads: 
 
 # ---- failures: this node's first failing rank, and the job's root cause
 
-def local_failure(job: Any, tracker: Any, returncode: int | None) -> Failure | None:
+def local_failure(job: Job, tracker: ProgressTracker, returncode: int | None
+                  ) -> Failure | None:
     from ddpdoctor.run.triage import triage_output
 
     first = tracker.exits[0] if tracker.exits else None
@@ -234,7 +261,7 @@ def local_failure(job: Any, tracker: Any, returncode: int | None) -> Failure | N
                    time.time())
 
 
-def raised_failure(job: Any, tracker: Any) -> Failure | None:
+def raised_failure(job: Job, tracker: ProgressTracker) -> Failure | None:
     """The failure a rank's uncaught exception names, while that rank still lives (the
     output so far; torchrun's summary is not written yet). None: no rank is named."""
     from ddpdoctor.run.triage import triage_output
@@ -249,7 +276,7 @@ def raised_failure(job: Any, tracker: Any) -> Failure | None:
                    lead.title[:300], _is_fallout(lead), time.time())
 
 
-def _is_fallout(finding: Any) -> bool:
+def _is_fallout(finding: Finding) -> bool:
     """Another rank's failure felt here: a reset connection, a SIGTERM from the launcher."""
     title = finding.title
     return (not finding.ranks or "went away" in title or "SIGTERM" in title
@@ -267,14 +294,14 @@ class NodeEnd:
     nodes: dict[int, str]
     failures: list[Failure]
     own: Failure | None
-    summary: Any
+    summary: JobSummary | None
     verdicts: list[Verdict]
     # nodes seen that sent no failure although the job failed and no root cause came:
     # their supervisor died, or their report did not cross before the store closed
     unaccounted: list[str] = field(default_factory=list)
 
 
-def finish(view: Any, own: Failure | None, steps: StepTimes, verdicts: list[Verdict],
+def finish(view: JobView, own: Failure | None, steps: StepTimes, verdicts: list[Verdict],
            stopping_at: float, failed: bool) -> NodeEnd:
     """Say the job ended; when it failed, wait (bounded) for the root cause from another
     node; stop. ``stopping_at``: when run began to end the job (monotonic)."""

@@ -12,12 +12,33 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from ddpdoctor.run import hang as hang_mod
 from ddpdoctor.run.progress import BACKGROUND, ProgressTracker, sample_tree
 from ddpdoctor.run.stack_reads import SPIN_WINDOW_S, StackReads
 from ddpdoctor.run.verdict import GONE_KINDS, WAITING_KINDS, HangVerdict, judge
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ddpdoctor.run.hang import HangDiagnosis
+    from ddpdoctor.run.process import Job
+    from ddpdoctor.run.progress import Heartbeat, Identity
+
+
+class LookOptions(Protocol):
+    """What a look reads of run's options (run/options.RunOptions, which names the job
+    view's types through run/jobnode.py: that module looks with this one)."""
+
+    @property
+    def native(self) -> bool: ...
+    @property
+    def attach_timeout(self) -> float: ...
+    @property
+    def cpu_window_s(self) -> float: ...
+    @property
+    def recheck_s(self) -> float: ...
 
 
 def say(line: str) -> None:
@@ -39,7 +60,7 @@ class Look:
     verdict: HangVerdict
     headline: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"at_s": round(self.at_s, 1), "quiet_s": round(self.quiet_s, 1),
                 "last_progress": self.last_progress, "confirmed": self.verdict.confirmed,
                 "reason": self.verdict.reason, "stacks": self.headline,
@@ -47,9 +68,10 @@ class Look:
                 "working_ranks": [r for r in self.verdict.active if r >= 0]}
 
 
-def look(job: Any, tracker: ProgressTracker, stalled: float, opts: Any,
-         rank_cache: dict, at_s: float, heartbeats: Any,
-         announce: bool = True) -> tuple[Look | None, Any]:
+def look(job: Job, tracker: ProgressTracker, stalled: float, opts: LookOptions,
+         rank_cache: dict[tuple[int, float], Identity], at_s: float,
+         heartbeats: Callable[[], dict[int, Heartbeat]],
+         announce: bool = True) -> tuple[Look | None, hang_mod.HangOutcome]:
     """Read every rank's stack and judge: a hang is stopped only when confirmed."""
     if announce:  # once per quiet spell: a long evaluation is not worth a line a minute
         say(f"ddpdoctor run: no output or step for {stalled:.1f} s (last progress: "
@@ -72,11 +94,12 @@ def look(job: Any, tracker: ProgressTracker, stalled: float, opts: Any,
     elif suspect:
         # a busy culprit: long enough for its stacks to show whether it moves
         seconds = max(opts.recheck_s, SPIN_WINDOW_S) if verdict.busy else opts.recheck_s
-        verdict = _recheck(job, tracker, verdict, outcome.diagnosis, seconds,
-                           rank_cache, heartbeats)
-        if verdict is None:
+        rechecked = _recheck(job, tracker, verdict, outcome.diagnosis, seconds,
+                             rank_cache, heartbeats)
+        if rechecked is None:
             say("ddpdoctor run: the job ended while it was being looked at; no hang")
             return None, outcome
+        verdict = rechecked
         if verdict.confirmed and verdict.spins:
             _add_spins(outcome.diagnosis, verdict)
     headline = outcome.diagnosis.headline if outcome.diagnosis is not None else outcome.error
@@ -127,7 +150,8 @@ def is_working(cpu_s: float, io_bytes: int, took_s: float) -> bool:
     return cpu_s > max(_WORK_CPU_MIN_S, _WORK_CPU_SHARE * took_s) or io_bytes >= _WORK_IO_BYTES
 
 
-def _watched(verdict: HangVerdict, diagnosis: Any) -> tuple[list[int], dict[int, int]]:
+def _watched(verdict: HangVerdict, diagnosis: HangDiagnosis | None
+             ) -> tuple[list[int], dict[int, int]]:
     """The ranks to watch (the culprits not inside a wait, else every rank not waiting)
     and their pids: a rank inside a collective / p2p wait is waiting by definition (its
     CPU may be a spin-wait); the question is whether the others are working."""
@@ -139,8 +163,8 @@ def _watched(verdict: HangVerdict, diagnosis: Any) -> tuple[list[int], dict[int,
     return watched, {s.rank: s.pid for s in states if s.rank in watched and s.pid}
 
 
-def _busy(watched: list[int], before: dict, after: dict, took: float
-          ) -> dict[int, tuple[float, int]]:
+def _busy(watched: list[int], before: dict[int, tuple[float, int]],
+          after: dict[int, tuple[float, int]], took: float) -> dict[int, tuple[float, int]]:
     """The watched ranks that used CPU or did storage I/O: (CPU s, bytes) each."""
     out = {}
     for r in watched:
@@ -176,8 +200,10 @@ def _working(busy: dict[int, tuple[float, int]], reads: StackReads, took: float
     return working, spins
 
 
-def _recheck(job: Any, tracker: ProgressTracker, verdict: HangVerdict, diagnosis: Any,
-             seconds: float, rank_cache: dict, heartbeats: Any) -> HangVerdict | None:
+def _recheck(job: Job, tracker: ProgressTracker, verdict: HangVerdict,
+             diagnosis: HangDiagnosis | None, seconds: float,
+             rank_cache: dict[tuple[int, float], Identity],
+             heartbeats: Callable[[], dict[int, Heartbeat]]) -> HangVerdict | None:
     """Watch the ranks the stacks blame for ``seconds`` more, reading their stacks again
     meanwhile: a hang is confirmed only if none of them worked (CPU with a stack that
     moves, or storage I/O) and nothing else moved. None: the job ended meanwhile."""
@@ -225,7 +251,7 @@ def _confirmed(verdict: HangVerdict, reason: str, watched: list[int], spins: dic
                        spins=tuple(spins.values()))
 
 
-def _title(verdict: HangVerdict, diagnosis: Any) -> str:
+def _title(verdict: HangVerdict, diagnosis: HangDiagnosis | None) -> str:
     """What the stacks showed, without the "but still working" a busy verdict adds."""
     findings = getattr(diagnosis, "findings", None)
     if verdict.busy and findings:
@@ -233,7 +259,7 @@ def _title(verdict: HangVerdict, diagnosis: Any) -> str:
     return verdict.reason
 
 
-def _add_spins(diagnosis: Any, verdict: HangVerdict) -> None:
+def _add_spins(diagnosis: HangDiagnosis | None, verdict: HangVerdict) -> None:
     """The findings that name a spinning rank say how run knew (the stacks it compared)."""
     for f in getattr(diagnosis, "findings", []) or []:
         lines = [line for line in verdict.spins
@@ -242,7 +268,7 @@ def _add_spins(diagnosis: Any, verdict: HangVerdict) -> None:
             f.evidence["spinning"] = lines
 
 
-def traced_pids(diagnosis: Any) -> set[int]:
+def traced_pids(diagnosis: HangDiagnosis | None) -> set[int]:
     """Pids in a debugger's tracing stop (psutil 'tracing-stop'), not a SIGSTOP."""
     if diagnosis is None:
         return set()

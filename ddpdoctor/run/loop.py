@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor import redact
 from ddpdoctor.report import Report
@@ -19,19 +19,27 @@ from ddpdoctor.run.looks import Look, look, say
 from ddpdoctor.run.progress import ProgressTracker, read_heartbeats
 from ddpdoctor.run.secrets import scrub_report
 
+if TYPE_CHECKING:
+    from ddpdoctor.run.env import JobEnv
+    from ddpdoctor.run.options import RunOptions
+    from ddpdoctor.run.process import Job
+    from ddpdoctor.run.progress import Heartbeat, Identity
+    from ddpdoctor.run.result import RunResult
+    from ddpdoctor.run.signals import RunSignals
+
 
 @dataclass
 class Node:
     """This run's part in a job view (None: one node) and what it already said."""
 
-    view: Any
+    view: jobnode.JobView | None
     steps: jobnode.StepTimes = field(default_factory=jobnode.StepTimes)
-    sent: Any = None  # the Failure published
+    sent: jobnode.Failure | None = None  # the Failure published
     stopping_at: float = 0.0  # when the loop ended (monotonic): the job ends from here
     said: str = ""  # the last "no hang" reason printed
 
-    def publish(self, job: Any, tracker: ProgressTracker, heartbeats: dict | None = None
-                ) -> None:
+    def publish(self, job: Job, tracker: ProgressTracker,
+                heartbeats: dict[int, Heartbeat] | None = None) -> None:
         if self.view is None:
             return
         self.view.update(self.steps.progress, tracker.last_what, self.steps.times,
@@ -41,7 +49,7 @@ class Node:
             if self.sent is not None:
                 self.view.report_failure(self.sent)
 
-    def publish_raised(self, job: Any, tracker: ProgressTracker) -> None:
+    def publish_raised(self, job: Job, tracker: ProgressTracker) -> None:
         """A rank printed an uncaught exception: publish it now, while the rank still
         lives. Its peers (and the store's host with them) feel its death only when it
         exits; a failure published at exit often loses that race."""
@@ -51,18 +59,21 @@ class Node:
         if self.sent is not None:
             self.view.report_failure(self.sent)
 
-    def end(self, job: Any, result: Any) -> Any:
+    def end(self, job: Job, result: RunResult) -> jobnode.NodeEnd:
+        view, tracker = self.view, result.tracker
+        # supervise ends only a view it started, after the loop left its tracker behind
+        assert view is not None and tracker is not None
         rc = result.returncode
         own = self.sent
         if rc not in (0, None) and not result.hang:
-            own = jobnode.local_failure(job, result.tracker, rc) or own
+            own = jobnode.local_failure(job, tracker, rc) or own
             if own is not None and (self.sent is None or (own.rank, own.finding_id) != (
                     self.sent.rank, self.sent.finding_id)):
-                self.view.report_failure(own)
-        exits = result.tracker.exits
+                view.report_failure(own)
+        exits = tracker.exits
         ending = min(self.stopping_at or time.monotonic(),
                      exits[0].time if exits else float("inf"))
-        return jobnode.finish(self.view, own, self.steps, result.job_verdicts, ending,
+        return jobnode.finish(view, own, self.steps, result.job_verdicts, ending,
                               failed=rc not in (0, None) and not result.hang)
 
 
@@ -78,20 +89,20 @@ def relook_after(hang_timeout: float, looks: int) -> float:
 class Loop:
     """The supervision loop's state, and its two ways to decide on a quiet job."""
 
-    job: Any
-    sigs: Any
-    result: Any
-    jenv: Any
-    opts: Any
+    job: Job
+    sigs: RunSignals
+    result: RunResult
+    jenv: JobEnv
+    opts: RunOptions
     tracker: ProgressTracker
     node: Node
     wall0: float
-    rank_cache: dict = field(default_factory=dict)
+    rank_cache: dict[tuple[int, float], Identity] = field(default_factory=dict)
     next_look: float = 0.0
     warned_for: float = -1.0  # the quiet spell (its start) already warned about
     looks_in_spell: int = 0  # looks that found no hang in the current quiet spell
 
-    def heartbeats(self) -> dict:
+    def heartbeats(self) -> dict[int, Heartbeat]:
         return read_heartbeats(self.jenv.heartbeat_dir, self.wall0)
 
     def job_view_turn(self) -> bool:
@@ -120,7 +131,7 @@ class Loop:
             return False
         return self._job_hang(v)
 
-    def _job_hang(self, v: Any) -> bool:
+    def _job_hang(self, v: jobnode.Verdict) -> bool:
         from ddpdoctor.jobview.report import culprit_text
 
         if self.result.hang is not None:
@@ -170,7 +181,7 @@ class Loop:
         self.next_look = time.monotonic() + relook_after(opts.hang_timeout, self.looks_in_spell)
         return False
 
-    def _local_hang(self, seen: Look, outcome: Any) -> bool:
+    def _local_hang(self, seen: Look, outcome: hang_mod.HangOutcome) -> bool:
         opts, result = self.opts, self.result
         result.hang = outcome
         if opts.kill:

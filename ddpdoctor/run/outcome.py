@@ -10,16 +10,23 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.contract import REPORT_FILE
-from ddpdoctor.report import EXIT_FINDINGS, Check
+from ddpdoctor.report import EXIT_FINDINGS, Check, CheckStatus, Report
 from ddpdoctor.run import triage as triage_mod
 from ddpdoctor.run.hang import GROUP
 from ddpdoctor.run.process import Job
 from ddpdoctor.run.secrets import scrub_report
 from ddpdoctor.run.tree import killed_summary
 from ddpdoctor.run.watch_events import merge, watch_findings
+
+if TYPE_CHECKING:
+    from ddpdoctor.findings import Finding
+    from ddpdoctor.run.env import JobEnv
+    from ddpdoctor.run.options import RunOptions
+    from ddpdoctor.run.progress import ProgressTracker, RankExit
+    from ddpdoctor.run.result import RunResult
 
 REPORT_NAME = REPORT_FILE
 _MEMORY_IDS = ("RANK_CRASHED", "OOM")
@@ -41,10 +48,11 @@ def _attached(events_path: str, since: float) -> str:
     return text + "".join(f"; note: {n}" for n in watch_notes(events_path, since))
 
 
-def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
+def build_report(result: RunResult, job: Job, jenv: JobEnv, opts: RunOptions, took: float,
                  wall0: float) -> None:
     report = result.report
     tracker = result.tracker
+    assert tracker is not None  # the loop leaves it behind whenever the job ran
     rank_paths = job.copy.rank_paths()
     ranks_seen = sorted({e.rank for e in tracker.exits} | set(tracker.rank_last))
     if ranks_seen:
@@ -74,7 +82,8 @@ def build_report(result: Any, job: Job, jenv: Any, opts: Any, took: float,
     _write_copy(report, result.run_dir)
 
 
-def _watch_check(report: Any, jenv: Any, opts: Any, watched: list, wall0: float) -> None:
+def _watch_check(report: Report, jenv: JobEnv, opts: RunOptions, watched: list[Finding],
+                 wall0: float) -> None:
     if jenv.watch:
         found = (f"; found {', '.join(sorted({f.id for f in watched}))}" if watched
                  else "; nothing found")
@@ -89,7 +98,7 @@ def _watch_check(report: Any, jenv: Any, opts: Any, watched: list, wall0: float)
                            "events": jenv.events_path}))
 
 
-def _per_rank_views(report: Any, jenv: Any, tracker: Any) -> None:
+def _per_rank_views(report: Report, jenv: JobEnv, tracker: ProgressTracker | None) -> None:
     """The ranks' profile windows (run --profile) and their environments compared."""
     if jenv.events_path:
         from ddpdoctor.run.profile_view import add_profile
@@ -101,13 +110,13 @@ def _per_rank_views(report: Any, jenv: Any, tracker: Any) -> None:
         name_odd_ranks(report, tracker.rank_env, GROUP)
 
 
-def _output_check(report: Any, job: Job, rank_paths: dict) -> None:
+def _output_check(report: Report, job: Job, rank_paths: dict[int, Path]) -> None:
     copy = job.copy
     lost = copy.incomplete()
     summary = (f"{copy.lines} lines kept in {copy.combined_path}"
                + (f"; per rank: {', '.join(str(p) for p in rank_paths.values())}"
                   if rank_paths else ""))
-    data: dict[str, Any] = {"combined": str(copy.combined_path),
+    data: dict[str, object] = {"combined": str(copy.combined_path),
                             "ranks": {str(r): str(p) for r, p in rank_paths.items()},
                             "complete": not lost}
     if lost:
@@ -122,7 +131,7 @@ def _output_check(report: Any, job: Job, rank_paths: dict) -> None:
                                group=GROUP, data=data))
 
 
-def _stall_check(report: Any, result: Any, opts: Any) -> None:
+def _stall_check(report: Report, result: RunResult, opts: RunOptions) -> None:
     if not result.looks:
         return
     last = result.looks[-1]
@@ -135,8 +144,9 @@ def _stall_check(report: Any, result: Any, opts: Any) -> None:
               "rule": "run stops a job only on a confirmed hang (docs/run.md)"}))
 
 
-def _cleanup_check(report: Any, result: Any) -> None:
+def _cleanup_check(report: Report, result: RunResult) -> None:
     killed = result.killed
+    status: CheckStatus
     data = {"ended_by": result.ended_by, "killed": [k.to_dict() for k in killed]}
     if not killed:
         summary, status = f"{result.ended_by}; no process of the job was left", "ok"
@@ -148,7 +158,7 @@ def _cleanup_check(report: Any, result: Any) -> None:
     report.checks.append(Check("cleanup", summary, status=status, group=GROUP, data=data))
 
 
-def _memory_evidence(report: Any, result: Any) -> None:
+def _memory_evidence(report: Report, result: RunResult) -> None:
     """A rank that died gets its RSS history up to its death."""
     if result.memory is None:
         return
@@ -159,7 +169,7 @@ def _memory_evidence(report: Any, result: Any) -> None:
                 f.evidence.setdefault("memory", ev)
 
 
-def _job_outcome(result: Any, job: Job, opts: Any, took: float) -> None:
+def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float) -> None:
     report = result.report
     rc = result.returncode
     tracker = result.tracker
@@ -214,17 +224,18 @@ def _job_outcome(result: Any, job: Job, opts: Any, took: float) -> None:
     result.exit_code = job_exit_code(rc)
 
 
-def _triage_input(result: Any, job: Job) -> tuple[Any, list]:
+def _triage_input(result: RunResult, job: Job) -> tuple[Path, list[RankExit]]:
     """The log and rank exits the job's triage reads: its last attempt's after restarts
     (an earlier attempt's failure is in its own section, not the job's cause)."""
     sections = getattr(result, "attempt_ends", None)
     attempts = getattr(result, "attempts", None)
     if sections and attempts is not None and sections[-1].log:
         return Path(sections[-1].log), attempts.attempts[-1].exits
+    assert result.tracker is not None  # the loop leaves it behind whenever the job ran
     return job.copy.combined_path, result.tracker.exits
 
 
-def _spawn_culprit(findings: list, result: Any, log_path: Any) -> None:
+def _spawn_culprit(findings: list[Finding], result: RunResult, log_path: Path) -> None:
     """mp.spawn names the failed child by its process index: the rank run read."""
     spawn = getattr(result, "spawn", None)
     if spawn is None or not spawn.children:
@@ -239,7 +250,7 @@ def _spawn_culprit(findings: list, result: Any, log_path: Any) -> None:
     name_spawn_culprit(findings, text, spawn.index_to_rank(), spawn.claims())
 
 
-def _restarts(result: Any, job: Job, rc: int | None) -> None:
+def _restarts(result: RunResult, job: Job, rc: int | None) -> None:
     """One section per attempt of a job that restarted (run/attempt_report.py)."""
     attempts = getattr(result, "attempts", None)
     if attempts is None or not attempts.restarted:
@@ -266,7 +277,7 @@ def _restarts(result: Any, job: Job, rc: int | None) -> None:
         result.report.checks.append(check)
 
 
-def _write_copy(report: Any, run_dir: str) -> None:
+def _write_copy(report: Report, run_dir: str) -> None:
     from ddpdoctor.safefile import write_atomic
 
     try:

@@ -20,13 +20,18 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from ddpdoctor.contract import OUTPUT_LOG, RANK_LOG
 from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 from ddpdoctor.run.tree import die_with_parent, load_prctl
 from ddpdoctor.safefile import open_regular
+
+if TYPE_CHECKING:
+    import builtins  # KeptFile counts ``bytes``: the type's own name is shadowed there
+
+    from _typeshed import HasFileno
 
 _PREFIX = re.compile(rb"^\s*\[(?:rank|default)(\d+)\]:")
 # The last line of an uncaught exception as torch's c10d excepthook prints it on a rank
@@ -58,7 +63,7 @@ class KeptFile:
     lost_bytes: int = 0
     error: str = ""  # "ENOSPC (No space left on device)", the first failure
 
-    def write(self, line: bytes) -> None:
+    def write(self, line: builtins.bytes) -> None:
         if self.fd is None:
             self.lost_lines += 1
             self.lost_bytes += len(line)
@@ -196,7 +201,7 @@ def _pump(fd: int, sink: BinaryIO | None, copy: OutputCopy) -> None:
         pass
 
 
-def silence(stream: Any) -> None:
+def silence(stream: HasFileno) -> None:
     """Point ``stream``'s descriptor at /dev/null after a write to it failed.
 
     What the stream still buffers, the terminal view and the interpreter's last flush then
@@ -217,7 +222,7 @@ def silence(stream: Any) -> None:
         os.close(null)
 
 
-def reader_gone(stream: Any) -> bool:
+def reader_gone(stream: HasFileno) -> bool:
     """True when nobody can read what is written to ``stream`` any more: a pipe whose
     reader closed it (poll: POLLERR), a terminal that hung up (POLLHUP)."""
     try:
@@ -232,7 +237,7 @@ def reader_gone(stream: Any) -> bool:
 class Job:
     """A running command: its own session/process group, output teed into ``log_dir``."""
 
-    def __init__(self, proc: subprocess.Popen, copy: OutputCopy,
+    def __init__(self, proc: subprocess.Popen[bytes], copy: OutputCopy,
                  pumps: list[threading.Thread]) -> None:
         self.proc = proc
         self.copy = copy

@@ -3,11 +3,9 @@ per-rank top operators and step split in its data, the trace paths)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from ddpdoctor.findings import format_ranks
 from ddpdoctor.profiled import ProfileWindow, read_all
-from ddpdoctor.report import Check
+from ddpdoctor.report import Check, Report
 
 CHECK = "profile"
 
@@ -29,7 +27,7 @@ def _split(w: ProfileWindow) -> str:
     return ", ".join(parts)
 
 
-def add_profile(report: Any, directory: str, group: str) -> None:
+def add_profile(report: Report, directory: str, group: str) -> None:
     windows = read_all(directory)
     if not windows:
         return

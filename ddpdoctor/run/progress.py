@@ -18,13 +18,16 @@ import contextlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor import safefile
 from ddpdoctor.oddrank import shared_env
 from ddpdoctor.proctree import HostProcs
 from ddpdoctor.run.background_threads import BackgroundThreads
 from ddpdoctor.run.rendezvous import RankEndpoint, endpoint_of
+
+if TYPE_CHECKING:
+    import psutil
 
 JOB = -1  # the unit when no process carries RANK (a plain script, mp.spawn, startup)
 DEFAULT_CPU_RATE = 0.05  # share of one core
@@ -78,7 +81,7 @@ class Heartbeat:
                 and (self.step > 0 or self.phase not in ("", "starting")))
 
 
-def _identity_of(proc: Any) -> Identity:
+def _identity_of(proc: psutil.Process) -> Identity:
     import psutil
 
     try:
@@ -109,7 +112,7 @@ def sample_tree(root_pid: int, now: float, rank_cache: dict[tuple[int, float], I
     host = host or HostProcs.read()
     if root_pid not in host.parent:
         return sample
-    procs: list[Any] = []
+    procs: list[psutil.Process] = []
     for pid in (root_pid, *host.descendants(root_pid)):
         with contextlib.suppress(psutil.Error):
             procs.append(psutil.Process(pid))

@@ -14,13 +14,11 @@ its own. Then every name and value goes through the same table ``check`` uses
 
 from __future__ import annotations
 
-from typing import Any
-
 from ddpdoctor import redact
 from ddpdoctor.distenv import judge
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.oddrank import env_differences, ranks_by_value
-from ddpdoctor.report import Check
+from ddpdoctor.report import Check, Report
 
 CHECK = "env"
 
@@ -38,7 +36,7 @@ def _named_setting(f: Finding, diffs: dict[str, list[int]]) -> str | None:
     return next((name for name in diffs if name in f.title), None)
 
 
-def name_odd_ranks(report: Any, rank_env: dict[int, dict[str, str]], group: str) -> None:
+def name_odd_ranks(report: Report, rank_env: dict[int, dict[str, str]], group: str) -> None:
     """Give rank-less findings about a differing variable its odd ranks; add one
     ENV_VAR_MISMATCH per difference left unexplained; one check line either way."""
     if not rank_env:

@@ -31,7 +31,7 @@ RECORD = REAPER_FILE
 class Reaper:
     """run's side of the pipe."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
 
     @property
@@ -53,9 +53,12 @@ class Reaper:
         return cls(proc)
 
     def _send(self, line: str) -> None:
+        stdin = self.proc.stdin  # a pipe (start); None only for a proc started without one
+        if stdin is None:
+            return
         try:
-            self.proc.stdin.write(line.encode())
-            self.proc.stdin.flush()
+            stdin.write(line.encode())
+            stdin.flush()
         except (OSError, ValueError):
             pass
 
@@ -66,7 +69,8 @@ class Reaper:
         """run cleaned up by itself: the reaper leaves without touching anything."""
         self._send("done\n")
         with contextlib.suppress(OSError, ValueError):
-            self.proc.stdin.close()
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

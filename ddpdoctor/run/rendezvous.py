@@ -25,9 +25,14 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from ddpdoctor.findings import Finding
+
+
+class _Kind(Protocol):
+    @property
+    def value(self) -> str: ...
 
 
 class Event(Protocol):
@@ -35,13 +40,13 @@ class Event(Protocol):
     package layers, tests/test_layers.py)."""
 
     @property
-    def kind(self) -> Any: ...  # an EventKind: its .value
+    def kind(self) -> _Kind: ...  # an EventKind
     @property
     def rank(self) -> int | None: ...
     @property
     def text(self) -> str: ...
     @property
-    def data(self) -> Mapping[str, Any]: ...
+    def data(self) -> Mapping[str, object]: ...
     @property
     def where(self) -> str: ...
 

@@ -14,93 +14,31 @@ import shlex
 import signal
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ddpdoctor import redact
 from ddpdoctor.proctree import HostProcs
 from ddpdoctor.report import Report
-from ddpdoctor.run import hang as hang_mod
 from ddpdoctor.run import jobnode
-from ddpdoctor.run.attempts import Attempts, observe_sample
-from ddpdoctor.run.env import RUN_ID, job_environment, watch_bootstrap_dir
-from ddpdoctor.run.looks import Look
+from ddpdoctor.run.attempts import observe_sample
+from ddpdoctor.run.env import RUN_ID, JobEnv, job_environment, watch_bootstrap_dir
 from ddpdoctor.run.loop import Loop, Node
 from ddpdoctor.run.memory import MemoryHistory
+from ddpdoctor.run.options import RunOptions as RunOptions  # its old home's name
 from ddpdoctor.run.outcome import build_report
 from ddpdoctor.run.outcome import job_exit_code as job_exit_code  # its old home's name
 from ddpdoctor.run.process import Job, JobStartError
 from ddpdoctor.run.progress import ProgressTracker, sample_tree
 from ddpdoctor.run.reaper import Reaper
+from ddpdoctor.run.result import RunResult as RunResult  # its old home's name
 from ddpdoctor.run.signals import RunSignals
-from ddpdoctor.run.spawn_ranks import SpawnRanks
-from ddpdoctor.run.tree import JobTree, Killed, set_subreaper
+from ddpdoctor.run.tree import JobTree, set_subreaper
 
 # variables worth seeing in a report about a distributed job (values of secret-looking
 # names masked)
 _ENV_PREFIXES = ("DDPDOCTOR_", "NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "MASTER_",
                  "CUDA_", "OMP_", "PYTORCH_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "HF_",
                  "WANDB_")
-
-
-@dataclass
-class RunOptions:
-    # the quiet that makes run look; with hang_fixed False it adapts to the job's step
-    # times (jobview/leader.threshold) and this field holds the current value
-    hang_timeout: float = 300.0
-    hang_fixed: bool = True
-    hang_min: float = 10.0
-    job_endpoint: Any = None  # jobview.keys.Endpoint; None: the launch command's, if any
-    job_view: bool = True
-    kill: bool = True
-    watch: bool = True
-    run_dir: str | None = None
-    native: bool = False
-    grace: float = 10.0  # SIGTERM -> SIGKILL when ending the job
-    attach_timeout: float = 5.0
-    # exit 1 when the job exited 0 but an error was found (NaN losses): opt-in, as a
-    # heuristic check must not fail a pipeline that used to pass
-    fail_on_findings: bool = False
-
-    @property
-    def poll_s(self) -> float:
-        return max(0.2, min(1.0, self.hang_timeout / 5))
-
-    @property
-    def cpu_window_s(self) -> float:
-        # "working now": CPU in the last few samples, not earlier in the quiet spell
-        return max(2.0, 3 * self.poll_s)
-
-    @property
-    def recheck_s(self) -> float:
-        # a hang the stacks show is confirmed by watching the culprits this long more
-        return max(1.0, min(10.0, self.hang_timeout / 4))
-
-
-@dataclass
-class RunResult:
-    report: Report
-    exit_code: int
-    returncode: int | None = None
-    hang: hang_mod.HangOutcome | None = None
-    interrupted: int = 0
-    run_dir: str = ""
-    notes: list[str] = field(default_factory=list)
-    looks: list[Look] = field(default_factory=list)  # quiet spells that were no hang
-    killed: list[Killed] = field(default_factory=list)
-    ended_by: str = "the job exited"  # why run ended the job's tree
-    teardown: str = ""  # the signal run got, if one ended it
-    terminal_gone: bool = False
-    memory: MemoryHistory | None = None
-    secrets: list[str] = field(default_factory=list)
-    tracker: ProgressTracker | None = None
-    job_verdicts: list[Any] = field(default_factory=list)  # jobview.snapshot.Verdict
-    job_end: Any = None  # run.jobnode.NodeEnd: what the job view knew at the end
-    # mp.spawn / multiprocessing children and the rank read from each (run/spawn_ranks.py)
-    spawn: SpawnRanks = field(default_factory=SpawnRanks)
-    attempts: Attempts = field(default_factory=Attempts)  # torchrun restarts
-    attempt_ends: list[Any] = field(default_factory=list)  # run.attempt_report.AttemptEnd
 
 
 def _prepare_run_dir(path: str | None) -> tuple[str, list[str]]:
@@ -180,7 +118,7 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
     return result
 
 
-def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: Any, opts: RunOptions,
+def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: JobEnv, opts: RunOptions,
                reaper: Reaper | None, wall0: float, subreaper: bool,
                marker: tuple[str, str], node: Node | None = None) -> None:
     import psutil

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpdoctor import redact
+
+if TYPE_CHECKING:
+    from ddpdoctor.report import Report
 
 _MIN_LEN = 4  # shorter values ("1", "yes") would mask ordinary words
 # Up to this many values, one str.find scan each (C speed) beats one pass of the
@@ -114,7 +117,8 @@ def _spans_each(text: str, secrets: list[str]) -> list[tuple[int, int]]:
 def _mask_spans(text: str, spans: list[tuple[int, int]]) -> str:
     if not spans:
         return text
-    parts, pos = [], 0
+    parts: list[str] = []
+    pos = 0
     for start, end in spans:
         parts += (text[pos:start], redact.MASK)
         pos = end
@@ -127,7 +131,7 @@ def scrub(obj: Any, secrets: list[str]) -> Any:
     return _scrub(obj, _masker(secrets))
 
 
-def scrub_report(report: Any, secrets: list[str]) -> None:
+def scrub_report(report: Report, secrets: list[str]) -> None:
     """In place: every check's summary and data, every finding's title and evidence, the
     world block."""
     mask = _masker(secrets)  # built once for the whole report

@@ -13,22 +13,31 @@ Handlers only record; the supervision loop acts (no work in a signal handler).
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.signames import signal_name
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
+    from ddpdoctor.run.process import Job
+
+    # what signal.signal returns: a handler, SIG_DFL/SIG_IGN, or None (not set from Python)
+    _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 _ENDING = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class RunSignals:
     def __init__(self) -> None:
-        self.job: Any = None  # run.process.Job once started
+        self.job: Job | None = None  # once started
         self.interrupts = 0  # SIGINTs received
         self.teardown = ""  # why run ends the job ("" while it does not)
         self.hurry = False  # SIGKILL now, no grace
         self.terminal_gone = False
         self._pending_interrupt = False  # a Ctrl-C before the job was there to get it
-        self._saved: dict[int, Any] = {}
+        self._saved: dict[int, _Handler] = {}
 
     def __enter__(self) -> RunSignals:
         for sig in (signal.SIGINT, *_ENDING):
@@ -42,7 +51,7 @@ class RunSignals:
         for sig, old in self._saved.items():
             signal.signal(sig, old)
 
-    def attach(self, job: Any) -> None:
+    def attach(self, job: Job) -> None:
         """The job started: from now on a first Ctrl-C goes to it (one that came while
         it was starting is passed on now: its output may already have been seen)."""
         self.job = job
@@ -54,7 +63,7 @@ class RunSignals:
     def received(self) -> bool:
         return bool(self.interrupts or self.teardown)
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal_name(signum) or f"signal {signum}"
         if self.teardown:
             self.hurry = True  # asked again while the grace runs

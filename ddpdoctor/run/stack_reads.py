@@ -10,9 +10,12 @@ enough reads to see a working rank move.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.run.spinning import SpinVerdict, StackSample, sample_of, spin_verdict
+
+if TYPE_CHECKING:
+    from ddpdoctor.run.hang import HangDiagnosis
 
 INTERVAL_S = 0.1
 MAX_READS = 30
@@ -21,7 +24,7 @@ _READ_TIMEOUT_S = 2.0
 
 
 class StackReads:
-    def __init__(self, pids: dict[int, int], diagnosis: Any, start: float,
+    def __init__(self, pids: dict[int, int], diagnosis: HangDiagnosis | None, start: float,
                  native_is_work: bool = False) -> None:
         self.pids = pids
         self.native_is_work = native_is_work  # spinning.spin_verdict's switch

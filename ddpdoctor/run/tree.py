@@ -20,10 +20,14 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ddpdoctor import redact
 from ddpdoctor.proctree import HostProcs
 from ddpdoctor.signames import signal_name
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -132,7 +136,8 @@ class JobTree:
         self.exclude = set(exclude or ())  # run's own helpers (the reaper)
         self.seen: dict[int, Seen] = {}
         self.started = time.time()
-        self.on_new = None  # callback(pid, created) for each new process (the reaper)
+        # called with (pid, created) for each new process (the reaper)
+        self.on_new: Callable[[int, float], None] | None = None
         # run is the job's subreaper: its own children other than the launcher are the
         # job's orphans (its py-spy readers excepted)
         self.own_children = False

@@ -13,11 +13,16 @@ the lead (run/rendezvous.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.run.progress import RankExit
 from ddpdoctor.signames import killed_by
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ddpdoctor.run.rendezvous import Event, RankEndpoint
 
 CHECK = "crash triage"
 
@@ -38,7 +43,7 @@ def first_exit(exits: list[RankExit]) -> RankExit | None:
     return tied[0] if len(tied) == 1 else None
 
 
-def _only_non_victim(exits: list[RankExit], events: list[Any]) -> RankExit | None:
+def _only_non_victim(exits: list[RankExit], events: Sequence[Event]) -> RankExit | None:
     """Among the ranks that went away in the first sampling interval (a launcher kills
     the others at once, so one poll sees them all gone), the one that never said it lost
     a peer: a rank that printed "Connection closed by peer" was alive when another went."""
@@ -58,14 +63,14 @@ def _how_found(first: RankExit, exits: list[RankExit]) -> str:
 
 
 def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
-                  endpoints: dict[int, Any] | None = None
-                  ) -> tuple[list[Finding], dict[str, Any]]:
+                  endpoints: dict[int, RankEndpoint] | None = None
+                  ) -> tuple[list[Finding], dict[str, object]]:
     """Findings (root cause first) for a job that exited with ``returncode``;
     ``endpoints``: each rank's rendezvous endpoint (ProgressTracker.endpoints)."""
     from ddpdoctor.diagnose import LogInput, diagnose_logs
     from ddpdoctor.run.rendezvous import culprit_finding
 
-    info: dict[str, Any] = {"log": str(output_log)}
+    info: dict[str, object] = {"log": str(output_log)}
     try:
         findings, scan = diagnose_logs([LogInput(str(output_log))])
         info["events"] = len(scan.events)

@@ -17,12 +17,40 @@ looked (every rank's stack, Flight Recorder where served, each rank's CPU time) 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ddpdoctor.findings import Finding
 
 # attach.classify's kinds, spelled here so this module imports nothing heavy
 _STOPPED = "stopped"
 GONE_KINDS = ("dead", "zombie", "missing")
 WAITING_KINDS = ("collective", "p2p")
+
+
+class _State(Protocol):
+    """What is read of one rank's classified stack (attach.classify.RankState)."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+
+
+class Stacks(Protocol):
+    """What is read of a look's stacks: attach's HangDiagnosis on one node, the job view's
+    merged JobDiagnosis (jobview/merge.py) across nodes."""
+
+    @property
+    def states(self) -> Sequence[_State]: ...
+    @property
+    def findings(self) -> Sequence[Finding]: ...
+    @property
+    def headline(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -46,16 +74,16 @@ def _ranks(ranks: list[int] | set[int]) -> str:
 class _Seen:
     """What a look saw, sorted once for the rules below."""
 
-    diagnosis: Any
+    diagnosis: Stacks
     active: set[int]
     act: tuple[int, ...]
-    live: list
-    stopped: list
-    debugged: list
-    gone: list
+    live: list[_State]
+    stopped: list[_State]
+    debugged: list[_State]
+    gone: list[_State]
 
     @classmethod
-    def of(cls, diagnosis: Any, active: set[int], traced: set[int]) -> _Seen:
+    def of(cls, diagnosis: Stacks, active: set[int], traced: set[int]) -> _Seen:
         states = list(diagnosis.states)
         live = [s for s in states if s.kind not in GONE_KINDS]
         return cls(diagnosis, active, tuple(sorted(active)), live,
@@ -124,7 +152,7 @@ def _stacks(x: _Seen) -> HangVerdict:
 _RULES = (_debugged, _stopped, _gone)  # in order; the stacks' findings decide the rest
 
 
-def judge(diagnosis: Any, error: str, active: set[int], traced: set[int] | None = None
+def judge(diagnosis: Stacks | None, error: str, active: set[int], traced: set[int] | None = None
           ) -> HangVerdict:
     """``diagnosis``: attach's HangDiagnosis (None when it could not be made, ``error``
     says why); ``active``: ranks that used CPU in the last seconds; ``traced``: pids in a
@@ -140,6 +168,6 @@ def judge(diagnosis: Any, error: str, active: set[int], traced: set[int] | None 
     return _stacks(seen)
 
 
-def _flight_recorder(diagnosis: Any) -> bool:
+def _flight_recorder(diagnosis: Stacks) -> bool:
     return any(getattr(v, "behind", None) or getattr(v, "mismatch", False)
                for v in getattr(diagnosis, "fr_verdicts", []) or [])

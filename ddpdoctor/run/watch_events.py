@@ -116,5 +116,5 @@ def merge(existing: list[Finding], watched: list[Finding]) -> list[Finding]:
     return new
 
 
-def _brief(f: Finding) -> dict[str, Any]:
+def _brief(f: Finding) -> dict[str, object]:
     return {"title": f.title, "ranks": f.ranks, **f.evidence}

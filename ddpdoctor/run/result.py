@@ -1,0 +1,49 @@
+"""What one supervised run found and did: filled in by the loop, read by the report.
+
+A module of its own (runner.py re-exports it): the loop and the report (outcome.py) take
+it by type, and runner imports both. The job view's types are named through run/jobnode.py,
+run's one glue to jobview (the package layers, tests/test_layers.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ddpdoctor.run.attempts import Attempts
+from ddpdoctor.run.spawn_ranks import SpawnRanks
+
+if TYPE_CHECKING:
+    from ddpdoctor.report import Report
+    from ddpdoctor.run.attempt_report import AttemptEnd
+    from ddpdoctor.run.hang import HangOutcome
+    from ddpdoctor.run.jobnode import NodeEnd, Verdict
+    from ddpdoctor.run.looks import Look
+    from ddpdoctor.run.memory import MemoryHistory
+    from ddpdoctor.run.progress import ProgressTracker
+    from ddpdoctor.run.tree import Killed
+
+
+@dataclass
+class RunResult:
+    report: Report
+    exit_code: int
+    returncode: int | None = None
+    hang: HangOutcome | None = None
+    interrupted: int = 0
+    run_dir: str = ""
+    notes: list[str] = field(default_factory=list)
+    looks: list[Look] = field(default_factory=list)  # quiet spells that were no hang
+    killed: list[Killed] = field(default_factory=list)
+    ended_by: str = "the job exited"  # why run ended the job's tree
+    teardown: str = ""  # the signal run got, if one ended it
+    terminal_gone: bool = False
+    memory: MemoryHistory | None = None
+    secrets: list[str] = field(default_factory=list)
+    tracker: ProgressTracker | None = None
+    job_verdicts: list[Verdict] = field(default_factory=list)
+    job_end: NodeEnd | None = None  # what the job view knew at the end
+    # mp.spawn / multiprocessing children and the rank read from each (run/spawn_ranks.py)
+    spawn: SpawnRanks = field(default_factory=SpawnRanks)
+    attempts: Attempts = field(default_factory=Attempts)  # torchrun restarts
+    attempt_ends: list[AttemptEnd] = field(default_factory=list)
