@@ -14,11 +14,23 @@ end (or ``with watch(...):``). Importing ddpdoctor does not import this module.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from accelerate.logging import get_logger
+from accelerate.logging import get_logger  # type: ignore[import-untyped]  # ships no hints
 
-from ddpdoctor.integrations.common import scalars, torch_optimizer, watch_with_sinks
+from ddpdoctor.integrations.common import Sink, scalars, torch_optimizer, watch_with_sinks
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.hooks import RemovableHandle
+
+    from ddpdoctor.integrations.common import BufferSink, Watcher
+
+
+class Tracking(Protocol):
+    """What is asked of the ``Accelerator`` (accelerate ships no type hints)."""
+
+    def log(self, values: dict[str, float], step: int | None = None) -> None: ...
 
 
 class _Console:
@@ -32,8 +44,8 @@ class _Console:
         self.adapter.log(level, text, main_process_only=False)
 
 
-def watch(accelerator: Any, model: Any, optimizer: Any = None, dataloader: Any = None,
-          log_every: int = 50, **settings: Any) -> Any:
+def watch(accelerator: Tracking, model: torch.nn.Module, optimizer: object = None,
+          dataloader: object = None, log_every: int = 50, **settings: Any) -> Watcher:
     """Watch a prepared model. ``log_every``: optimizer steps between metric logs
     (findings are logged at once). ``settings``: any ``ddpdoctor.watch()`` setting."""
     handle, buffer = watch_with_sinks(model, optimizer, dataloader, _Console(), settings)
@@ -46,11 +58,12 @@ def watch(accelerator: Any, model: Any, optimizer: Any = None, dataloader: Any =
 
 
 class _Flusher:
-    def __init__(self, accelerator: Any, handle: Any, buffer: Any, log_every: int) -> None:
+    def __init__(self, accelerator: Tracking, handle: Watcher, buffer: BufferSink,
+                 log_every: int) -> None:
         self.accelerator, self.handle, self.buffer = accelerator, handle, buffer
         self.log_every = max(1, log_every)
 
-    def __call__(self, *_: Any) -> None:
+    def __call__(self, *_: object) -> None:
         self.flush(final=False)
 
     def flush(self, final: bool) -> None:
@@ -63,19 +76,19 @@ class _Flusher:
             pass
 
 
-class _Unhook:
+class _Unhook(Sink):
     """A sink whose only job: at close, log what is left and take the step hook off."""
 
-    def __init__(self, hook: Any, flusher: _Flusher) -> None:
+    def __init__(self, hook: RemovableHandle, flusher: _Flusher) -> None:
         self.hook, self.flusher = hook, flusher
 
-    def finding(self, *_: Any) -> None:
+    def finding(self, *_: object) -> None:
         pass
 
-    def event(self, *_: Any) -> None:
+    def event(self, *_: object) -> None:
         pass
 
-    def metrics(self, *_: Any) -> None:
+    def metrics(self, *_: object) -> None:
         pass
 
     def close(self) -> None:

@@ -15,12 +15,24 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.stream import Sink, StepMetrics, finding_text
 
+if TYPE_CHECKING:
+    import torch
+
+    # the framework callbacks name the watcher through this file (the layers' one edge)
+    from ddpdoctor.watch.api import Watcher
+
 PREFIX = "ddpdoctor"
+
+
+class ConsoleLogger(Protocol):
+    """A framework's logger (a ``logging.Logger``, or accelerate's adapter around one)."""
+
+    def log(self, level: int, text: str, /) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -60,7 +72,7 @@ class BufferSink(Sink):
 class ConsoleSink(Sink):
     """A finding, once, on the framework's own logger (its console handler)."""
 
-    def __init__(self, logger: Any) -> None:
+    def __init__(self, logger: ConsoleLogger) -> None:
         self.logger = logger
 
     def finding(self, finding: Finding, step: int, rank: int) -> None:
@@ -97,29 +109,34 @@ def scalars(found: list[Emitted], records: list[StepMetrics]) -> dict[str, float
     return out
 
 
-def watch_with_sinks(model: Any, optimizer: Any, dataloader: Any, console: Any,
-                     settings: dict[str, Any]) -> tuple[Any, BufferSink]:
+# settings: Any, as ddpdoctor.watch() takes them (each typed by its WatchConfig field)
+def watch_with_sinks(model: torch.nn.Module | None, optimizer: object, dataloader: object,
+                     console: ConsoleLogger,
+                     settings: dict[str, Any]) -> tuple[Watcher, BufferSink]:
     """``ddpdoctor.watch`` with the framework's console in place of Python warnings and
     ``ddpdoctor.watch`` log records (so a finding prints once), and a buffer."""
     from ddpdoctor.watch.api import watch
 
     buffer = BufferSink()
     opts = {"warn": False, "log": False, **settings}
-    handle = watch(model, torch_optimizer(optimizer), torch_loaders(dataloader),
+    # the frameworks type the model optional; it is there once training starts
+    handle = watch(cast("torch.nn.Module", model), torch_optimizer(optimizer),
+                   torch_loaders(dataloader),
                    sinks=[buffer, ConsoleSink(console)], **opts)
     return handle, buffer
 
 
-def torch_optimizer(optimizer: Any) -> Any:
+def torch_optimizer(optimizer: object) -> torch.optim.Optimizer | None:
     """The torch optimizer inside a framework's wrapper (accelerate's AcceleratedOptimizer,
     Lightning's LightningOptimizer): its step hooks fire on real steps only."""
     seen = 0
     while optimizer is not None and hasattr(optimizer, "optimizer") and seen < 4:
         optimizer, seen = optimizer.optimizer, seen + 1
-    return optimizer
+    # found by attribute name (no torch import here to check the class)
+    return cast("torch.optim.Optimizer | None", optimizer)
 
 
-def torch_loaders(loader: Any) -> Any:
+def torch_loaders(loader: object) -> list[object] | None:
     """torch DataLoaders inside framework adapters (accelerate's DataLoaderShard keeps
     the real one as ``base_dataloader``; Lightning may hand a list or dict)."""
     if loader is None:

@@ -13,12 +13,18 @@ and playbook. Importing ddpdoctor does not import this module (nor transformers)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
 from ddpdoctor.integrations.common import scalars, watch_with_sinks
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import Trainer, TrainerControl, TrainerState, TrainingArguments
+
+    from ddpdoctor.integrations.common import BufferSink, Watcher
 
 console = hf_logging.get_logger("transformers.ddpdoctor")
 
@@ -26,44 +32,49 @@ console = hf_logging.get_logger("transformers.ddpdoctor")
 class DDPDoctorCallback(TrainerCallback):
     """``settings``: any ``ddpdoctor.watch()`` setting (``every=``, ``checks=``...)."""
 
-    def __init__(self, trainer: Any = None, **settings: Any) -> None:
+    def __init__(self, trainer: Trainer | None = None, **settings: Any) -> None:
         self.trainer = trainer
-        self.settings = settings
-        self.handle: Any = None
-        self.buffer: Any = None
+        self.settings = settings  # Any: ddpdoctor.watch()'s, each typed by its WatchConfig field
+        self.handle: Watcher | None = None
+        self.buffer: BufferSink | None = None
 
     @classmethod
-    def attach(cls, trainer: Any, **settings: Any) -> DDPDoctorCallback:
+    def attach(cls, trainer: Trainer, **settings: Any) -> DDPDoctorCallback:
         """Add a callback bound to ``trainer`` (its logging goes through ``trainer.log``)."""
         cb = cls(trainer, **settings)
         trainer.add_callback(cb)
         return cb
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
-                       optimizer: Any = None, train_dataloader: Any = None,
-                       **kwargs: Any) -> None:
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, model: torch.nn.Module | None = None,
+                       optimizer: object = None, train_dataloader: object = None,
+                       **kwargs: object) -> None:
         target = getattr(self.trainer, "model_wrapped", None) or model
         self.handle, self.buffer = watch_with_sinks(target, optimizer, train_dataloader,
                                                     console, self.settings)
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None,
-               **kwargs: Any) -> None:
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, float] | None = None, **kwargs: object) -> None:
         if self.handle is not None and logs and isinstance(logs.get("loss"), (int, float)):
             self.handle.note("loss", logs["loss"])
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: object) -> None:
         if self.handle is not None:
             # DefaultFlowCallback ran first: should_log says whether this step logs
             self._flush(metrics=bool(control.should_log), control=control)
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_end(self, args: TrainingArguments, state: TrainerState,
+                     control: TrainerControl, **kwargs: object) -> None:
         if self.handle is None:
             return
         self.handle.close()  # reads the last gathers: their findings flush below
         self._flush(metrics=True)
         self.handle = None
 
-    def _flush(self, metrics: bool, control: Any = None) -> None:
+    def _flush(self, metrics: bool, control: TrainerControl | None = None) -> None:
+        if self.buffer is None:  # never: it is made with the handle
+            return
         values = scalars(*self.buffer.drain(with_metrics=metrics))
         if not values or self.trainer is None:
             return

@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.callbacks import Callback
 
 from ddpdoctor.integrations.common import scalars, watch_with_sinks
+
+if TYPE_CHECKING:
+    from lightning.pytorch import LightningModule, Trainer
+
+    from ddpdoctor.integrations.common import BufferSink, Watcher
 
 console = logging.getLogger("lightning.pytorch")
 
@@ -26,19 +31,19 @@ class DDPDoctorCallback(Callback):
     """``settings``: any ``ddpdoctor.watch()`` setting (``every=``, ``checks=``...)."""
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = settings
-        self.handle: Any = None
-        self.buffer: Any = None
+        self.settings = settings  # Any: ddpdoctor.watch()'s, each typed by its WatchConfig field
+        self.handle: Watcher | None = None
+        self.buffer: BufferSink | None = None
         self._paused = False
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         optimizers = trainer.optimizers
         self.handle, self.buffer = watch_with_sinks(
             trainer.strategy.model, optimizers[0] if optimizers else None,
             trainer.train_dataloader, console, self.settings)
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule,
+                           outputs: object, batch: object, batch_idx: int) -> None:
         if self.handle is None:
             return
         every = max(1, getattr(trainer, "log_every_n_steps", 50) or 1)
@@ -49,25 +54,26 @@ class DDPDoctorCallback(Callback):
             self.handle.note("loss", float(loss.detach()))
         self._flush(trainer, metrics=logs)
 
-    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.handle is not None and not self._paused:
             self.handle.pause()
             self._paused = True
 
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.handle is not None and self._paused:
             self.handle.resume()
             self._paused = False
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._close(trainer)
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule,
+                     exception: BaseException) -> None:
         if self.handle is not None:
             self.handle.exception(exception)
         self._close(trainer)
 
-    def _close(self, trainer: Any) -> None:
+    def _close(self, trainer: Trainer) -> None:
         if self.handle is None:
             return
         self.handle.close()  # reads the last gathers: their findings flush below
@@ -76,8 +82,10 @@ class DDPDoctorCallback(Callback):
             lg.save()
         self.handle = None
 
-    def _flush(self, trainer: Any, metrics: bool = True) -> None:
+    def _flush(self, trainer: Trainer, metrics: bool = True) -> None:
         """Findings at once; metrics on the steps Lightning logs (``log_every_n_steps``)."""
+        if self.buffer is None:  # never: it is made with the handle
+            return
         values = scalars(*self.buffer.drain(with_metrics=metrics))
         if values:
             for lg in trainer.loggers:

@@ -17,12 +17,17 @@ import logging
 import os
 import socket
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 from ddpdoctor import redact
 from ddpdoctor.contract import METRICS_JOB
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.watch.stream import Sink, StepMetrics
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from ddpdoctor.watch.stream import EventStream
 
 log = logging.getLogger("ddpdoctor.watch")
 JOB_ENV = METRICS_JOB
@@ -41,11 +46,45 @@ GAUGES: dict[str, tuple[str, str, float]] = {
                         "Seconds since the rank last made progress", 1.0),
 }
 _lock = threading.Lock()
-_server: dict[str, Any] = {}  # one endpoint per process, shared by its watchers
+
+
+class _Server(TypedDict, total=False):
+    sink: PrometheusSink
+    port: int
+    server: object  # the HTTP server: held, never called
+
+
+_server: _Server = {}  # one endpoint per process, shared by its watchers
+
+
+class EndpointSettings(Protocol):
+    """The endpoint's settings (watch/config.py WatchConfig)."""
+
+    @property
+    def metrics_port(self) -> int | None: ...
+
+    @property
+    def metrics_host(self) -> str: ...
+
+
+class Served(Protocol):
+    """The watcher as its endpoint sees it (watch/api.py Watcher, which imports this
+    file: named by its shape)."""
+
+    metrics_url: str | None
+
+    @property
+    def cfg(self) -> EndpointSettings: ...
+
+    @property
+    def stream(self) -> EventStream: ...
+
+    @property
+    def step(self) -> int: ...
 
 
 class PrometheusSink(Sink):
-    def __init__(self, registry: Any, host: str, job: str) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str, job: str) -> None:
         from prometheus_client import Counter, Gauge
 
         self.host, self.job = host, job
@@ -103,15 +142,16 @@ def serve(port: int, host: str = "127.0.0.1") -> tuple[PrometheusSink, int]:
             registry = CollectorRegistry(auto_describe=True)
             sink = PrometheusSink(registry, socket.gethostname(), _job())
             server, _ = start_http_server(rank_port(port), addr=host, registry=registry)
-            _server.update(sink=sink, port=server.server_port, server=server)
+            _server.update({"sink": sink, "port": server.server_port, "server": server})
         return _server["sink"], _server["port"]
 
 
-def serve_for(w: Any) -> None:
+def serve_for(w: Served) -> None:
     """Start (or reuse) the endpoint and plug it into watcher ``w``'s stream. A port in
     use or prometheus_client missing is logged, never raised: training goes on."""
     try:
-        sink, port = serve(w.cfg.metrics_port, w.cfg.metrics_host)
+        # watch() serves only where metrics_port is set
+        sink, port = serve(cast(int, w.cfg.metrics_port), w.cfg.metrics_host)
     except (ImportError, OSError) as e:
         log.warning("ddpdoctor: no Prometheus endpoint on %s:%s (%s)", w.cfg.metrics_host,
                     w.cfg.metrics_port, e)

@@ -10,14 +10,21 @@ import contextlib
 import sys
 import types
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpdoctor.watch.events import DDPDoctorWarning
+
+if TYPE_CHECKING:
+    import torch
+
+    from ddpdoctor.watch.api import Watcher
 
 __all__ = ["watch", "paused", "DDPDoctorWarning", "Watcher"]
 
 
-def watch(model: Any, optimizer: Any = None, dataloader: Any = None, **kwargs: Any) -> Any:
+# Any: the settings go on to api.watch, whose parameters type each of them
+def watch(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+          dataloader: object = None, **kwargs: Any) -> Watcher:
     """See :func:`ddpdoctor.watch.api.watch`."""
     from ddpdoctor.watch.api import watch as _watch
 
@@ -38,7 +45,7 @@ def paused() -> Iterator[None]:
         yield
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type[Watcher]:
     if name == "Watcher":
         from ddpdoctor.watch.api import Watcher
 
@@ -47,7 +54,7 @@ def __getattr__(name: str) -> Any:
 
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Watcher:  # Any: watch()'s arguments
         return watch(*args, **kwargs)
 
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.findings import Finding
+
+if TYPE_CHECKING:
+    from ddpdoctor.watch.context import CheckContext
 
 log = logging.getLogger("ddpdoctor.watch")
 
@@ -37,7 +40,7 @@ class AccumulationCheck:
         self.reported: set[tuple[int, ...]] = set()
         self.noted = False
 
-    def look(self, w: Any, step: int, group: list[int], micro: list[int]) -> list[Finding]:
+    def look(self, w: CheckContext, step: int, group: list[int], micro: list[int]) -> list[Finding]:
         if max(micro, default=0) > 1 and not self.noted:
             self.noted = True
             note = (f"gradient accumulation: {max(micro)} micro-batches per optimizer step; "

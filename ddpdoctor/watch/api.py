@@ -23,8 +23,9 @@ import logging
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch import hang_watchdog, registry
@@ -37,12 +38,20 @@ from ddpdoctor.watch.join import JoinTracker
 from ddpdoctor.watch.step_hooks import StepClock, StepHooks
 from ddpdoctor.watch.stream import EventStream, Sink, StepMetrics
 
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+
+    from ddpdoctor.watch.context import TimedStep
+    from ddpdoctor.watch.sampler import LoaderTap
+
 __all__ = ["watch", "Watcher", "clean_name"]
 log = logging.getLogger("ddpdoctor.watch")
-_WATCHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_WATCHERS: weakref.WeakKeyDictionary[torch.nn.Module, Watcher] = weakref.WeakKeyDictionary()
 
 
-def watch(model: Any, optimizer: Any = None, dataloader: Any = None, every: int | None = None,
+def watch(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+          dataloader: object = None, every: int | None = None,
           checks: Iterable[str] | str | None = None, events_path: str | None = None,
           sinks: Iterable[Sink] = (), **settings: Any) -> Watcher:
     """Watch ``model`` (plain, DDP, FSDP/FSDP2, with any optimizer incl. ZeRO) in training.
@@ -74,19 +83,21 @@ def watch(model: Any, optimizer: Any = None, dataloader: Any = None, every: int 
 class Watcher(StepHooks):
     """One watched model: the context every check reads (watch/context.py)."""
 
-    def __init__(self, model: Any, cfg: WatchConfig, optimizer: Any = None,
-                 dataloader: Any = None, sinks: Iterable[Sink] = (), gather: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, cfg: WatchConfig,
+                 optimizer: torch.optim.Optimizer | None = None, dataloader: object = None,
+                 sinks: Iterable[Sink] = (), gather: bool = True) -> None:
         self.cfg = cfg
         self.gather = gather  # cross-rank checks: only where every rank makes this watch
         self.closed = self.disabled = False
         self.auto = False  # created by the zero-code-change hook
         self.findings: list[Finding] = []
-        self.loaders: list[Any] = []
-        self._taps: list[Any] = []
+        self.loaders: list[object] = []
+        self._taps: list[LoaderTap] = []
         self._pause_depth = 0
         self.step = 0
-        self.optimizer: Any = None
-        self.stepping_optimizer: Any = None  # the one whose post-hook ended the last step
+        self.optimizer: torch.optim.Optimizer | None = None
+        # the one whose post-hook ended the last step
+        self.stepping_optimizer: torch.optim.Optimizer | None = None
         self.join = JoinTracker()  # steps this rank sat out in DDP's Join (watch/join.py)
         self.metrics_url: str | None = None  # the Prometheus endpoint, when serving
         self._owns_cache: dict[int, bool] = {}
@@ -119,7 +130,7 @@ class Watcher(StepHooks):
         self.rank = dist.get_rank() if self.dist else env_int("RANK", 0)
         self.world = dist.get_world_size() if self.dist else 1
 
-    def _attach_checks(self, optimizer: Any, dataloader: Any) -> None:
+    def _attach_checks(self, optimizer: torch.optim.Optimizer | None, dataloader: object) -> None:
         from ddpdoctor.watch import first_grad
         from ddpdoctor.watch.steps import StepCounter
 
@@ -153,7 +164,8 @@ class Watcher(StepHooks):
                 on_dump=lambda p: self.stream.write({"kind": "fr_dump", "path": p}, self.step))
             flight_recorder.serve_requests(cfg.fr_dir, self.rank)
 
-    def add(self, optimizer: Any = None, dataloader: Any = None) -> None:
+    def add(self, optimizer: torch.optim.Optimizer | None = None,
+            dataloader: object = None) -> None:
         """Attach an optimizer (its own step hooks) and DataLoader(s) after the fact."""
         if optimizer is not None and optimizer is not self.optimizer:
             self.optimizer = optimizer
@@ -178,11 +190,11 @@ class Watcher(StepHooks):
         return self.stream
 
     @property
-    def window(self) -> deque:
+    def window(self) -> deque[TimedStep]:
         return self.clock.window
 
     @property
-    def group(self) -> Any:
+    def group(self) -> ProcessGroup | None:
         return self.exchange.group
 
     @property
@@ -198,7 +210,7 @@ class Watcher(StepHooks):
     def is_check_step(self, step: int) -> bool:
         return step % self.cfg.every == 0 or step in self.cfg.early_checks
 
-    def unsubscribe(self, check: Any, hook: str) -> None:
+    def unsubscribe(self, check: object, hook: str) -> None:
         """``check`` is done with ``hook``: the hot path stops calling it."""
         self.at[hook] = [fn for fn in self.at[hook] if getattr(fn, "__self__", None)
                          is not check]
@@ -308,7 +320,8 @@ class Watcher(StepHooks):
     def __enter__(self) -> Watcher:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         try:
             if exc is not None:
                 self.exception(exc)
@@ -347,7 +360,7 @@ def _install_atexit() -> None:
     _exit_hook.append(at_exit)
 
 
-_exit_hook: list[Any] = []
+_exit_hook: list[Callable[[], None]] = []
 
 
 def _install_excepthook() -> None:
@@ -359,7 +372,8 @@ def _install_excepthook() -> None:
         return
     previous = sys.excepthook
 
-    def hook(exc_type: Any, exc: BaseException, tb: Any) -> None:
+    def hook(exc_type: type[BaseException], exc: BaseException,
+             tb: TracebackType | None) -> None:
         for w in list(_WATCHERS.values()):
             try:
                 w.exception(exc)

@@ -19,12 +19,18 @@ import importlib.abc
 import logging
 import sys
 import weakref
-from typing import Any
+from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("ddpdoctor.watch")
-_installed: dict[str, Any] = {}
-_loaders: weakref.WeakSet = weakref.WeakSet()
-_sharded: list[weakref.ref] = []
+_installed: dict[str, bool] = {}
+_loaders: weakref.WeakSet[object] = weakref.WeakSet()
+_sharded: list[weakref.ref[torch.nn.Module]] = []
 _TARGETS = ("torch", "torch.distributed.fsdp")
 
 
@@ -57,7 +63,8 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: lets the real finder find the module, then runs the patch
     right after the module's code has executed (before the importer sees it)."""
 
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+    def find_spec(self, name: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if name not in _TARGETS or name in _installed:
             return None
         _installed[name] = True
@@ -75,18 +82,20 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             if exec_module is None:
                 return None
 
-            def exec_and_patch(module: Any) -> None:
+            def exec_and_patch(module: ModuleType) -> None:
                 exec_module(module)
                 _patch(name)
 
-            loader.exec_module = exec_and_patch  # this loader instance serves only `name`
+            # this loader instance serves only `name` (and it has one: exec_module was found)
+            loader.exec_module = exec_and_patch  # type: ignore[method-assign, union-attr]
             return spec
         except Exception as e:
             log.debug("ddpdoctor autowatch: finder failed for %s: %s", name, e)
             return None
 
 
-def _watch(model: Any, optimizer: Any = None, how: str = "auto", gather: bool = True) -> None:
+def _watch(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+           how: str = "auto", gather: bool = True) -> None:
     try:
         from ddpdoctor.watch.api import watch
 
@@ -97,20 +106,20 @@ def _watch(model: Any, optimizer: Any = None, how: str = "auto", gather: bool = 
         log.warning("ddpdoctor autowatch: not watching %s: %s", type(model).__name__, e)
 
 
-def _after_init(cls: type, then: Any) -> None:
+def _after_init(cls: type, then: Callable[[object], None]) -> None:
     """Patch ``cls`` (once) so that every new instance is passed to ``then`` right after
     its own ``__init__`` returned."""
-    original = cls.__init__
+    original = cls.__init__  # type: ignore[misc]  # the class's own, patched on purpose
     if getattr(original, "_ddpdoctor", False):
         return
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: object, *args: object, **kwargs: object) -> None:
         original(self, *args, **kwargs)
         then(self)
 
     __init__._ddpdoctor = True  # type: ignore[attr-defined]
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    cls.__init__ = __init__
+    cls.__init__ = __init__  # type: ignore[misc]
 
 
 def _patch_ddp() -> None:
@@ -126,7 +135,7 @@ def _patch_dataloader() -> None:
     _after_init(DataLoader, _new_loader)
 
 
-def _new_loader(loader: Any) -> None:
+def _new_loader(loader: object) -> None:
     try:
         _loaders.add(loader)
         from ddpdoctor.watch.api import _WATCHERS
@@ -145,6 +154,7 @@ def _patch_fully_shard() -> None:
     if getattr(original, "_ddpdoctor", False):
         return
 
+    # Any: one wrapper forwards both of the original's overloads (a module, or a list)
     def fully_shard(module: Any, *args: Any, **kwargs: Any) -> Any:
         out = original(module, *args, **kwargs)
         try:
@@ -163,10 +173,10 @@ def _patch_fully_shard() -> None:
     for modname in ("torch.distributed.fsdp._fully_shard", "torch.distributed._composable.fsdp"):
         mod = sys.modules.get(modname)
         if mod is not None and getattr(mod, "fully_shard", None) is original:
-            mod.fully_shard = fully_shard
+            mod.fully_shard = fully_shard  # type: ignore[attr-defined]  # a module found by name
 
 
-def _first_forward(module: Any, args: Any) -> None:
+def _first_forward(module: torch.nn.Module, args: tuple[object, ...]) -> None:
     """The first forward of any sharded module comes from the root: watch the root(s)."""
     from ddpdoctor.watch.api import _WATCHERS
 

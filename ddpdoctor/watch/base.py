@@ -16,11 +16,15 @@ check steps; ``analyze`` then sees every rank's values.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ddpdoctor.findings import Finding
 
 if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+
     from ddpdoctor.watch.context import CheckContext
 
 
@@ -34,18 +38,20 @@ class WatchCheck:
     def attach(self, w: CheckContext) -> None:
         pass
 
-    def group_ready(self, w: CheckContext, make_group: Any) -> None:
+    def group_ready(self, w: CheckContext,
+                    make_group: Callable[[str], ProcessGroup]) -> None:
         """Once, on every rank, after the ranks agreed on the watch settings: collective
         set-up goes here. ``make_group(name)`` returns this process's gloo group ``name``
         (made on first use, shared by watchers)."""
 
-    def forward_pre(self, w: CheckContext, args: tuple, kwargs: dict) -> None:
+    def forward_pre(self, w: CheckContext, args: tuple[object, ...],
+                    kwargs: dict[str, object]) -> None:
         pass
 
-    def forward_out(self, w: CheckContext, output: Any) -> None:
+    def forward_out(self, w: CheckContext, output: object) -> None:
         pass
 
-    def first_grad(self, w: CheckContext, grad: Any) -> None:
+    def first_grad(self, w: CheckContext, grad: torch.Tensor) -> None:
         """This rank's own first gradient of a backward (not yet all-reduced)."""
 
     def before_check(self, w: CheckContext, step: int) -> None:
@@ -57,11 +63,11 @@ class WatchCheck:
     def at_check(self, w: CheckContext, step: int) -> None:
         """Collective work of a check step (every rank calls it in the same order)."""
 
-    def pack(self, w: CheckContext, step: int) -> Any:
+    def pack(self, w: CheckContext, step: int) -> torch.Tensor | None:
         """A float64 CPU tensor of exactly ``width`` values (check steps only)."""
         return None
 
-    def analyze(self, w: CheckContext, step: int, rows: Any) -> list[Finding]:
+    def analyze(self, w: CheckContext, step: int, rows: torch.Tensor) -> list[Finding]:
         """``rows``: float64 tensor [world, width], row r is rank r's ``pack``."""
         return []
 
@@ -72,7 +78,7 @@ class WatchCheck:
         pass
 
 
-def first_tensor(obj: Any, floating: bool = False, depth: int = 0) -> Any:
+def first_tensor(obj: object, floating: bool = False, depth: int = 0) -> torch.Tensor | None:
     """The first tensor in a (nested) output or argument structure, or None."""
     import torch
 
@@ -92,7 +98,7 @@ def first_tensor(obj: Any, floating: bool = False, depth: int = 0) -> Any:
     return None
 
 
-def local(t: Any) -> Any:
+def local(t: torch.Tensor) -> torch.Tensor:
     """A DTensor's local shard (no communication), else the tensor itself."""
     to_local = getattr(t, "to_local", None)
     return to_local() if callable(to_local) else t
@@ -101,7 +107,7 @@ def local(t: Any) -> Any:
 _INT_BY_SIZE = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
 
 
-def bit_sum(t: Any) -> Any:
+def bit_sum(t: torch.Tensor) -> torch.Tensor:
     """An exact, order-independent checksum of a tensor's bits: a 0-d int64 tensor.
 
     The bytes are summed as int64 words where the layout allows (wrapping: addition mod

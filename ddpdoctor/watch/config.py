@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -90,7 +91,7 @@ class WatchConfig:
     metrics_host: str = "127.0.0.1"
     # torch.profiler over optimizer steps START..START+STEPS-1 (`run --profile`)
     profile: tuple[int, int] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
     def enabled(self, check: str) -> bool:
         return check in self.checks
@@ -168,7 +169,7 @@ def _seconds(value: str) -> float:
     return x
 
 
-_ENV: dict[str, tuple[str, Any]] = {
+_ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     C.WATCH_EVERY: ("every", _count),
     C.WATCH_CHECKS: ("checks", _checks),
     C.EVENTS: ("events_path", str),
@@ -184,10 +185,11 @@ _ENV: dict[str, tuple[str, Any]] = {
 }
 
 
-def from_env(env: dict[str, str] | None = None, **overrides: Any) -> WatchConfig:
+def from_env(env: Mapping[str, str] | None = None, **overrides: Any) -> WatchConfig:
     """Defaults, then the environment, then ``overrides`` (the ``watch()`` arguments that
     were given; ``None`` means "not given")."""
     env = os.environ if env is None else env
+    # Any: each value goes to the WatchConfig field of its name, whatever that field's type
     values: dict[str, Any] = {}
     for var, (name, conv) in _ENV.items():
         raw = env.get(var)

@@ -8,11 +8,33 @@ not on the watcher's internals. Findings and metrics leave only through ``emit``
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.config import WatchConfig
 from ddpdoctor.watch.stream import EventStream, StepMetrics
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ddpdoctor.watch.first_grad import FirstGradient
+    from ddpdoctor.watch.join import JoinTracker
+    from ddpdoctor.watch.steps import StepCounter
+
+# (step, step_s, data_s, forward_s, backward_s) of one timed step
+TimedStep = tuple[int, float, float, float, float]
+
+
+class Heartbeat(Protocol):
+    """What checks use of the process's hang watchdog (watch/hang_watchdog.py Monitor),
+    named here by its shape: the watchdog's module reaches the checks' (an import cycle)."""
+
+    mem_history: list[tuple[int, int]]
+
+    def memory(self, value: int) -> None: ...
 
 
 class CheckContext(Protocol):
@@ -21,29 +43,34 @@ class CheckContext(Protocol):
     rank: int
     world: int
     # the model, learnt once (watch/introspect.py)
-    model: Any
-    ddp: Any
-    inner: Any
+    model: torch.nn.Module
+    ddp: DistributedDataParallel | None
+    inner: torch.nn.Module
     wrapper: str
-    named_params: list[tuple[str, Any]]
-    named_buffers: list[tuple[str, Any]]
-    device: Any
+    named_params: list[tuple[str, torch.nn.Parameter]]
+    named_buffers: list[tuple[str, torch.Tensor]]
+    device: torch.device
     # training progress
     step: int
-    loaders: list[Any]
-    first_grad: Any      # watch/first_grad.py FirstGradient, or None
-    steps: Any           # watch/steps.py StepCounter
-    monitor: Any         # watch/hang_watchdog.py Monitor
-    checks: list[Any]
-    optimizer: Any           # the optimizer given to watch(), or None
-    stepping_optimizer: Any  # the one whose step ended the last step, or None
-    join: Any                # watch/join.py JoinTracker: steps this rank sat out in a Join
+    loaders: list[object]
+    first_grad: FirstGradient | None
+    steps: StepCounter
+    optimizer: torch.optim.Optimizer | None           # the one given to watch()
+    stepping_optimizer: torch.optim.Optimizer | None  # the one whose step ended the last step
+    join: JoinTracker        # steps this rank sat out in a Join
+
+    # read-only here (properties): the watcher holds narrower types than checks need
+    @property
+    def monitor(self) -> Heartbeat: ...
 
     @property
-    def window(self) -> deque: ...  # (step, step_s, data_s, forward_s, backward_s), timed
+    def checks(self) -> Sequence[object]: ...  # the WatchChecks (base.py imports this file)
 
     @property
-    def group(self) -> Any: ...           # the watch's gloo group, None when cross-rank is off
+    def window(self) -> deque[TimedStep]: ...  # timed steps only
+
+    @property
+    def group(self) -> ProcessGroup | None: ...  # the watch's gloo group; None: cross-rank off
 
     @property
     def hosts(self) -> list[int]: ...     # per rank: host and network namespace id
@@ -63,4 +90,4 @@ class CheckContext(Protocol):
 
     def is_check_step(self, step: int) -> bool: ...
 
-    def unsubscribe(self, check: Any, hook: str) -> None: ...
+    def unsubscribe(self, check: object, hook: str) -> None: ...

@@ -43,14 +43,21 @@ that diverge there were never reduced (watch/exchange.py).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch import train_state
 from ddpdoctor.watch.accumulation import AccumulationCheck
 from ddpdoctor.watch.base import WatchCheck, bit_sum, local
 from ddpdoctor.watch.train_state import RankState
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+
+    from ddpdoctor.watch.context import CheckContext
 
 # Per-rank values ahead of the checksums in this check's row of the gather (int64; the
 # learning rate as its float64 bits).
@@ -141,7 +148,7 @@ def diverged(sums: list[list[int]], ranks: list[int]) -> tuple[list[int], int] |
     return None if d is None else (d.ranks, d.first)
 
 
-def fsdp1_shards(model: Any) -> set[int]:
+def fsdp1_shards(model: object) -> set[int]:
     """ids of the parameters FSDP1 (``FullyShardedDataParallel``) manages: flat parameters
     and, with ``use_orig_params``, the views into them, both per-rank shards."""
     out: set[int] = set()
@@ -151,6 +158,7 @@ def fsdp1_shards(model: Any) -> set[int]:
     return out
 
 
+# Any: a plain tensor or a DTensor, told apart by its attributes (placements, device_mesh)
 def _replicated(t: Any) -> bool:
     """Equal on every rank of its group: a plain tensor, or a DTensor replicated (or
     "sharded" over a mesh dimension of size 1: every rank holds the whole tensor)."""
@@ -168,9 +176,9 @@ def _replicated(t: Any) -> bool:
 class DesyncCheck(WatchCheck):
     name = "desync"
 
-    def attach(self, w: Any) -> None:
+    def attach(self, w: CheckContext) -> None:
         sharded = fsdp1_shards(getattr(w, "model", None))
-        self.tensors: list[tuple[str, Any]] = [(n, p) for n, p in w.named_params
+        self.tensors: list[tuple[str, torch.Tensor]] = [(n, p) for n, p in w.named_params
                                                if _replicated(p) and id(p) not in sharded]
         self.n_params = len(self.tensors)
         # DDP re-broadcasts buffers from rank 0 before each forward: differing buffers at
@@ -184,7 +192,8 @@ class DesyncCheck(WatchCheck):
         self.noted: set[str] = set()
         self.start: list[list[int]] | None = None  # every rank's checksums at attach
 
-    def group_ready(self, w: Any, make_group: Any) -> None:
+    def group_ready(self, w: CheckContext,
+                    make_group: Callable[[str], ProcessGroup]) -> None:
         """The baseline: every rank's checksums now, before they could drift."""
         import torch
         import torch.distributed as dist
@@ -207,7 +216,7 @@ class DesyncCheck(WatchCheck):
         rows = [self.start[r][_HEAD:_HEAD + n] for r in group]
         return [len({row[j] for row in rows}) == 1 for j in range(n)]
 
-    def pack(self, w: Any, step: int) -> Any:
+    def pack(self, w: CheckContext, step: int) -> torch.Tensor:
         import struct
 
         import torch
@@ -225,7 +234,7 @@ class DesyncCheck(WatchCheck):
             out[_HEAD:_HEAD + sums.numel()] = sums
         return out.view(torch.float64)
 
-    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+    def analyze(self, w: CheckContext, step: int, rows: torch.Tensor) -> list[Finding]:
         import torch
 
         findings: list[Finding] = []
@@ -261,7 +270,7 @@ class DesyncCheck(WatchCheck):
             self.last_ok = step  # the last step whose replicas were compared and agreed
         return findings
 
-    def _deferred(self, w: Any, step: int, why: str) -> None:
+    def _deferred(self, w: CheckContext, step: int, why: str) -> None:
         """Say once per reason that (and why) a check step compared nothing."""
         key = why.split(":")[0]
         if key in self.noted:
@@ -270,7 +279,7 @@ class DesyncCheck(WatchCheck):
         w.sink.write({"kind": "note", "message": f"replicas not compared at step {step}: "
                                                  f"{why}"}, step)
 
-    def _not_replicas(self, w: Any, step: int, group: list[int], keep: list[bool]) -> None:
+    def _not_replicas(self, w: CheckContext, step: int, group: list[int], keep: list[bool]) -> None:
         names = [n for (n, _), k in zip(self.tensors, keep) if not k]
         self._deferred(w, step, (
             f"start: {len(names)} of {len(keep)} tensors already differed across ranks "
@@ -278,8 +287,8 @@ class DesyncCheck(WatchCheck):
             "they are not compared: not replicas by design (pipeline stages, per-rank "
             "shards), or replicas whose initial weights were never broadcast"))
 
-    def _finding(self, w: Any, step: int, group: list[int], d: Divergence, micro: list[int],
-                 heads: list[Head]) -> Finding:
+    def _finding(self, w: CheckContext, step: int, group: list[int], d: Divergence,
+                 micro: list[int], heads: list[Head]) -> Finding:
         solo = w.solo_groups(group)
         if solo is not None:
             return self._never_reduced(step, group, d, solo)
@@ -301,7 +310,7 @@ class DesyncCheck(WatchCheck):
             what = (f"different buffers only (parameters identical); first: {buffers[0]}")
         title = (f"{who} {what}" + ("" if not d.no_majority else
                                     " — no majority: neither replica is the reference"))
-        evidence: dict = {
+        evidence: dict[str, object] = {
             "step": step, "parameter": names[0], "differs": "parameters" if params else
             "buffers only", "differing_parameters": params[:8],
             "differing_buffers": buffers[:8], "differing_tensors": len(names),

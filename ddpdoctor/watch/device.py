@@ -9,10 +9,15 @@ from __future__ import annotations
 import os
 import socket
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
+
+if TYPE_CHECKING:
+    import torch
+
+    from ddpdoctor.watch.context import CheckContext
 
 
 def local_mismatch(device_type: str, index: int | None, local_rank: int | None,
@@ -40,7 +45,7 @@ class DeviceCheck(WatchCheck):
     name = "device"
     width = 2
 
-    def attach(self, w: Any) -> None:
+    def attach(self, w: CheckContext) -> None:
         self.done = False
         dev = w.device
         self.index = dev.index if dev is not None and dev.type == "cuda" else -1
@@ -60,12 +65,12 @@ class DeviceCheck(WatchCheck):
                            evidence={"step": 0, "device": str(dev), "local_rank": lr,
                                      "visible_gpus": visible}), 0)
 
-    def pack(self, w: Any, step: int) -> Any:
+    def pack(self, w: CheckContext, step: int) -> torch.Tensor:
         import torch
 
         return torch.tensor([self.host, self.index], dtype=torch.float64)
 
-    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+    def analyze(self, w: CheckContext, step: int, rows: torch.Tensor) -> list[Finding]:
         if self.done:
             return []
         self.done = True

@@ -14,23 +14,41 @@ import logging
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ddpdoctor.watch.base import WatchCheck
 from ddpdoctor.watch.introspect import dp_ranks, host_id, solo_group
 
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup, Work
+
+    from ddpdoctor.watch.context import CheckContext
+
 log = logging.getLogger("ddpdoctor.watch")
-_GROUPS: dict[str, Any] = {}  # the watch's gloo groups, one of each per process
+_GROUPS: dict[str, ProcessGroup] = {}  # the watch's gloo groups, one of each per process
 
 
-def all_gather(dist: Any) -> Any:
+class Baseline(Protocol):
+    """The desync check as the layout agreement reads it (watch/desync.py DesyncCheck,
+    which imports this file: found by name, not by class)."""
+
+    width: int
+    n_params: int
+    tensors: list[tuple[str, torch.Tensor]]
+
+
+# Any: torch types the collective as Any; it returns a Work with async_op=True, else None
+def all_gather(dist: ModuleType) -> Callable[..., Any]:
     # all_gather_into_tensor is deprecated (a FutureWarning per call) where the new name
     # exists; torch < 2.10 only has the old one.
     return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
-def make_group(name: str, timeout_s: float) -> Any:
+def make_group(name: str, timeout_s: float) -> ProcessGroup:
     # new_group is collective: every rank makes the same groups in the same order, which
     # holds because the ranks just agreed on the settings.
     if name not in _GROUPS:
@@ -46,19 +64,20 @@ def release_groups() -> None:
 
 
 class Exchange:
-    def __init__(self, w: Any, coll: list[WatchCheck]) -> None:
+    def __init__(self, w: CheckContext, coll: list[WatchCheck]) -> None:
         self.w = w  # the watcher: the context the checks pack and analyze with
         self.coll = coll
-        self.group: Any = None
+        self.group: ProcessGroup | None = None
         self.meta: list[tuple[int, int]] = [(0, 0)]  # per rank: (first dp rank, model crc)
         self.hosts: list[int] = [0]  # per rank, host_id(): hostname and network namespace
         # per rank: its wrapper's data-parallel group is only itself in a job of several
         # (FSDP2 over a size-1 mesh dimension): such ranks are compared over the world
         self.solo: list[bool] = [False]
         self.solo_text: str | None = None  # what that group is (from this rank's model)
-        self.pending: deque = deque()
+        # (step, the gather's work, its output, its input: kept alive until it completes)
+        self.pending: deque[tuple[int, Work, torch.Tensor, torch.Tensor]] = deque()
 
-    def _make_group(self, name: str) -> Any:
+    def _make_group(self, name: str) -> ProcessGroup:
         return make_group(name, self.w.cfg.collective_timeout_s)
 
     def width_without_desync(self) -> int:
@@ -73,7 +92,8 @@ class Exchange:
         try:
             group = self._make_group("gather")
             dp = dp_ranks(w.model, w.ddp, dist, w.world)
-            desync = next((c for c in self.coll if c.name == "desync"), None)
+            desync = cast("Baseline | None",
+                          next((c for c in self.coll if c.name == "desync"), None))
             # a group of one in a job of several, where every parameter is a whole copy (no
             # tensor-parallel shard makes the world's ranks hold different tensors)
             whole = desync is not None and desync.n_params == len(w.named_params)
@@ -104,7 +124,7 @@ class Exchange:
 
     def peer_groups(self, same_model: bool = False) -> list[list[int]]:
         """Ranks grouped by data-parallel group (and identical model, if asked)."""
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple[int, ...], list[int]] = {}
         for r, (dp, crc) in enumerate(self.meta):
             groups.setdefault((dp, crc) if same_model else (dp,), []).append(r)
         return sorted(groups.values())
@@ -131,7 +151,7 @@ class Exchange:
         work = all_gather(dist)(out, inp, group=self.group, async_op=True)
         self.pending.append((step, work, out, inp))
 
-    def _pack(self, step: int) -> Any:
+    def _pack(self, step: int) -> torch.Tensor:
         import torch
 
         parts = [torch.tensor([float(step)], dtype=torch.float64)]
@@ -159,7 +179,7 @@ class Exchange:
             if self.w.rank == 0:
                 self._analyze(step, out.view(self.w.world, -1))
 
-    def _analyze(self, step: int, rows: Any) -> None:
+    def _analyze(self, step: int, rows: torch.Tensor) -> None:
         if {int(s) for s in rows[:, 0].tolist()} != {step}:
             log.warning("ddpdoctor: ranks out of step in the watch gather; checks off")
             self.group = None

@@ -21,11 +21,19 @@ DTensor parameters (tensor parallel): there the watcher keeps its module hooks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.hooks import RemovableHandle
+
+# a gradient hook (wrapped by ``wrap``: it returns nothing, so the gradient is kept)
+GradHook = Callable[["torch.Tensor"], None]
 
 
-def usable(wrapper: str, params: list[Any]) -> bool:
+def usable(wrapper: str, params: list[torch.nn.Parameter]) -> bool:
     """Whether a leaf hook sees a rank's own gradient for this model."""
     return (wrapper in ("ddp", "module") and bool(params)
             and not any(callable(getattr(p, "to_local", None)) for p in params))
@@ -45,17 +53,20 @@ class FirstGradient:
     ``named``: (name, parameter) of the model; ``wrap``: makes a hook safe (the watcher's
     ``_safe``: an internal error switches the watch off, never breaks training)."""
 
-    def __init__(self, named: list[tuple[str, Any]], on_grad: Any, wrap: Any,
-                 on_last: Any = None) -> None:
+    def __init__(self, named: list[tuple[str, torch.nn.Parameter]],
+                 on_grad: Callable[[torch.Tensor], None],
+                 wrap: Callable[[Callable[..., object]], GradHook],
+                 on_last: Callable[[], None] | None = None) -> None:
         self.named, self.on_grad, self.wrap = named, on_grad, wrap
         self.on_last = on_last  # called with no argument when the last gradient arrives
         self.last: int | None = None  # index of the parameter whose gradient comes last
-        self.last_hook: Any = None
+        self.last_hook: GradHook | None = None
         self.order: list[int] = []   # arrival order during discovery
         self.index: int | None = None
-        self.late: list[Any] = []    # parameters whose gradients arrive last
-        self.handles: list[Any] = []
-        self.hook: Any = None  # the one hook once settled, made once (a pause reuses it)
+        self.late: list[torch.nn.Parameter] = []  # parameters whose gradients arrive last
+        self.handles: list[RemovableHandle] = []
+        # the one hook once settled, made once (a pause reuses it)
+        self.hook: GradHook | None = None
         self.restore()
 
     @property
@@ -67,7 +78,7 @@ class FirstGradient:
         i = self.index if self.index is not None else (self.order[0] if self.order else None)
         return self.named[i][0] if i is not None else None
 
-    def _discover(self, i: int, grad: Any) -> None:
+    def _discover(self, i: int, grad: torch.Tensor) -> None:
         if not self.order or i == self.order[0]:
             # a new backward begins (the first one, or a repeat before any optimizer step)
             seen = list(dict.fromkeys(self.order))
@@ -90,8 +101,9 @@ class FirstGradient:
         self.restore()
         return True
 
-    def _last(self, grad: Any) -> None:
-        self.on_last()
+    def _last(self, grad: torch.Tensor) -> None:
+        if self.on_last is not None:  # always: settle() hooks this only when there is one
+            self.on_last()
 
     def grads_cleared(self) -> bool:
         """Called as a backward begins: True when zero_grad(set_to_none=True) ran since

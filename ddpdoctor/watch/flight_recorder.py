@@ -22,14 +22,27 @@ import logging
 import os
 import signal
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TextIO, TypedDict
 
 from ddpdoctor import safefile
 from ddpdoctor.contract import fr_dump_file, stacks_file
 from ddpdoctor.threadname import name_this_thread
 
 log = logging.getLogger("ddpdoctor.watch")
-_state: dict[str, Any] = {}
+
+
+class _State(TypedDict, total=False):
+    """What this process installed (once per process)."""
+
+    installed: bool
+    signum: int
+    fds: tuple[int, int]  # the wakeup pipe: (read end, write end)
+    stacks_file: TextIO
+    serving: bool
+
+
+_state: _State = {}
 
 
 def fr_path(fr_dir: str, rank: int) -> str:
@@ -39,7 +52,10 @@ def fr_path(fr_dir: str, rank: int) -> str:
 def dump(fr_dir: str, rank: int) -> str | None:
     """Write this process's Flight Recorder trace; the path, or None when unavailable."""
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
+        # private, so absent from torch's stubs (and from some builds: the except below)
+        from torch._C._distributed_c10d import (  # type: ignore[attr-defined]
+            _dump_fr_trace_json,
+        )
 
         data = _dump_fr_trace_json(includeCollectives=True, onlyActive=False)
     except Exception as e:  # no FR in this build / no process group
@@ -58,7 +74,8 @@ def dump(fr_dir: str, rank: int) -> str | None:
 
 
 def install(fr_dir: str, rank: int, fr_signal: str = "SIGUSR2",
-            stacks_signal: str = "SIGUSR1", on_dump: Any = None) -> bool:
+            stacks_signal: str = "SIGUSR1",
+            on_dump: Callable[[str], object] | None = None) -> bool:
     """Install the signal hooks once per process (main thread only); True when active."""
     if _state.get("installed"):
         return True
@@ -97,7 +114,7 @@ def install(fr_dir: str, rank: int, fr_signal: str = "SIGUSR2",
                         pass
 
     threading.Thread(target=reader, name="ddpdoctor-fr-dump", daemon=True).start()
-    _state.update(installed=True, signum=signum, fds=(r, w))
+    _state.update({"installed": True, "signum": signum, "fds": (r, w)})
     stack_sig = getattr(signal, stacks_signal, None)
     if stack_sig is not None and signal.getsignal(stack_sig) in (signal.SIG_DFL, None):
         try:

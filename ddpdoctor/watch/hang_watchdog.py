@@ -17,7 +17,7 @@ import json
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, SupportsFloat
 
 from ddpdoctor import safefile
 from ddpdoctor.contract import HEARTBEAT_SCHEMA, heartbeat_file, stacks_file
@@ -25,6 +25,10 @@ from ddpdoctor.threadname import name_this_thread
 from ddpdoctor.watch.events import series_path
 from ddpdoctor.watch.series_file import SeriesRecord, SeriesWriter, Sums, interval
 from ddpdoctor.watch.stream import StepMetrics
+
+if TYPE_CHECKING:
+    from ddpdoctor.watch.config import WatchConfig
+    from ddpdoctor.watch.stream import EventStream
 
 _lock = threading.Lock()
 _monitor: Monitor | None = None
@@ -37,7 +41,7 @@ def write_json_atomic(path: str, data: dict) -> None:
 
 
 class Monitor:
-    def __init__(self, rank: int, cfg: Any, sink: Any) -> None:
+    def __init__(self, rank: int, cfg: WatchConfig, sink: EventStream) -> None:
         self.rank, self.cfg, self.sink = rank, cfg, sink
         self.step = 0
         self.phase = "starting"
@@ -227,7 +231,7 @@ class Monitor:
             "memory_history": self.mem_history[-16:]})
 
 
-def _number(value: Any) -> float | None:
+def _number(value: SupportsFloat | None) -> float | None:
     """A noted value as a float: the training thread may note a tensor (a loss) so that
     reading it (a device sync) happens here, off the training thread."""
     if value is None:
@@ -238,7 +242,7 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def acquire(rank: int, cfg: Any, sink: Any) -> Monitor:
+def acquire(rank: int, cfg: WatchConfig, sink: EventStream) -> Monitor:
     """The process's monitor (the first watcher's settings win); started on first use."""
     global _monitor
     with _lock:

@@ -5,28 +5,53 @@ close), and the schedule of the module hooks (only the steps that need them)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.hooks import RemovableHandle
+
+    from ddpdoctor.watch.config import WatchConfig
+    from ddpdoctor.watch.first_grad import FirstGradient
 
 log = logging.getLogger("ddpdoctor.watch")
 CALLBACKS = ("pre_step", "post_step", "forward_pre", "inner_pre", "inner_out")
 
 
+class Hooked(Protocol):
+    """The watcher as its hooks see it (watch/api.py Watcher, whose callbacks are
+    ``_on_<name>`` for each of CALLBACKS); by shape: step_hooks.py imports this file."""
+
+    cfg: WatchConfig
+    disabled: bool
+    step: int
+    timed: bool
+    model: torch.nn.Module
+    inner: torch.nn.Module
+    first_grad: FirstGradient | None
+    optimizer: torch.optim.Optimizer | None
+    at: dict[str, list[Callable[..., None]]]
+
+    def no_optimizer_seen(self) -> bool: ...
+
+
 class HookSet:
-    def __init__(self, w: Any) -> None:
+    def __init__(self, w: Hooked) -> None:
         self.w = w
         self.on = False  # False until attached, and while paused
-        self._opt: list[Any] = []
-        self._module: list[Any] = []
+        self._opt: list[RemovableHandle] = []
+        self._module: list[RemovableHandle] = []
         # made once: hooks that come and go (module hooks, a pause) reuse them
         self.fns = {name: self.safe(getattr(w, f"_on_{name}")) for name in CALLBACKS}
         self._span = -1  # steps before each check step that run the module hooks
         self._next_check_step = 0
 
-    def safe(self, fn: Any) -> Any:
+    def safe(self, fn: Callable[..., object]) -> Callable[..., None]:
         """``fn`` as a hook that never raises into training: a failure disables the watch."""
         w = self.w
 
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> None:
             if w.disabled:
                 return None
             try:

@@ -7,9 +7,14 @@ import os
 import socket
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from ddpdoctor.watch.base import local
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+    from torch.nn.parallel import DistributedDataParallel
 
 _NAME_NOISE = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 
@@ -20,24 +25,31 @@ def clean_name(name: str) -> str:
     return name
 
 
+class Groups(Protocol):
+    """What is asked of ``torch.distributed`` here (the module, or a test's stand-in)."""
+
+    def get_process_group_ranks(self, group: ProcessGroup) -> list[int]: ...
+
+
 @dataclass
 class ModelFacts:
-    model: Any
-    ddp: Any            # the DistributedDataParallel wrapper, or None
-    inner: Any          # the module the user wrote (DDP's .module, else the model)
+    model: torch.nn.Module
+    ddp: DistributedDataParallel | None
+    inner: torch.nn.Module  # the module the user wrote (DDP's .module, else the model)
     wrapper: str        # "ddp", "fsdp1", "fsdp2" or "module"
-    named_params: list[tuple[str, Any]]
-    named_buffers: list[tuple[str, Any]]
+    named_params: list[tuple[str, torch.nn.Parameter]]
+    named_buffers: list[tuple[str, torch.Tensor]]
     param_ids: set[int]
-    device: Any
+    device: torch.device
 
 
-def describe(model: Any) -> ModelFacts:
+def describe(model: torch.nn.Module) -> ModelFacts:
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
     ddp = model if isinstance(model, DistributedDataParallel) else None
-    inner = model.module if ddp is not None else model
+    inner = ddp.module if ddp is not None else model
+
     params = [(clean_name(n), p) for n, p in inner.named_parameters()]
     buffers = [(clean_name(n), b) for n, b in inner.named_buffers()]
     first = next((p for _, p in params), None)
@@ -46,7 +58,7 @@ def describe(model: Any) -> ModelFacts:
                       {id(p) for _, p in params}, device)
 
 
-def wrapper_kind(model: Any) -> str:
+def wrapper_kind(model: object) -> str:
     names = {type(m).__name__ for m in [model]} | {c.__name__ for c in type(model).__mro__}
     if "DistributedDataParallel" in names:
         return "ddp"
@@ -74,7 +86,7 @@ def env_int(name: str, default: int) -> int:
         return default
 
 
-def _fsdp2_ranks(model: Any, dist: Any) -> list[int] | None:
+def _fsdp2_ranks(model: torch.nn.Module, dist: Groups) -> list[int] | None:
     for m in model.modules():
         get_state = getattr(m, "_get_fsdp_state", None)
         if get_state is None:
@@ -91,7 +103,8 @@ def _fsdp2_ranks(model: Any, dist: Any) -> list[int] | None:
     return None
 
 
-def dp_ranks(model: Any, ddp: Any, dist: Any, world: int) -> list[int]:
+def dp_ranks(model: torch.nn.Module, ddp: DistributedDataParallel | None, dist: Groups,
+             world: int) -> list[int]:
     """Global ranks of this rank's data-parallel group (the world when unknown)."""
     try:
         if ddp is not None and getattr(ddp, "process_group", None) is not None:
@@ -104,7 +117,7 @@ def dp_ranks(model: Any, ddp: Any, dist: Any, world: int) -> list[int]:
     return list(range(world))
 
 
-def solo_group(model: Any, ddp: Any) -> str:
+def solo_group(model: torch.nn.Module, ddp: DistributedDataParallel | None) -> str:
     """Words for a data-parallel group of one rank: the mesh or process group it is."""
     if ddp is not None:
         return "DDP's process group holds only its own rank"

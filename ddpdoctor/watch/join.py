@@ -22,10 +22,36 @@ rank in its own join hook: those are ordinary steps, and no shadow step is count
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed.algorithms.join import JoinHook
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ddpdoctor.watch.hooks import HookSet
+
+    # the ShadowHook class, made on first use: (DDP's hook, ddp, on_step, on_end) -> hook
+    ShadowHookClass = Callable[[JoinHook, DistributedDataParallel, Callable[[], None],
+                                Callable[[], None]], JoinHook]
 
 
-def stateful(opt: Any) -> bool:
+class Joined(Protocol):
+    """The watcher as the Join hook sees it (watch/api.py Watcher)."""
+
+    @property
+    def ddp(self) -> DistributedDataParallel | None: ...
+
+    @property
+    def hooks(self) -> HookSet: ...
+
+    def on_shadow_step(self) -> None: ...
+
+    def on_join_end(self) -> None: ...
+
+
+def stateful(opt: torch.optim.Optimizer | None) -> bool:
     """Whether ``opt`` keeps per-step state besides a step count (momentum, Adam moments):
     a rank whose optimizer missed an update then differs after the Join's final sync."""
     if opt is None:
@@ -41,7 +67,7 @@ def stateful(opt: Any) -> bool:
         return True
 
 
-def steps_itself(opt: Any) -> bool:
+def steps_itself(opt: torch.optim.Optimizer | None) -> bool:
     """Whether ``opt`` takes part in the Join itself (a Joinable such as
     ZeroRedundancyOptimizer, whose join hook runs ``opt.step()`` on the joined rank each
     iteration): its post-hook then ends those steps, and a shadow step would count twice."""
@@ -56,7 +82,7 @@ class JoinTracker:
         self.missed = 0      # optimizer-state updates this rank missed (stateful optimizers)
         self.shadowed = 0    # shadow steps in all (the rank's own optimizer steps: step - this)
 
-    def shadow_step(self, opt: Any) -> None:
+    def shadow_step(self, opt: torch.optim.Optimizer | None) -> None:
         self.lag += 1
         self.shadowed += 1
         if stateful(opt):
@@ -67,7 +93,7 @@ class JoinTracker:
         self.lag = 0
 
 
-def install(w: Any) -> None:
+def install(w: Joined) -> None:
     """Wrap ``w.ddp.join_hook`` so a Join made from now on reports shadow steps to ``w``."""
     ddp = w.ddp
     if ddp is None or "join_hook" in vars(ddp) or not hasattr(ddp, "join_hook"):
@@ -76,26 +102,27 @@ def install(w: Any) -> None:
     # never raises into training: a failure disables the watch (watch/hooks.py)
     on_step, on_end = w.hooks.safe(w.on_shadow_step), w.hooks.safe(w.on_join_end)
 
-    def join_hook(**kwargs: Any) -> Any:
+    def join_hook(**kwargs: object) -> JoinHook:
         return _shadow_hook(original(**kwargs), ddp, on_step, on_end)
 
     join_hook._ddpdoctor = True  # type: ignore[attr-defined]
-    ddp.join_hook = join_hook
+    ddp.join_hook = join_hook  # type: ignore[method-assign]  # this instance only
 
 
-def remove(w: Any) -> None:
+def remove(w: Joined) -> None:
     ddp = w.ddp
     if ddp is not None and getattr(vars(ddp).get("join_hook"), "_ddpdoctor", False):
         del ddp.join_hook
 
 
-def _shadow_hook_class() -> type:
+def _shadow_hook_class() -> ShadowHookClass:
     from torch.distributed.algorithms.join import JoinHook
 
     class ShadowHook(JoinHook):
         """DDP's own join hook, then the watch's count of what the joined rank sat out."""
 
-        def __init__(self, inner: Any, ddp: Any, on_step: Any, on_end: Any) -> None:
+        def __init__(self, inner: JoinHook, ddp: DistributedDataParallel,
+                     on_step: Callable[[], None], on_end: Callable[[], None]) -> None:
             self.inner, self.ddp, self.on_step, self.on_end = inner, ddp, on_step, on_end
 
         def main_hook(self) -> None:
@@ -112,11 +139,12 @@ def _shadow_hook_class() -> type:
     return ShadowHook
 
 
-def _shadow_hook(inner: Any, ddp: Any, on_step: Any, on_end: Any) -> Any:
+def _shadow_hook(inner: JoinHook, ddp: DistributedDataParallel, on_step: Callable[[], None],
+                 on_end: Callable[[], None]) -> JoinHook:
     global _CLASS  # the class subclasses torch's JoinHook: made on first use
     if _CLASS is None:
         _CLASS = _shadow_hook_class()
     return _CLASS(inner, ddp, on_step, on_end)
 
 
-_CLASS: Any = None
+_CLASS: ShadowHookClass | None = None

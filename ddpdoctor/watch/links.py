@@ -26,11 +26,18 @@ import logging
 import math
 import statistics
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.watch.base import WatchCheck
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup, Work
+
+    from ddpdoctor.watch.context import CheckContext
 
 log = logging.getLogger("ddpdoctor.watch")
 Link = tuple[int, int]  # (sender, receiver)
@@ -145,14 +152,15 @@ class LinksCheck(WatchCheck):
     name = "links"
     width = 2
 
-    def attach(self, w: Any) -> None:
-        self.group = None
-        self.buffers: tuple = ()
+    def attach(self, w: CheckContext) -> None:
+        self.group: ProcessGroup | None = None
+        self.buffers: tuple[torch.Tensor, ...] = ()
         self.last: list[float] = [math.nan, math.nan]
         self.history: list[dict[Link, float]] = []
         self.reported: set[tuple[int, ...]] = set()
 
-    def group_ready(self, w: Any, make_group: Any) -> None:
+    def group_ready(self, w: CheckContext,
+                    make_group: Callable[[str], ProcessGroup]) -> None:
         import torch
 
         try:
@@ -167,7 +175,7 @@ class LinksCheck(WatchCheck):
         self.token_in = torch.zeros(1, dtype=torch.float32)
         self.buffers = (self.payload, self.buf, self.token, self.token_in)
 
-    def at_check(self, w: Any, step: int) -> None:
+    def at_check(self, w: CheckContext, step: int) -> None:
         self.last = [math.nan, math.nan]
         if self.group is None or w.group is None:
             return
@@ -183,31 +191,35 @@ class LinksCheck(WatchCheck):
                         step, e)
             self.group = None
 
-    def probe(self, w: Any) -> list[float]:
+    def probe(self, w: CheckContext) -> list[float]:
         import torch.distributed as dist
 
         timeout = timedelta(seconds=w.cfg.link_timeout_s)
         got: dict[int, float] = {}
         reps = max(1, w.cfg.link_reps)
+        # isend/irecv give None only to a rank outside the group: every rank is in this one
         for links in rounds(w.world):
             dist.barrier(group=self.group, async_op=True).wait(timeout=timeout)
             for src, dst in links:
                 if w.rank == src:
                     for _ in range(reps):
-                        ready = dist.isend(self.token, dst, group=self.group, tag=_READY)
-                        dist.irecv(self.token_in, dst, group=self.group,
-                                   tag=_GO).wait(timeout=timeout)
-                        dist.isend(self.payload, dst, group=self.group,
-                                   tag=_DATA).wait(timeout=timeout)
+                        ready = cast("Work", dist.isend(self.token, dst, group=self.group,
+                                                        tag=_READY))
+                        cast("Work", dist.irecv(self.token_in, dst, group=self.group,
+                                                tag=_GO)).wait(timeout=timeout)
+                        cast("Work", dist.isend(self.payload, dst, group=self.group,
+                                                tag=_DATA)).wait(timeout=timeout)
                         ready.wait(timeout=timeout)
                 elif w.rank == dst:
                     best = math.inf
                     for _ in range(reps):
-                        data = dist.irecv(self.buf, src, group=self.group, tag=_DATA)
-                        dist.irecv(self.token_in, src, group=self.group,
-                                   tag=_READY).wait(timeout=timeout)
+                        data = cast("Work", dist.irecv(self.buf, src, group=self.group,
+                                                       tag=_DATA))
+                        cast("Work", dist.irecv(self.token_in, src, group=self.group,
+                                                tag=_READY)).wait(timeout=timeout)
                         start = time.perf_counter()
-                        go = dist.isend(self.token, src, group=self.group, tag=_GO)
+                        go = cast("Work", dist.isend(self.token, src, group=self.group,
+                                                     tag=_GO))
                         data.wait(timeout=timeout)
                         best = min(best, time.perf_counter() - start)
                         go.wait(timeout=timeout)
@@ -215,12 +227,12 @@ class LinksCheck(WatchCheck):
         times = [got.get(src, math.nan) for src in senders_to(w.rank, w.world)]
         return times + [math.nan] * (self.width - len(times))
 
-    def pack(self, w: Any, step: int) -> Any:
+    def pack(self, w: CheckContext, step: int) -> torch.Tensor:
         import torch
 
         return torch.tensor(self.last, dtype=torch.float64)
 
-    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+    def analyze(self, w: CheckContext, step: int, rows: torch.Tensor) -> list[Finding]:
         times = link_times(rows.tolist(), w.world)
         log.debug("ddpdoctor: link probe at step %d: %s", step, times)
         if not times:
@@ -236,7 +248,7 @@ class LinksCheck(WatchCheck):
         if tuple(ranks) in self.reported:
             return []
         self.reported.add(tuple(ranks))
-        worst = max(slow, key=slow.get)
+        worst = max(slow, key=slow.__getitem__)
         kind = same_host(worst, hosts)
         fast = [t for k, t in times.items() if k not in slow and same_host(k, hosts) == kind]
         ref = statistics.median(fast) if fast else math.nan

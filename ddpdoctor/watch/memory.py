@@ -18,14 +18,29 @@ import os
 import re
 import time
 import warnings
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict
 
 from ddpdoctor.contract import OOM_SNAPSHOT_FILE
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
 from ddpdoctor.watch.oom_plan import advice_for_watch
 
+if TYPE_CHECKING:
+
+    from ddpdoctor.watch.context import CheckContext
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class TensorInfo(TypedDict):
+    """One live tensor in a finding's ``largest_tensors``."""
+
+    shape: list[int]
+    dtype: str
+    device: str
+    mb: float
+    requires_grad: bool
 
 
 _statm: tuple[int, int] | None = None  # (pid, fd): one open file per process
@@ -47,7 +62,7 @@ def rss_bytes() -> int:
 
 
 def growth(samples: list[tuple[int, int]], min_growth: float,
-           min_rising: float = 0.7) -> dict | None:
+           min_rising: float = 0.7) -> dict[str, object] | None:
     """``samples`` = [(step, bytes)] -> evidence when memory grew steadily, else None.
 
     Judged on the floor, not the samples: the floor at a sample is the least memory
@@ -72,12 +87,13 @@ def growth(samples: list[tuple[int, int]], min_growth: float,
             "rising_steps": f"{sum(d > 0 for d in diffs)}/{len(diffs)}"}
 
 
-def largest_tensors(limit: int = 5, exclude: frozenset[int] = frozenset()) -> list[dict]:
+def largest_tensors(limit: int = 5,
+                    exclude: frozenset[int] = frozenset()) -> list[TensorInfo]:
     """The biggest live tensors (a gc walk, ~50 ms: only when a finding is emitted);
     ``exclude``: storage pointers not to list (the watch's own buffers)."""
     import torch
 
-    seen: dict[int, dict] = {}
+    seen: dict[int, TensorInfo] = {}
     with warnings.catch_warnings():  # isinstance() pokes deprecated module attributes
         warnings.simplefilter("ignore")
         objects = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
@@ -118,7 +134,7 @@ def requested_bytes(text: str) -> int | None:
     return int(float(m["n"]) * _UNITS[m["unit"]]) if m else None
 
 
-def own_storages(w: Any) -> frozenset[int]:
+def own_storages(w: CheckContext) -> frozenset[int]:
     return frozenset(t.untyped_storage().data_ptr() for c in w.checks
                      for t in getattr(c, "buffers", ()))
 
@@ -126,7 +142,7 @@ def own_storages(w: Any) -> frozenset[int]:
 class MemoryCheck(WatchCheck):
     name = "memory"
 
-    def attach(self, w: Any) -> None:
+    def attach(self, w: CheckContext) -> None:
         import torch
 
         self.samples: list[tuple[int, int]] = []
@@ -145,7 +161,7 @@ class MemoryCheck(WatchCheck):
             return int(torch.cuda.memory_allocated(self.device))
         return rss_bytes()
 
-    def step_end(self, w: Any, step: int) -> None:
+    def step_end(self, w: CheckContext, step: int) -> None:
         # Reading RSS costs a /proc read; one sample every few steps shows a leak as well.
         if step % self.every_n:
             return
@@ -172,7 +188,7 @@ class MemoryCheck(WatchCheck):
                        f"{ev['to_step']} ({ev['mb_per_step']} MB/step) on rank {w.rank}",
                        ranks=[w.rank], evidence=ev), step)
 
-    def on_exception(self, w: Any, exc: BaseException) -> None:
+    def on_exception(self, w: CheckContext, exc: BaseException) -> None:
         kind = oom_kind(exc)
         if kind is None:
             return
@@ -180,14 +196,14 @@ class MemoryCheck(WatchCheck):
         self._emit_oom(w, kind, requested_bytes(text),
                        {"error": text.splitlines()[0][:400] if text else type(exc).__name__})
 
-    def _emit_oom(self, w: Any, kind: str, asked: int | None, extra: dict[str, Any],
-                  gpu_free: int | None = None) -> None:
+    def _emit_oom(self, w: CheckContext, kind: str, asked: int | None,
+                  extra: dict[str, object], gpu_free: int | None = None) -> None:
         """One OOM finding with the memory evidence; a CUDA OOM's first report (the
         allocator's observer, before the exception exists) is the one that counts."""
         import psutil
 
         vm = psutil.virtual_memory()
-        ev: dict[str, Any] = {
+        ev: dict[str, object] = {
             "kind": kind,
             "requested_mb": round(asked / 2**20, 1) if asked is not None else None,
             "rss_mb": round(rss_bytes() / 2**20, 1),
@@ -210,7 +226,7 @@ class MemoryCheck(WatchCheck):
                      f"{vm.available / 2**30:.1f} GiB of host memory available")
         w.emit(Finding("OOM", title, ranks=[w.rank], evidence=ev), w.step + 1)
 
-    def _attach_oom(self, w: Any, torch: Any) -> None:
+    def _attach_oom(self, w: CheckContext, torch: ModuleType) -> None:
         observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
         if observer is None:
             return
@@ -232,7 +248,7 @@ class MemoryCheck(WatchCheck):
 
         observer(on_oom)
 
-    def _snapshot(self, w: Any, torch: Any) -> str | None:
+    def _snapshot(self, w: CheckContext, torch: ModuleType) -> str | None:
         import pickle
 
         base = os.path.dirname(w.sink.path or "") or w.cfg.heartbeat_dir or os.getcwd()

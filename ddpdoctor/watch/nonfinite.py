@@ -26,11 +26,17 @@ steps (benchmarks/bench_run_overhead.py, 200 ms steps), which read as MEMORY_GRO
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck, first_tensor, local
+
+if TYPE_CHECKING:
+    import torch
+
+    from ddpdoctor.watch.context import CheckContext
 
 
 class StepValues:
@@ -44,12 +50,12 @@ class StepValues:
     def __init__(self, capacity: int) -> None:
         self.capacity = max(4, capacity)
         self.labels: list[tuple[int, int]] = []
-        self.values: Any = None
+        self.values: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def append(self, step: int, source: int, value: Any) -> None:
+    def append(self, step: int, source: int, value: torch.Tensor) -> None:
         import torch
 
         n = len(self.labels)
@@ -77,7 +83,7 @@ class StepValues:
 
         n, labels = len(self.labels), self.labels
         self.labels = []
-        if not n:
+        if not n or self.values is None:  # (rows always have their values)
             return None
         hit = torch.nonzero(~torch.isfinite(self.values[:n].cpu())).flatten()
         return labels[int(hit[0])] if hit.numel() else None
@@ -105,19 +111,22 @@ class NonfiniteCheck(WatchCheck):
     name = "nonfinite"
     width = 3
 
-    def attach(self, w: Any) -> None:
+    def attach(self, w: CheckContext) -> None:
         import torch
 
         self.sum, self.f32, self.f16 = torch.sum, torch.float32, torch.float16
         self.flags = StepValues(2 * w.cfg.every + 8)
-        self.grad_bad: tuple[int, Any] | None = None
+        # (check step, per gradient: its norm is non-finite, the gradients' param indices)
+        self.grad_bad: tuple[int, torch.Tensor, list[int]] | None = None
         self.done = False
         self.skipped = 0  # iterations whose optimizer step never ran (GradScaler overflow)
         self.in_a_row = 0  # ... since the last optimizer step
-        self.by_grad = w.first_grad is not None and not w.cfg.nonfinite_output
-        if self.by_grad:
+        first = w.first_grad
+        self.by_grad = first is not None and not w.cfg.nonfinite_output
+        self.cleared: Callable[[], bool]  # zero_grad() ran since the last backward
+        if first is not None and self.by_grad:
             self.skip = frozenset({"forward_out"})
-            self.cleared = w.first_grad.grads_cleared
+            self.cleared = first.grads_cleared
             return
         self.skip = frozenset({"first_grad"})
         params = [p for _, p in w.named_params if p.requires_grad]
@@ -126,15 +135,15 @@ class NonfiniteCheck(WatchCheck):
                                              + params[-1:])}.values())
         self.cleared = lambda: bool(witnesses) and all(p.grad is None for p in witnesses)
 
-    def source_name(self, w: Any, source: int) -> str:
-        if source == LOSS and self.by_grad:
+    def source_name(self, w: CheckContext, source: int) -> str:
+        if source == LOSS and self.by_grad and w.first_grad is not None:  # (by_grad: it is)
             return (f"loss or model output (the first gradient of the backward, "
                     f"{w.first_grad.name})")
         return SOURCE_NAMES[source]
 
     # -- by the first gradient of the backward (DDP, plain modules)
 
-    def first_grad(self, w: Any, grad: Any) -> None:
+    def first_grad(self, w: CheckContext, grad: torch.Tensor) -> None:
         if self.done:
             return
         step = w.step + 1
@@ -150,7 +159,7 @@ class NonfiniteCheck(WatchCheck):
 
     # -- by the model output (FSDP, tensor parallel, or nonfinite_output=True)
 
-    def forward_out(self, w: Any, output: Any) -> None:
+    def forward_out(self, w: CheckContext, output: object) -> None:
         if self.done:
             return
         t = first_tensor(output, floating=True)
@@ -162,7 +171,8 @@ class NonfiniteCheck(WatchCheck):
         # one output (an LLM's logits); the loop's own variable keeps it alive instead.
         t.register_hook(partial(self._output_hook, step, weakref.ref(t)))
 
-    def _output_hook(self, step: int, output_ref: Any, grad: Any) -> None:
+    def _output_hook(self, step: int, output_ref: weakref.ref[torch.Tensor],
+                     grad: torch.Tensor) -> None:
         output = output_ref()
         if output is not None:
             self.flags.append(step, OUTPUT, self.sum(output.detach(), dtype=self.f32))
@@ -170,13 +180,13 @@ class NonfiniteCheck(WatchCheck):
 
     # -- both
 
-    def _new_backward(self, w: Any, step: int) -> None:
+    def _new_backward(self, w: CheckContext, step: int) -> None:
         if self.flags.last_step() != step:
             self.in_a_row = 0  # an optimizer step ran since the last backward
         elif self.cleared():
             self._forget_skipped(w, step)
 
-    def _forget_skipped(self, w: Any, step: int) -> None:
+    def _forget_skipped(self, w: CheckContext, step: int) -> None:
         # The last iteration backpropagated, its optimizer step never ran, and its
         # gradients were cleared: a skipped step (a GradScaler that found inf in fp16
         # gradients and lowered its scale). Its flags say nothing about the model.
@@ -197,18 +207,20 @@ class NonfiniteCheck(WatchCheck):
                                     "last_completed_step": step - 1,
                                     "source": "skipped optimizer steps (GradScaler)"}), step)
 
-    def before_check(self, w: Any, step: int) -> None:
+    def before_check(self, w: CheckContext, step: int) -> None:
         if self.done:
             return
         import torch
 
         index = [i for i, (_, p) in enumerate(w.named_params) if p.grad is not None]
-        grads = [local(w.named_params[i][1].grad).detach() for i in index]
+        grads = [local(g).detach() for g in (w.named_params[i][1].grad for i in index)
+                 if g is not None]  # (all are: index holds the parameters with one)
         if not grads:
             return
         # The 2-norm has a fast kernel (the inf-norm is 20x slower on CPU); a NaN or Inf
         # makes it non-finite, and so can a finite gradient above ~1e19, which pack()
         # checks element-wise before it is called non-finite.
+        norms: Sequence[torch.Tensor]
         try:
             norms = torch._foreach_norm(grads, 2, dtype=torch.float32)
         except (AttributeError, RuntimeError, TypeError):
@@ -219,7 +231,7 @@ class NonfiniteCheck(WatchCheck):
         # the total norm, a metric (watch/stream.py): one more reduction, check steps only
         w.note("grad_norm", float(stacked.norm()))
 
-    def pack(self, w: Any, step: int) -> Any:
+    def pack(self, w: CheckContext, step: int) -> torch.Tensor:
         import torch
 
         first, source, pidx = 0, 0, -1
@@ -238,7 +250,7 @@ class NonfiniteCheck(WatchCheck):
         self.grad_bad = None
         return torch.tensor([first, source, pidx], dtype=torch.float64)
 
-    def final_local(self, w: Any) -> None:
+    def final_local(self, w: CheckContext) -> None:
         """A non-finite value after the last check step: this rank's own first one
         (``run`` keeps the earliest step over the ranks that say so)."""
         # a backward whose optimizer step never ran (the loop ended, or a GradScaler
@@ -262,7 +274,7 @@ class NonfiniteCheck(WatchCheck):
                              "ranks: the rank with the earliest step is the first"}),
             first)
 
-    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+    def analyze(self, w: CheckContext, step: int, rows: torch.Tensor) -> list[Finding]:
         data = [(int(r[0]), int(r[1]), int(r[2])) for r in rows.tolist()]
         hit = first_nonfinite(data)
         if hit is None or self.done:

@@ -9,10 +9,13 @@ plan` command line that shows the whole table.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddpdoctor.watch.context import CheckContext
 
 
-def strategy_of(model: Any) -> str:
+def strategy_of(model: object) -> str:
     """plan's name for how ``model`` is wrapped: fsdp (FSDP1/FSDP2), else ddp."""
     names = {type(model).__name__, *(c.__name__ for c in type(model).__mro__)}
     return "fsdp" if any("FSDP" in n or "FullyShardedDataParallel" in n for n in names) \
@@ -20,7 +23,7 @@ def strategy_of(model: Any) -> str:
 
 
 def plan_advice(params: int, world_size: int, strategy: str, capacity: int,
-                capacity_of: str, precision: str) -> dict[str, Any]:
+                capacity_of: str, precision: str) -> dict[str, object]:
     """Evidence for an OOM finding, or ``{"skipped": why}`` where plan has no answer."""
     from ddpdoctor.plan import advice_for_oom
 
@@ -32,7 +35,7 @@ def plan_advice(params: int, world_size: int, strategy: str, capacity: int,
             "command": advice["command"], "fix": advice["fix"]}
 
 
-def advice_for_watch(w: Any, kind: str) -> dict[str, Any]:
+def advice_for_watch(w: CheckContext, kind: str) -> dict[str, object]:
     """plan_advice for a watched model; never raises (it runs on the way out of an OOM)."""
     try:
         import psutil

@@ -39,11 +39,30 @@ import sys
 import time
 import weakref
 import zlib
-from typing import Any
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Protocol, TypedDict
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.hooks import RemovableHandle
 
 log = logging.getLogger("ddpdoctor.watch")
-_seen: weakref.WeakSet = weakref.WeakSet()  # optimizers already looked at
-_state: dict[str, Any] = {}
+_seen: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # optimizers looked at
+
+
+class _State(TypedDict, total=False):
+    watch: Callable[..., None]  # autowatch's watch(model, optimizer=, how=, gather=)
+    handle: RemovableHandle     # the global optimizer step pre-hook
+
+
+class World(Protocol):
+    """What :func:`meet` asks of ``torch.distributed`` (the module, or a test's stand-in)."""
+
+    def get_world_size(self) -> int: ...
+
+
+_state: _State = {}
 _MAX_FRAMES = 64
 # How long a rank waits in the store for its peers at its first optimizer step. In
 # lock-step training they arrive within a step of each other (the backward's collectives
@@ -53,7 +72,7 @@ MEET_S = 10.0
 _meetings: dict[str, int] = {}
 
 
-def install(watch_fn: Any) -> None:
+def install(watch_fn: Callable[..., None]) -> None:
     """Idempotent; needs ``torch`` imported. ``watch_fn(model, optimizer=, how=)``
     watches a model (autowatch's, which adds the DataLoaders it saw)."""
     if _state.get("handle") is not None:
@@ -70,7 +89,8 @@ def uninstall() -> None:
         handle.remove()
 
 
-def _on_step(opt: Any, args: Any, kwargs: Any) -> None:
+def _on_step(opt: torch.optim.Optimizer, args: tuple[object, ...],
+             kwargs: dict[str, object]) -> None:
     try:
         if opt in _seen:
             return
@@ -80,7 +100,7 @@ def _on_step(opt: Any, args: Any, kwargs: Any) -> None:
         log.debug("ddpdoctor autowatch: optimizer step hook: %s", e)
 
 
-def _first_step(opt: Any) -> None:
+def _first_step(opt: torch.optim.Optimizer) -> None:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
@@ -115,11 +135,12 @@ def _already_watched(params: set[int]) -> bool:
                for w in list(_WATCHERS.values()))
 
 
-def find_model(opt: Any, params: set[int], frame: Any) -> Any:
+def find_model(opt: torch.optim.Optimizer, params: set[int],
+               frame: FrameType | None) -> torch.nn.Module | None:
     """The outermost module in the stack's frames that this optimizer trains, or None."""
     import torch
 
-    found: dict[int, Any] = {}
+    found: dict[int, torch.nn.Module] = {}
     for _ in range(_MAX_FRAMES):
         if frame is None:
             break
@@ -131,7 +152,7 @@ def find_model(opt: Any, params: set[int], frame: Any) -> Any:
     return outermost(list(found.values()))
 
 
-def trains(module: Any, opt: Any, params: set[int]) -> bool:
+def trains(module: torch.nn.Module, opt: torch.optim.Optimizer, params: set[int]) -> bool:
     """``module`` owns one of the optimizer's parameters, or holds the optimizer itself
     (directly or inside its own optimizer wrapper: an engine)."""
     held = getattr(module, "optimizer", None)
@@ -140,7 +161,7 @@ def trains(module: Any, opt: Any, params: set[int]) -> bool:
     return any(id(p) in params for p in module.parameters())
 
 
-def outermost(modules: list[Any]) -> Any:
+def outermost(modules: list[torch.nn.Module]) -> torch.nn.Module | None:
     """The one module that contains all the others, or None when they are disjoint
     (two models stepped by one optimizer: not guessed)."""
     if not modules:
@@ -150,12 +171,12 @@ def outermost(modules: list[Any]) -> Any:
     return top if all(id(m) in inside for m in modules) else None
 
 
-def _shape_key(model: Any) -> str:
+def _shape_key(model: torch.nn.Module) -> str:
     names = "\n".join(f"{n}:{tuple(p.shape)}" for n, p in model.named_parameters())
     return f"{type(model).__name__}-{zlib.crc32(names.encode()):08x}"
 
 
-def meet(dist: Any, shape: str, wait_s: float | None = None,
+def meet(dist: World, shape: str, wait_s: float | None = None,
          meetings: dict[str, int] | None = None) -> bool:
     """Whether every rank of the world attaches this model now: decided once, in the
     job's store, the same for every rank (False where there is no store to meet in)."""
@@ -178,4 +199,6 @@ def meet(dist: Any, shape: str, wait_s: float | None = None,
         time.sleep(0.01)
         arrived = store.add(key + "/arrived", 0)
     want = b"group" if arrived >= world else b"local"
-    return bytes(store.compare_set(key + "/decision", b"", want)) == b"group"
+    # the store takes bytes as well; torch's stub says str
+    decided = store.compare_set(key + "/decision", b"", want)  # type: ignore[arg-type]
+    return bytes(decided) == b"group"

@@ -13,17 +13,24 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, cast
 
 from ddpdoctor.contract import PROFILE_TRACE_FILE
 from ddpdoctor.profiled import OpTime, ProfileWindow
 from ddpdoctor.watch.base import WatchCheck
 
+if TYPE_CHECKING:
+    from torch.autograd.profiler_util import FunctionEventAvg
+    from torch.profiler import profile
+
+    from ddpdoctor.watch.context import CheckContext
+
 log = logging.getLogger("ddpdoctor.watch")
 TOP = 15
 
 
-def top_ops(averages: Any, limit: int = TOP) -> tuple[OpTime, ...]:
+def top_ops(averages: Iterable[FunctionEventAvg], limit: int = TOP) -> tuple[OpTime, ...]:
     """The operators with the most time of their own (CPU plus device), from
     ``profiler.key_averages()`` (times there are in microseconds)."""
     rows = []
@@ -42,15 +49,16 @@ def _mean_ms(values: list[float]) -> float | None:
 class ProfileCheck(WatchCheck):
     name = "profile"
 
-    def attach(self, w: Any) -> None:
-        self.start, self.steps = w.cfg.profile
-        self.prof: Any = None
+    def attach(self, w: CheckContext) -> None:
+        # registry.build adds this check only where a window is set
+        self.start, self.steps = cast("tuple[int, int]", w.cfg.profile)
+        self.prof: profile | None = None
 
-    def step_end(self, w: Any, step: int) -> None:
+    def step_end(self, w: CheckContext, step: int) -> None:
         if step == self.start - 1 and self.prof is None:
             self._begin()
         elif step == self.start + self.steps - 1 and self.prof is not None:
-            self._end(w)
+            self._end(w, self.prof)
             w.unsubscribe(self, "step_end")
 
     def _begin(self) -> None:
@@ -63,14 +71,15 @@ class ProfileCheck(WatchCheck):
         self.prof = profile(activities=activities)
         self.prof.start()
 
-    def _end(self, w: Any) -> None:
-        prof, self.prof = self.prof, None
+    def _end(self, w: CheckContext, prof: profile) -> None:
+        self.prof = None
         prof.stop()
-        directory = os.path.dirname(os.path.abspath(w.stream.path)) if w.stream.path \
+        directory = os.path.dirname(os.path.abspath(w.sink.path)) if w.sink.path \
             else os.getcwd()
-        trace: str | None = os.path.join(directory, PROFILE_TRACE_FILE.format(rank=w.rank))
+        path = os.path.join(directory, PROFILE_TRACE_FILE.format(rank=w.rank))
+        trace: str | None = path
         try:
-            prof.export_chrome_trace(trace)
+            prof.export_chrome_trace(path)
         except Exception as e:  # a full disk: the summary still says what it can
             log.warning("ddpdoctor: profile trace not written: %s", e)
             trace = None
@@ -80,9 +89,9 @@ class ProfileCheck(WatchCheck):
                       _mean_ms([t[2] for t in timed]), _mean_ms([t[3] for t in timed]),
                       top_ops(prof.key_averages()), trace).write(directory)
 
-    def close(self, w: Any) -> None:
+    def close(self, w: CheckContext) -> None:
         if self.prof is not None:  # the loop ended inside the window
-            self._end(w)
+            self._end(w, self.prof)
 
-    def final_local(self, w: Any) -> None:
+    def final_local(self, w: CheckContext) -> None:
         self.close(w)  # a zero-code watch is never closed: the exit ends the window

@@ -3,6 +3,8 @@ Imported on attach only (the checks import torch)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ddpdoctor.watch.base import WatchCheck
 from ddpdoctor.watch.config import WatchConfig
 
@@ -37,7 +39,7 @@ HOOK_POINTS = ("forward_pre", "forward_out", "first_grad", "before_check", "step
                "at_check")
 
 
-def subscribers(checks: list[WatchCheck]) -> dict[str, list]:
+def subscribers(checks: list[WatchCheck]) -> dict[str, list[Callable[..., None]]]:
     """Per hook point, the bound methods of the checks that act there (the hooks run every
     step: a check that does not define a hook costs nothing there)."""
     return {hook: [getattr(c, hook) for c in checks

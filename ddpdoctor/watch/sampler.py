@@ -14,13 +14,19 @@ same order.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck, bit_sum, first_tensor
 
+if TYPE_CHECKING:
+    import torch
 
-def sampler_of(loader: Any) -> Any:
+    from ddpdoctor.watch.context import CheckContext
+
+
+def sampler_of(loader: object) -> object:
     sampler = getattr(loader, "sampler", None)
     batch_sampler = getattr(loader, "batch_sampler", None)
     inner = getattr(batch_sampler, "sampler", None)
@@ -29,7 +35,7 @@ def sampler_of(loader: Any) -> Any:
     return sampler
 
 
-def is_distributed(sampler: Any) -> bool:
+def is_distributed(sampler: object) -> bool:
     from torch.utils.data import DistributedSampler
 
     return isinstance(sampler, DistributedSampler)
@@ -43,21 +49,23 @@ class LoaderTap:
     """Instance-level wrappers on one DataLoader (its class is left alone; ``remove``
     restores it): new iterator = epoch start; ``_next_data`` = time spent waiting."""
 
-    def __init__(self, loader: Any, on_epoch: Any, on_wait: Any) -> None:
+    # Any: a DataLoader, or any loader with its private iterator factory, patched per instance
+    def __init__(self, loader: Any, on_epoch: Callable[[object], None],
+                 on_wait: Callable[[float], None]) -> None:
         self.loader = loader
         self.on_epoch, self.on_wait = on_epoch, on_wait
         self._had = "_get_iterator" in vars(loader)
         self._orig = loader._get_iterator
         loader._get_iterator = self._get_iterator
 
-    def _get_iterator(self) -> Any:
+    def _get_iterator(self) -> object:
         it = self._orig()
         self.on_epoch(self.loader)
         try:
             nxt = it._next_data
             wait = self.on_wait
 
-            def _next_data() -> Any:
+            def _next_data() -> object:
                 t0 = time.perf_counter()
                 try:
                     return nxt()
@@ -68,7 +76,7 @@ class LoaderTap:
             if getattr(self.loader, "persistent_workers", False):
                 reset = it._reset
 
-                def _reset(loader: Any, first_iter: bool = False) -> Any:
+                def _reset(loader: object, first_iter: bool = False) -> object:
                     out = reset(loader, first_iter)
                     self.on_epoch(self.loader)
                     return out
@@ -89,18 +97,18 @@ class SamplerCheck(WatchCheck):
     name = "sampler"
     width = 2
 
-    def attach(self, w: Any) -> None:
-        self.fp: Any = None
+    def attach(self, w: CheckContext) -> None:
+        self.fp: torch.Tensor | None = None  # this rank's input fingerprint (bit_sum)
         self.fp_step = 0
         self.identical = 0
         self.missing_done = False
         self.epochs: dict[int, int | None] = {}
 
-    def loader_kinds(self, w: Any) -> set[str]:
+    def loader_kinds(self, w: CheckContext) -> set[str]:
         return {"distributed" if is_distributed(sampler_of(ld)) else "other"
                 for ld in w.loaders}
 
-    def on_epoch(self, w: Any, loader: Any) -> None:
+    def on_epoch(self, w: CheckContext, loader: object) -> None:
         sampler = sampler_of(loader)
         if not is_distributed(sampler) or not getattr(sampler, "shuffle", False):
             return
@@ -117,7 +125,7 @@ class SamplerCheck(WatchCheck):
                 ranks=[w.rank], evidence={"step": step, "sampler_epoch": current,
                                           "loader": type(loader).__name__}), step)
 
-    def forward_pre(self, w: Any, args: tuple, kwargs: dict) -> None:
+    def forward_pre(self, w: CheckContext, args: tuple, kwargs: dict) -> None:
         step = w.step + 1
         if self.missing_done or self.fp_step == step or not w.is_check_step(step):
             return
@@ -125,7 +133,7 @@ class SamplerCheck(WatchCheck):
         if t is not None:
             self.fp, self.fp_step = bit_sum(t), step
 
-    def pack(self, w: Any, step: int) -> Any:
+    def pack(self, w: CheckContext, step: int) -> torch.Tensor:
         import torch
 
         out = torch.zeros(2, dtype=torch.int64)
@@ -134,7 +142,7 @@ class SamplerCheck(WatchCheck):
         self.fp = None
         return out.view(torch.float64)
 
-    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+    def analyze(self, w: CheckContext, step: int, rows: torch.Tensor) -> list[Finding]:
         import torch
 
         if self.missing_done:

@@ -20,10 +20,15 @@ seen (DDP, plain modules); not under FSDP or tensor parallel.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck, local
+
+if TYPE_CHECKING:
+    import torch
+
+    from ddpdoctor.watch.context import CheckContext
 
 SKIPPED_LIMIT = 4   # synchronised backwards with no optimizer step before looking
 GIVE_UP_AFTER = 64  # own gradients finite that long: the overflow is not this rank's
@@ -32,14 +37,14 @@ GIVE_UP_AFTER = 64  # own gradients finite that long: the overflow is not this r
 class SkippedStepsCheck(WatchCheck):
     name = "skipped"
 
-    def attach(self, w: Any) -> None:
+    def attach(self, w: CheckContext) -> None:
         self.backwards = 0
 
-    def step_end(self, w: Any, step: int) -> None:
+    def step_end(self, w: CheckContext, step: int) -> None:
         # the watched optimizer stepped (its post-hook, which pause() removes with the rest)
         self.backwards = 0
 
-    def first_grad(self, w: Any, grad: Any) -> None:
+    def first_grad(self, w: CheckContext, grad: torch.Tensor) -> None:
         if not bool(getattr(w.ddp, "require_backward_grad_sync", True)):
             return
         self.backwards += 1

@@ -7,10 +7,23 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.watch import join as join_hooks
+
+if TYPE_CHECKING:
+    import torch
+
+    from ddpdoctor.watch.base import WatchCheck
+    from ddpdoctor.watch.context import TimedStep
+    from ddpdoctor.watch.exchange import Exchange
+    from ddpdoctor.watch.first_grad import FirstGradient
+    from ddpdoctor.watch.hang_watchdog import Monitor
+    from ddpdoctor.watch.hooks import HookSet
+    from ddpdoctor.watch.join import JoinTracker
+    from ddpdoctor.watch.steps import StepCounter
 
 
 @dataclass
@@ -25,7 +38,7 @@ class StepClock:
     bwd_s: float = 0.0  # this rank's own backward: first gradient to last (first_grad.py)
     t_first: float = 0.0
     # (step, step_s, data_s, fwd_s, bwd_s) of timed steps
-    window: deque = field(default_factory=deque)
+    window: deque[TimedStep] = field(default_factory=deque)
 
     def restart(self) -> None:
         self.in_step = False
@@ -36,8 +49,34 @@ class StepClock:
 class StepHooks:
     """The hook callbacks of :class:`ddpdoctor.watch.api.Watcher`."""
 
+    if TYPE_CHECKING:  # the watcher's state they read and write (set in watch/api.py)
+        clock: StepClock
+        step: int
+        closed: bool
+        disabled: bool
+        model: torch.nn.Module
+        inner: torch.nn.Module
+        param_ids: set[int]
+        optimizer: torch.optim.Optimizer | None
+        stepping_optimizer: torch.optim.Optimizer | None
+        loaders: list[object]
+        checks: list[WatchCheck]
+        at: dict[str, list[Callable[..., None]]]  # hook point -> the checks' bound methods
+        first_grad: FirstGradient | None
+        steps: StepCounter
+        monitor: Monitor
+        join: JoinTracker
+        hooks: HookSet
+        exchange: Exchange
+        _owns_cache: dict[int, bool]
 
-    def _on_forward_pre(self, module: Any, args: tuple, kwargs: dict) -> None:
+        @property
+        def is_paused(self) -> bool: ...
+
+        def is_check_step(self, step: int) -> bool: ...
+
+    def _on_forward_pre(self, module: torch.nn.Module, args: tuple[object, ...],
+                        kwargs: dict[str, object]) -> None:
         import torch
 
         if not torch.is_grad_enabled():
@@ -61,10 +100,11 @@ class StepHooks:
     def no_optimizer_seen(self) -> bool:
         return not any(self._owns_cache.values())
 
-    def _on_inner_pre(self, module: Any, args: tuple) -> None:
+    def _on_inner_pre(self, module: torch.nn.Module, args: tuple[object, ...]) -> None:
         self.clock.t_fwd = time.perf_counter()
 
-    def _on_inner_out(self, module: Any, args: tuple, output: Any) -> None:
+    def _on_inner_out(self, module: torch.nn.Module, args: tuple[object, ...],
+                      output: object) -> None:
         import torch
 
         if not torch.is_grad_enabled():
@@ -74,7 +114,7 @@ class StepHooks:
             fn(self, output)
         self.monitor.progress(self.step, "backward")
 
-    def _owns(self, opt: Any) -> bool:
+    def _owns(self, opt: torch.optim.Optimizer) -> bool:
         if opt is self.optimizer:
             return True
         if self.optimizer is not None:
@@ -86,7 +126,7 @@ class StepHooks:
                 id(p) in self.param_ids for g in opt.param_groups for p in g["params"])
         return self._owns_cache[key]
 
-    def _on_first_grad(self, grad: Any) -> None:
+    def _on_first_grad(self, grad: torch.Tensor) -> None:
         self.clock.t_first = time.perf_counter()
         self.steps.on_backward()
         self.monitor.progress(self.step, "backward")
@@ -97,7 +137,8 @@ class StepHooks:
         # accumulation: every micro-batch's backward adds to the step's
         self.clock.bwd_s += time.perf_counter() - self.clock.t_first
 
-    def _on_pre_step(self, opt: Any, args: Any, kwargs: Any) -> None:
+    def _on_pre_step(self, opt: torch.optim.Optimizer, args: tuple[object, ...],
+                     kwargs: dict[str, object]) -> None:
         if not self._owns(opt):
             return
         self.monitor.progress(self.step, "optimizer")
@@ -105,7 +146,8 @@ class StepHooks:
             for fn in self.at["before_check"]:
                 fn(self, self.step + 1)
 
-    def _on_post_step(self, opt: Any, args: Any, kwargs: Any) -> None:
+    def _on_post_step(self, opt: torch.optim.Optimizer, args: tuple[object, ...],
+                      kwargs: dict[str, object]) -> None:
         if self._owns(opt):
             self.stepping_optimizer = opt
             self._boundary(time.perf_counter())
@@ -124,7 +166,7 @@ class StepHooks:
         """The Join ended: DDP broadcast the last joiner's model; no lag any more."""
         self.join.synced()
 
-    def _on_epoch(self, loader: Any) -> None:
+    def _on_epoch(self, loader: object) -> None:
         for c in self.checks:
             if hasattr(c, "on_epoch"):
                 c.on_epoch(self, loader)

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 log = logging.getLogger("ddpdoctor.watch")
 
@@ -32,7 +35,7 @@ class StepShape:
 
 
 class StepCounter:
-    def __init__(self, ddp: Any, counts_backward: bool) -> None:
+    def __init__(self, ddp: DistributedDataParallel | None, counts_backward: bool) -> None:
         self.ddp = ddp
         self.counts_backward = counts_backward  # the first-gradient hook sees backwards
         self.micro = 0

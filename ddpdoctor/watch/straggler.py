@@ -23,11 +23,16 @@ import math
 import statistics
 import sys
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
 from ddpdoctor.watch.stream import StepMetrics
+
+if TYPE_CHECKING:
+    import torch
+
+    from ddpdoctor.watch.context import CheckContext
 
 Times = tuple[float, float, float, float]  # (step_s, data_s, forward_s, backward_s)
 COLS = 4
@@ -191,7 +196,7 @@ def recompiling(rank: int, group: list[int], compiles: dict[int, int],
 class StragglerCheck(WatchCheck):
     name = "straggler"
 
-    def attach(self, w: Any) -> None:
+    def attach(self, w: CheckContext) -> None:
         self.k = w.cfg.every
         self.width = 4 + COLS * self.k  # count, loaders, 4 x k times, compiles, compile s
         self.compiled: dict[int, tuple[float, float]] = {}  # per rank: the last totals
@@ -199,7 +204,7 @@ class StragglerCheck(WatchCheck):
         self.warmup = 1  # step 1 carries one-time costs (bucket building, lazy init)
         self.sent = 0  # the last step whose times were packed
 
-    def pack(self, w: Any, step: int) -> Any:
+    def pack(self, w: CheckContext, step: int) -> torch.Tensor:
         import torch
 
         # the steps since the last check step (check steps are not evenly spaced)
@@ -224,7 +229,7 @@ class StragglerCheck(WatchCheck):
             self.compiled[r] = now
         return frames, seconds
 
-    def analyze(self, w: Any, step: int, rows: Any) -> list[Finding]:
+    def analyze(self, w: CheckContext, step: int, rows: torch.Tensor) -> list[Finding]:
         keep = max(self.k, 16)
         data = rows.tolist()
         timed = {r for r, row in enumerate(data) if row[1] > 0}

@@ -22,7 +22,6 @@ import os
 import time
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from ddpdoctor.contract import EVENTS_SCHEMA
 from ddpdoctor.findings import Finding, format_ranks
@@ -82,7 +81,7 @@ class Sink:
     def finding(self, finding: Finding, step: int, rank: int) -> None:
         pass
 
-    def event(self, kind: str, step: int, rank: int, data: dict[str, Any]) -> None:
+    def event(self, kind: str, step: int, rank: int, data: dict[str, object]) -> None:
         pass
 
     def metrics(self, records: list[StepMetrics]) -> None:
@@ -106,7 +105,7 @@ class LoggingSink(Sink):
         level = logging.ERROR if finding.severity == "error" else logging.WARNING
         log.log(level, finding_text(finding, step))
 
-    def event(self, kind: str, step: int, rank: int, data: dict[str, Any]) -> None:
+    def event(self, kind: str, step: int, rank: int, data: dict[str, object]) -> None:
         log.warning("ddpdoctor %s (rank %d, step %d): %s", kind, rank, step,
                     json.dumps(data, default=str)[:500])
 
@@ -121,10 +120,10 @@ class JsonlSink(Sink):
     def finding(self, finding: Finding, step: int, rank: int) -> None:
         self.write({"kind": "finding", **finding.to_dict()}, step)
 
-    def event(self, kind: str, step: int, rank: int, data: dict[str, Any]) -> None:
+    def event(self, kind: str, step: int, rank: int, data: dict[str, object]) -> None:
         self.write({"kind": kind, **data}, step)
 
-    def write(self, record: dict[str, Any], step: int) -> None:
+    def write(self, record: dict[str, object], step: int) -> None:
         line = {"schema": SCHEMA, "rank": self.rank, "step": step, "time": time.time(),
                 **record}
         data = (json.dumps(line, default=str) + "\n").encode()
@@ -148,7 +147,8 @@ class EventStream:
         self._jsonl = JsonlSink(self.path, rank) if self.path else None
         self.sinks: list[Sink] = [s for s, on in ((self._jsonl, self._jsonl is not None),
                                                   (LoggingSink(), log_records),
-                                                  (WarningSink(), warn)) if on]
+                                                  (WarningSink(), warn))
+                                   if on and s is not None]
         self._seen: set[tuple[str, tuple[int, ...]]] = set()
         self.last: dict[str, float] = {}  # latest value per metric, for the next interval
 
@@ -172,11 +172,11 @@ class EventStream:
             self._call(sink, "finding", finding, step, self.rank)
         return True
 
-    def event(self, kind: str, step: int, **data: Any) -> None:
+    def event(self, kind: str, step: int, **data: object) -> None:
         for sink in list(self.sinks):
             self._call(sink, "event", kind, step, self.rank, data)
 
-    def write(self, record: dict[str, Any], step: int) -> None:
+    def write(self, record: dict[str, object], step: int) -> None:
         """A raw line into the JSONL file only (notes, dumps)."""
         if self._jsonl is not None:
             self._jsonl.write(record, step)
@@ -196,7 +196,7 @@ class EventStream:
             self._call(sink, "close")
 
     @staticmethod
-    def _call(sink: Sink, method: str, *args: Any) -> None:
+    def _call(sink: Sink, method: str, *args: object) -> None:
         try:
             getattr(sink, method)(*args)
         except Warning:

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 UNKNOWN = -1
 
@@ -38,7 +41,7 @@ class StateVerdict:
     headline: str = "resumed different training state"
 
 
-def read(opt: Any, own_steps: int) -> RankState:
+def read(opt: torch.optim.Optimizer | None, own_steps: int) -> RankState:
     """``opt``'s step count and learning rate (no communication; cheap: one state entry)."""
     nan = float("nan")
     if opt is None:
@@ -56,7 +59,7 @@ def read(opt: Any, own_steps: int) -> RankState:
     return RankState(step, start, _number(group.get("lr")))
 
 
-def _number(v: Any) -> float:
+def _number(v: Any) -> float:  # Any: whatever a scheduler stored; float() decides
     try:
         return float(v)
     except (TypeError, ValueError, RuntimeError):

@@ -9,10 +9,17 @@ boundary comes before DDP's second forward, which is where plain PyTorch fails w
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.hooks import RemovableHandle
+
+    from ddpdoctor.watch.context import CheckContext
 
 
 def missing_grads(names: list[str], requires_grad: list[bool], used: set[int]) -> list[str]:
@@ -23,21 +30,21 @@ def missing_grads(names: list[str], requires_grad: list[bool], used: set[int]) -
 class UnusedCheck(WatchCheck):
     name = "unused"
 
-    def attach(self, w: Any) -> None:
+    def attach(self, w: CheckContext) -> None:
         self.used: set[int] = set()
-        self.handles: list[Any] = []
+        self.handles: list[RemovableHandle] = []
         self.all_used_steps = 0
         self.done = False
         for i, (_, p) in enumerate(w.named_params):
             if p.requires_grad and hasattr(p, "register_post_accumulate_grad_hook"):
                 self.handles.append(p.register_post_accumulate_grad_hook(self._mark(i)))
 
-    def _mark(self, i: int) -> Any:
-        def hook(_p: Any) -> None:
+    def _mark(self, i: int) -> Callable[[torch.Tensor], None]:
+        def hook(_p: torch.Tensor) -> None:
             self.used.add(i)
         return hook
 
-    def step_end(self, w: Any, step: int) -> None:
+    def step_end(self, w: CheckContext, step: int) -> None:
         if self.done:
             return
         if self.used:  # a step without backward (eval) says nothing
@@ -71,12 +78,12 @@ class UnusedCheck(WatchCheck):
                     step)
             self._finish(w)
 
-    def _finish(self, w: Any) -> None:
+    def _finish(self, w: CheckContext) -> None:
         self.done = True
         w.unsubscribe(self, "step_end")
         for h in self.handles:
             h.remove()
         self.handles = []
 
-    def close(self, w: Any) -> None:
+    def close(self, w: CheckContext) -> None:
         self._finish(w)
