@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from ddpdoctor.findings import Finding
 
@@ -111,7 +110,7 @@ DEFAULTS: dict[str, tuple[Action, str]] = {
 
 def _text(f: Finding) -> str:
     ev = f.evidence
-    parts: list[Any] = [f.title, ev.get("signal"), ev.get("lines"), ev.get("root_line")]
+    parts: list[object] = [f.title, ev.get("signal"), ev.get("lines"), ev.get("root_line")]
     return " ".join(str(p) for p in parts if p)
 
 

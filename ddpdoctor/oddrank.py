@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
 
 from ddpdoctor import redact
 from ddpdoctor.findings import format_ranks
@@ -32,7 +31,7 @@ def shared_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
                         if k.startswith(SHARED_PREFIXES) and k not in PER_RANK))
 
 
-def odd_ones_out(values: Mapping[int, Any]) -> list[int]:
+def odd_ones_out(values: Mapping[int, object]) -> list[int]:
     """Ranks whose value differs from the majority (ties: from rank 0's)."""
     counts = Counter(repr(v) for v in values.values())
     if len(counts) <= 1:
@@ -44,7 +43,7 @@ def odd_ones_out(values: Mapping[int, Any]) -> list[int]:
     return sorted(r for r, v in values.items() if repr(v) != majority)
 
 
-def ranks_by_value(values: Mapping[int, Any], secret: bool = False) -> dict[str, str]:
+def ranks_by_value(values: Mapping[int, object], secret: bool = False) -> dict[str, str]:
     """Value -> the ranks that have it. For a secret-looking name the values are never
     shown: each distinct value becomes ``*** (value N)``, so the report still says which
     ranks differ."""

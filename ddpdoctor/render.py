@@ -11,9 +11,8 @@ import json
 import re
 import sys
 from collections.abc import Iterator
-from typing import Any
 
-from rich.console import Console, ConsoleOptions, RenderHook
+from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderableType, RenderHook
 from rich.markup import escape
 from rich.segment import Segment
 from rich.text import Text
@@ -53,7 +52,7 @@ class _Printable:
     """A renderable whose text segments went through ``printable`` (rich's own control
     segments, its colours, are kept)."""
 
-    def __init__(self, renderable: Any) -> None:
+    def __init__(self, renderable: RenderableType) -> None:
         self.renderable = renderable
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
@@ -64,7 +63,8 @@ class _Printable:
 class _PrintableHook(RenderHook):
     """Every renderable printed on the console goes through ``_Printable``."""
 
-    def process_renderables(self, renderables: list[Any]) -> list[Any]:
+    def process_renderables(
+            self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
         return [_Printable(r) for r in renderables]
 
 

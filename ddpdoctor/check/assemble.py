@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ddpdoctor.check.options import CheckOptions
-from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.probe import Probe, ProbeResult
 from ddpdoctor.check.probes import PROBES
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check, Report
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 GROUP_ORDER = ("Environment", "Communication", "Data", "GPU", "Topology")
 
 
-def _analyze_one(probe: Probe, data: dict[int, Any], world_size: int,
+def _analyze_one(probe: Probe[Any], data: dict[int, Mapping[str, object]], world_size: int,
                  opts: CheckOptions) -> tuple[list[Check], list[Finding]]:
     """One probe's analysis on whatever ranks sent data; a bug in it is a red check line,
     never a crash that loses the whole report."""
@@ -32,8 +32,8 @@ def _analyze_one(probe: Probe, data: dict[int, Any], world_size: int,
     return (checks if isinstance(checks, list) else [checks]), findings
 
 
-def _split(per_rank: dict[int, dict[str, Any]], name: str
-           ) -> tuple[dict[int, Any], dict[int, str]]:
+def _split(per_rank: Mapping[int, Mapping[str, ProbeResult]], name: str
+           ) -> tuple[dict[int, Mapping[str, object]], dict[int, str]]:
     """(data by rank, error by rank) of probe ``name``."""
     data = {r: res[name]["data"] for r, res in per_rank.items()
             if name in res and "data" in res[name]}
@@ -42,7 +42,7 @@ def _split(per_rank: dict[int, dict[str, Any]], name: str
     return data, errors
 
 
-def analyze_probes(per_rank: dict[int, dict[str, Any]], names: list[str], world_size: int,
+def analyze_probes(per_rank: dict[int, dict[str, ProbeResult]], names: list[str], world_size: int,
                    report: Report, opts: CheckOptions | Mapping[str, object] | None = None,
                    not_run_reason: str = "", expected: list[int] | None = None) -> None:
     """Turn each probe's per-rank data into check lines and findings.
@@ -79,9 +79,9 @@ def _mark_missing(first: Check, errors: dict[int, str], silent: list[int]) -> No
         first.status = "error"
 
 
-def _per_rank(result: LaunchResult) -> dict[int, dict[str, Any]]:
+def _per_rank(result: LaunchResult) -> dict[int, dict[str, ProbeResult]]:
     """Each rank's probe results: its pre-init ones, plus the others if it finished."""
-    per_rank: dict[int, dict[str, Any]] = {}
+    per_rank: dict[int, dict[str, ProbeResult]] = {}
     for o in result.outcomes:
         # Both are the dicts run_pre_probes / run_probes returned, or None.
         merged = dict(o.pre) if isinstance(o.pre, dict) else {}
@@ -92,7 +92,7 @@ def _per_rank(result: LaunchResult) -> dict[int, dict[str, Any]]:
     return per_rank
 
 
-def _world(result: LaunchResult, per_rank: dict[int, dict[str, Any]]) -> dict[str, object]:
+def _world(result: LaunchResult, per_rank: dict[int, dict[str, ProbeResult]]) -> dict[str, object]:
     hosts = {d["env"]["data"]["hostname"] for d in per_rank.values()
              if "data" in d.get("env", {})}
     world: dict[str, object] = {"world_size": result.world_size, "backend": result.backend,
@@ -116,7 +116,7 @@ def _init_failure(result: LaunchResult) -> str:
 
 def assemble_report(result: LaunchResult, names: list[str],
                     opts: CheckOptions | Mapping[str, object],
-                    parent: dict[str, dict[str, object]] | None = None) -> Report:
+                    parent: dict[str, ProbeResult] | None = None) -> Report:
     """Every rank's outcome (a LaunchResult, local or rebuilt by the worker) -> Report."""
     options = CheckOptions.coerce(opts)
     if options.backend is None:
@@ -152,7 +152,9 @@ def _fold_into_reachability(report: Report) -> None:
     for f in report.findings:
         if f.check == "connectivity" and set(f.ranks) & cut:
             target = next((m for m in mesh if set(f.ranks) & set(m.ranks)), mesh[0])
-            target.evidence.setdefault("backend_also_failed", []).append(f.title)
+            also = target.evidence.setdefault("backend_also_failed", [])
+            assert isinstance(also, list)  # only ever set here, as a list
+            also.append(f.title)
             continue
         kept.append(f)
     report.findings[:] = kept
@@ -192,8 +194,9 @@ def _merge_duplicates(report: Report) -> None:
 
 
 def _also_seen(report: Report, first: Finding, again: Finding) -> None:
-    first.evidence.setdefault("also_seen_by", []).append(
-        {"check": again.check or None, "title": again.title})
+    also = first.evidence.setdefault("also_seen_by", [])
+    assert isinstance(also, list)  # only ever set here, as a list
+    also.append({"check": again.check or None, "title": again.title})
     # The check that found it too keeps its mark (a failed dataloader stays red).
     for check in report.checks:
         if check.name == again.check and check.status != "skipped" and \

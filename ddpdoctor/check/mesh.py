@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, TypedDict, final
 
 from ddpdoctor.contract import MESH_KEY
 
@@ -114,6 +114,28 @@ class _Reach(TypedDict, total=False):
     error: str
 
 
+class MeshRow(TypedDict):
+    """One rank's row of the mesh (the reachability probe's data, ``run_mesh``)."""
+
+    address: str  # where this rank listened, "host:port" ("[v6]:port")
+    node: str
+    tried: int
+    failed: dict[str, str]  # peer rank -> why the connection to it failed
+    slowest_ms: float
+    unpublished: list[int]  # ranks whose address this rank never received
+    cut: bool
+    all_finished: bool
+    connect_s: float
+    seconds: float
+
+
+@final
+class MeshSkipped(TypedDict):
+    """The reachability probe's data when no mesh ran (one rank, or no store)."""
+
+    skipped: str
+
+
 def _reach(me: str, peer: int, where: str, timeout_s: float) -> _Reach:
     host, _, port = where.rpartition(":")
     start = time.perf_counter()
@@ -176,7 +198,7 @@ def _barrier(store: Store, world: int, budget_s: float) -> bool:
 
 
 def run_mesh(store: Store, rank: int, world: int, backend: str, timeout_s: float,
-             budget_s: float) -> dict[str, object]:
+             budget_s: float) -> MeshRow:
     """This rank's row of the mesh: its address, how many peers it tried, and only the
     connections that failed (a row stays small at any scale); ``cut`` says whether any
     rank of the job found a connection that failed.

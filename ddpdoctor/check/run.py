@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, cast
 
 from ddpdoctor.check.assemble import analyze_probes, assemble_report
 from ddpdoctor.check.options import CheckOptions
-from ddpdoctor.check.probe import Stage
+from ddpdoctor.check.probe import ProbeResult, Stage
 from ddpdoctor.check.probes import PROBES
 from ddpdoctor.report import Report
 
@@ -29,9 +29,9 @@ __all__ = ["PROBES", "analyze_probes", "assemble_report", "run_check", "run_pre_
 
 
 def _run(ctx: RankContext | None, names: list[str], opts: CheckOptions,
-         stage: Stage) -> dict[str, dict[str, object]]:
+         stage: Stage) -> dict[str, ProbeResult]:
     """Each probe of ``stage``: ``{"data": ...}`` or ``{"error", "traceback"}``, timed."""
-    out: dict[str, dict[str, object]] = {}
+    out: dict[str, ProbeResult] = {}
     for name in names:
         probe = PROBES[name]
         if probe.stage != stage:
@@ -51,13 +51,13 @@ def _run(ctx: RankContext | None, names: list[str], opts: CheckOptions,
 
 
 def run_pre_probes(ctx: RankContext, names: list[str],
-                   opts: CheckOptions | Mapping[str, object]) -> dict[str, dict[str, object]]:
+                   opts: CheckOptions | Mapping[str, object]) -> dict[str, ProbeResult]:
     """Rank side, before the process group exists."""
     return _run(ctx, names, CheckOptions.coerce(opts), "pre_init")
 
 
 def run_probes(ctx: RankContext, names: list[str],
-               opts: CheckOptions | Mapping[str, object]) -> dict[str, dict[str, object]]:
+               opts: CheckOptions | Mapping[str, object]) -> dict[str, ProbeResult]:
     """Rank side, with the process group; a probe that raises is recorded, not fatal."""
     if getattr(ctx, "skip_init", ""):
         # No process group (a pre-init probe proved it cannot form): every rank probe

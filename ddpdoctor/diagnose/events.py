@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TypeVar, overload
+
+_T = TypeVar("_T")
 
 
 class EventKind(str, Enum):
@@ -147,7 +149,10 @@ class Event:
     lineno: int
     rank: int | None
     text: str
-    data: Mapping[str, Any] = field(default_factory=dict)
+    # The line's fields as the knowledge base converted them (kb/signature.py: a group's
+    # text, a number, a list of ranks) plus what the scanner adds: the rules know each
+    # kind's fields, and read them through the typed getters below.
+    data: Mapping[str, object] = field(default_factory=dict)
     repeats: int = 0  # identical-kind lines past the cap, counted here
     rank_from: str = ""  # set when the rank was not on the line itself
 
@@ -164,6 +169,46 @@ class Event:
                          EventKind.TORCHRUN_FAILURE):
             return self.data.get("exit_code") != 0
         return True
+
+    def typed(self, key: str, kind: type[_T]) -> _T:
+        """``data[key]``, which the knowledge base made a ``kind`` (KeyError when absent)."""
+        return self._checked(key, self.data[key], kind)
+
+    @overload
+    def get_int(self, key: str) -> int | None: ...
+    @overload
+    def get_int(self, key: str, default: _T) -> int | _T: ...
+
+    def get_int(self, key: str, default: object = None) -> object:
+        """``data.get(key, default)`` of a field the knowledge base converted to an int."""
+        value = self.data.get(key)
+        return default if value is None else self._checked(key, value, int)
+
+    def get_str(self, key: str, default: str = "") -> str:
+        """``data.get(key, default)`` of a field kept as the line's text."""
+        value = self.data.get(key)
+        return default if value is None else self._checked(key, value, str)
+
+    def ints(self, key: str, default: list[int] | None = None) -> list[int]:
+        """A list of ints (ranks, pids: ``kb.signature.ints``): ``data[key]``, or ``default``
+        when given and the field is absent."""
+        if default is not None and key not in self.data:
+            return default
+        return self._list_of(key, int)
+
+    def texts(self, key: str) -> list[str]:
+        """``data[key]``, a list of texts (parameter names, descriptions)."""
+        return self._list_of(key, str)
+
+    def _list_of(self, key: str, kind: type[_T]) -> list[_T]:
+        # a mistyped knowledge-base field fails here, where it is read, as the others do
+        return [self._checked(key, v, kind) for v in self._checked(key, self.data[key], list)]
+
+    def _checked(self, key: str, value: object, kind: type[_T]) -> _T:
+        if not isinstance(value, kind):
+            raise TypeError(f"{self.kind.value} field {key!r} is a {type(value).__name__}, "
+                            f"not a {kind.__name__}")
+        return value
 
     def quote(self, width: int = 300) -> str:
         """``file:line: [rankN] text`` for the evidence, cut to ``width``."""

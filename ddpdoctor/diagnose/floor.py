@@ -25,7 +25,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from ddpdoctor.signames import killed_by
 
@@ -50,7 +49,7 @@ class FloorPattern:
     pattern: str
     examples: tuple[tuple[str, str], ...]  # (real line, source URL)
     oom: bool = False  # the line itself says the kill was for memory
-    accept: Callable[[Mapping[str, Any]], bool] | None = None
+    accept: Callable[[Mapping[str, str | None]], bool] | None = None
     flags: int = 0
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
@@ -68,18 +67,21 @@ class FloorHit:
     oom: bool = False
 
 
-def _nonzero(d: Mapping[str, Any]) -> bool:
+def _nonzero(d: Mapping[str, str | None]) -> bool:
     return d.get("code") not in (None, "0")
 
 
-def _collapsed(d: Mapping[str, Any]) -> bool:
+def _collapsed(d: Mapping[str, str | None]) -> bool:
     """A dynamic loss scale halves on every overflow and grows back after a run of good
     steps; a healthy fp16 run settles at 2^10-2^16. Down to 8 or below, a dozen or more
     overflows in a row happened: the scaler does not recover (it goes on to 0 or to its
     minimum, and every step is skipped). Measured where the scaler says it reduced."""
+    text = d.get("scale")
+    if text is None:
+        return False
     try:
-        scale = float(d["scale"])
-    except (KeyError, ValueError):
+        scale = float(text)
+    except ValueError:
         return False
     if d.get("reducing"):
         return scale <= 8.0
@@ -179,7 +181,7 @@ PATTERNS: tuple[FloorPattern, ...] = (
         r"Segmentation fault|Aborted|Bus error|Terminated|Exited with exit code (?P<code>\d+))",
         (("srun: error: gpu001: task 0: Out Of Memory",
           "https://github.com/FoNDUE-HTR/Documentation/issues/5"),),
-        accept=lambda d: d.get("what", "").startswith("Exited") is False or _nonzero(d)),
+        accept=lambda d: (d.get("what") or "").startswith("Exited") is False or _nonzero(d)),
     FloorPattern(
         "slurm.oom_kill", Evidence.LAUNCHER_DEATH, ("oom-kill", "oom_kill"),
         r"Detected \d+ oom[-_]kill event",
@@ -342,7 +344,7 @@ def detect(body: str) -> FloorHit | None:
     return None
 
 
-def _signal_of(p: FloorPattern, d: Mapping[str, Any], code: int | None) -> str | None:
+def _signal_of(p: FloorPattern, d: Mapping[str, str | None], code: int | None) -> str | None:
     """The signal a line reports: by name, by number, as a negative exit code, or as a
     shell's 128+N."""
     signal = d.get("sig")
@@ -356,7 +358,7 @@ def _signal_of(p: FloorPattern, d: Mapping[str, Any], code: int | None) -> str |
     return signal
 
 
-def _hit(p: FloorPattern, d: Mapping[str, Any]) -> FloorHit:
+def _hit(p: FloorPattern, d: Mapping[str, str | None]) -> FloorHit:
     code_text = d.get("code") or d.get("code2")
     code = int(code_text) if code_text is not None else None
     signal = _signal_of(p, d, code)
@@ -368,5 +370,6 @@ def _hit(p: FloorPattern, d: Mapping[str, Any]) -> FloorHit:
     if what and not signal and not what.startswith("Exited"):
         signal = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",
                   "Bus error": "SIGBUS", "Terminated": "SIGTERM"}.get(what.split(" (")[0])
-    rank = int(d["rank"]) if d.get("rank") is not None else None
+    rank_text = d.get("rank")
+    rank = int(rank_text) if rank_text is not None else None
     return FloorHit(p.name, p.evidence, code, signal, rank, oom)

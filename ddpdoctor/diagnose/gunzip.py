@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import zlib
-from typing import Any, BinaryIO
+from typing import BinaryIO, Protocol
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+class _Stats(Protocol):
+    """What is noted of damage: the reader's ReadStats (a protocol: reader imports this
+    module)."""
+
+    notes: list[str]
+    incomplete: bool
 
 
 class Gunzip:
     """A gzip stream decompressed piece by piece, so a cut or corrupt archive still yields
     everything before the damage (GzipFile drops the last block's data on EOFError)."""
 
-    def __init__(self, head: bytes, raw: BinaryIO, stats: Any) -> None:
+    def __init__(self, head: bytes, raw: BinaryIO, stats: _Stats) -> None:
         """``stats``: the reader's ReadStats; damage is noted there (``incomplete``)."""
         self._raw = raw
         self._pending = head

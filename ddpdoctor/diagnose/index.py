@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Literal
 
 from ddpdoctor.diagnose.events import CASCADE, Event, EventKind
-from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.findings import Finding, Severity, format_ranks
 
 _MAX_LINES = 6
 
@@ -67,7 +67,7 @@ def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
         return evs, None
     i = agents[0]
     first = evs[i]
-    evs[i] = replace(first, rank=first.data.get("local_rank") if first.rank is None
+    evs[i] = replace(first, rank=first.get_int("local_rank") if first.rank is None
                      else first.rank, data={**first.data, "first": True})
     return evs, evs[i]
 
@@ -97,7 +97,7 @@ def _versions(version_events: list[Event]) -> dict[str, str]:
     for e in version_events:
         for key in ("nccl", "torch", "python", "cuda"):
             if key in e.data:
-                versions.setdefault(key, e.data[key])
+                versions.setdefault(key, e.typed(key, str))
     return versions
 
 
@@ -144,8 +144,8 @@ class Rule:
 
 
 def verdict(ix: EventIndex, fid: str, title: str, evs: list[Event],
-            evidence: dict[str, Any] | None = None, ranks: list[int] | None = None,
-            severity: str = "") -> Verdict:
+            evidence: Mapping[str, object] | None = None, ranks: list[int] | None = None,
+            severity: Severity | Literal[""] = "") -> Verdict:
     """A verdict for ``evs``; the exit code torchrun reported for its ranks is added."""
     evs = sorted(evs, key=ix.pos)
     ev = evidence_of(evs)
@@ -183,7 +183,7 @@ def cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n].rstrip() + " ..."
 
 
-def evidence_of(evs: list[Event]) -> dict[str, Any]:
+def evidence_of(evs: list[Event]) -> dict[str, object]:
     seen: set[str] = set()
     lines = []
     for e in evs:
@@ -191,7 +191,7 @@ def evidence_of(evs: list[Event]) -> dict[str, Any]:
         if q not in seen:
             seen.add(q)
             lines.append(q)
-    ev: dict[str, Any] = {"first_seen": evs[0].where if evs else ""}
+    ev: dict[str, object] = {"first_seen": evs[0].where if evs else ""}
     ev["lines"] = lines[:_MAX_LINES]
     if len(lines) > _MAX_LINES:
         ev["more_lines"] = len(lines) - _MAX_LINES

@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, verdict
 from ddpdoctor.diagnose.kb.bugs import BY_ID, KNOWN_BUGS, KnownBug
-from ddpdoctor.findings import Finding
+from ddpdoctor.findings import Finding, Severity
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -56,7 +57,7 @@ def affects(bug: KnownBug, versions: dict[str, str], require_all: bool) -> bool:
     return True
 
 
-def _finding(bug: KnownBug, severity: str = "") -> Finding:
+def _finding(bug: KnownBug, severity: Severity | Literal[""] = "") -> Finding:
     return Finding("KNOWN_UPSTREAM_BUG", f"known upstream bug: {bug.title} ({bug.url})",
                    evidence={"bug": bug.id, "upstream": bug.url, "affected": bug.affected,
                              "fixed_in": bug.fixed, "workaround": bug.workaround},
@@ -76,7 +77,7 @@ def known_bugs(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     out = []
     seen = set()
     for e in ix.of(K.KNOWN_BUG):
-        bug = BY_ID[e.data["bug"]]
+        bug = BY_ID[e.typed("bug", str)]
         if bug.id in seen or not affects(bug, dict(ix.versions), require_all=False):
             continue
         seen.add(bug.id)

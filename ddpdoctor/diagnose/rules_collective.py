@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
@@ -20,11 +19,13 @@ def mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     out = []
     detail = ix.of(K.MISMATCH_DETAIL)
     if detail:
-        colls: dict[str, Any] = {}
+        # rank -> the parts of its fingerprint (kb/c10d.py: _fingerprint)
+        colls: dict[str, dict[str, str | int]] = {}
         for e in detail:
-            for r, fp in e.data.get("collectives", {}).items():
+            for r, fp in (e.typed("collectives", dict) if "collectives" in e.data
+                          else {}).items():
                 colls.setdefault(str(r), fp)
-        around = [e.data["around_rank"] for e in detail if "around_rank" in e.data]
+        around = [e.typed("around_rank", int) for e in detail if "around_rank" in e.data]
         if colls:
             desc = "; ".join(f"rank {r}: {fp.get('op', '?')} shape [{fp.get('shape', '')}]"
                              for r, fp in sorted(colls.items()))
@@ -39,7 +40,7 @@ def mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     size = ix.of(K.SIZE_MISMATCH)
     if size:
         d = size[0].data
-        ev: dict[str, Any] = {"hint": "the ranks passed tensors of different sizes to the same "
+        ev: dict[str, object] = {"hint": "the ranks passed tensors of different sizes to the same "
                               "collective; rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to see "
                               "both shapes"}
         if d.get("received_bytes") is not None:
@@ -51,13 +52,13 @@ def mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     out.extend(_watchdog_fingerprints(ix) if not out else [])
     started = ix.of(K.DESYNC_STARTED)
     if len({e.data["op"] for e in started}) > 1 and not detail:
-        minority = min(started, key=lambda e: len(e.data["ranks"]))
+        minority = min(started, key=lambda e: len(e.ints("ranks")))
         out.append(verdict(
             ix, "HANG_COLLECTIVE_MISMATCH", "ranks are in different collectives: " + ", ".join(
-                f"[{format_ranks(sorted(e.data['ranks']))}] {e.data['op']}" for e in started),
+                f"[{format_ranks(sorted(e.ints('ranks')))}] {e.data['op']}" for e in started),
             started + ix.of(K.DESYNC_TIMEOUT_AT),
-            {"collectives": {format_ranks(sorted(e.data["ranks"])): e.data["op"]
-                             for e in started}}, ranks=minority.data["ranks"]))
+            {"collectives": {format_ranks(sorted(e.ints("ranks"))): e.data["op"]
+                             for e in started}}, ranks=minority.ints("ranks")))
     return out
 
 
@@ -74,8 +75,8 @@ def _watchdog_fingerprints(ix: EventIndex) -> list[Verdict]:
         if e.rank is None or "seq" not in e.data or "op" not in e.data:
             continue
         pg = _PG.search(e.text)
-        fp = (e.data["op"], e.data.get("numel_in"), e.data.get("numel_out"))
-        by_seq.setdefault((pg.group(1) if pg else "", e.data["seq"]), {})[e.rank] = fp
+        fp: tuple[object, ...] = (e.data["op"], e.data.get("numel_in"), e.data.get("numel_out"))
+        by_seq.setdefault((pg.group(1) if pg else "", e.typed("seq", int)), {})[e.rank] = fp
     for (_, seq), fps in sorted(by_seq.items(), key=lambda kv: kv[0][1]):
         if len(set(fps.values())) < 2:
             continue
@@ -96,7 +97,7 @@ def _watchdog_fingerprints(ix: EventIndex) -> list[Verdict]:
 
 
 def _fp_text(fp: tuple[object, ...]) -> str:
-    op, numel_in, numel_out = fp
+    op, numel_in, numel_out = fp  # _watchdog_fingerprints' triples
     return f"{op}" + (f" NumelIn={numel_in} NumelOut={numel_out}" if numel_in is not None
                       else "")
 
@@ -112,8 +113,8 @@ def _desync_lagging(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | N
     if not lagging or any(v.finding.id == "HANG_COLLECTIVE_MISMATCH" for v in earlier):
         return None
     ranks = sorted({r for e in lagging if e.kind is not K.DESYNC_UNFINISHED
-                    for r in e.data["ranks"]}) or sorted(
-                        {r for e in lagging for r in e.data["ranks"]})
+                    for r in e.ints("ranks")}) or sorted(
+                        {r for e in lagging for r in e.ints("ranks")})
     extra = ix.of(K.DESYNC_TIMEOUT_AT, K.DESYNC_HEADER)
     return verdict(ix, "COLLECTIVE_TIMEOUT",
                    f"collective timed out; the desync report names rank "
@@ -125,7 +126,7 @@ def _barrier_missing(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | 
     barrier = ix.of(K.MONITORED_BARRIER)
     if not barrier:
         return None
-    ranks = sorted({r for e in barrier for r in e.data["missing_ranks"]})
+    ranks = sorted({r for e in barrier for r in e.ints("missing_ranks")})
     ms = barrier[0].data["timeout_ms"]
     return verdict(ix, "COLLECTIVE_TIMEOUT", f"rank {format_ranks(ranks)} did not reach "
                    f"monitored_barrier within {ms} ms", barrier, {"timeout_ms": ms},
@@ -136,7 +137,7 @@ def _store_missing(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | No
     store = [e for e in ix.of(K.STORE_TIMEOUT) if e.data.get("missing_ranks")]
     if not store or ix.of(K.CONNECT_TIMEOUT, K.CONN_REFUSED):
         return None
-    ranks = sorted({r for e in store for r in e.data["missing_ranks"]})
+    ranks = sorted({r for e in store for r in e.ints("missing_ranks")})
     d = store[0].data
     return verdict(
         ix, "COLLECTIVE_TIMEOUT", f"rank {format_ranks(ranks)} never joined the process "
@@ -150,8 +151,8 @@ def _nccl_id_never_published(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Ve
     uid = ix.of(K.STORE_UNIQUEID)
     if not uid:
         return None
-    src = sorted({e.data["source_rank"] for e in uid})
-    waiters = sorted({e.data["waiter"] for e in uid})
+    src = sorted({e.typed("source_rank", int) for e in uid})
+    waiters = sorted({e.typed("waiter", int) for e in uid})
     return verdict(
         ix, "HANG_RANK_MISSING_COLLECTIVE",
         f"rank {format_ranks(src)} never published the NCCL id that rank "
@@ -167,8 +168,8 @@ def _stalled_ops(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None
     stalls = ix.of(K.HOROVOD_STALL)
     if not stalls:
         return None
-    sets = {tuple(sorted(e.data["ready_ranks"])) for e in stalls}
-    seen = {r for e in stalls for r in e.data["ready_ranks"]} | {
+    sets = {tuple(sorted(e.ints("ready_ranks"))) for e in stalls}
+    seen = {r for e in stalls for r in e.ints("ready_ranks")} | {
         e.rank for e in ix.events if e.rank is not None}
     ev = {"stalled_ops": len(stalls), "ready_ranks": sorted(sets)[:5],
           "first": stalls[0].data.get("op", "")}
@@ -212,7 +213,7 @@ def _behind(states: list[Event]) -> list[int]:
     last: dict[int, int] = {}
     for e in states:
         if e.rank is not None:
-            last[e.rank] = max(last.get(e.rank, -2), e.data["last_enqueued"])
+            last[e.rank] = max(last.get(e.rank, -2), e.typed("last_enqueued", int))
     if len(set(last.values())) < 2:
         return []
     low = min(last.values())
@@ -228,14 +229,14 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     evs = _first_timed_out(watchdog)
     reporting = set(ranks_of(evs + states))
     # A rank whose progress line shows it busy elsewhere, and that reports no timeout.
-    named = {e.data.get("busy_rank", e.rank) for e in ix.of(K.BUSY)} - {None}
+    named = {r for e in ix.of(K.BUSY) if (r := e.get_int("busy_rank", e.rank)) is not None}
     busy = sorted(named - reporting)
     culprits = _behind(states) or busy or _silent(ranks_of(evs)) or _main_first(ix, reporting)
     if not culprits and not _is_barrier(evs):
         return []
     d = (evs or states)[0].data
     op = f"{d.get('op', 'a collective')}" + (f" #{d['seq']}" if "seq" in d else "")
-    ev: dict[str, Any] = {"collective": {k: d[k] for k in ("op", "seq", "timeout_ms", "ran_ms")
+    ev: dict[str, object] = {"collective": {k: d[k] for k in ("op", "seq", "timeout_ms", "ran_ms")
                                          if k in d},
                           "ranks_reporting": fmt(evs + states)}
     other = _waiting_elsewhere(ix, culprits, d.get("op"))
@@ -257,7 +258,7 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 
 
 def _elsewhere_verdict(ix: EventIndex, culprits: list[int], other: dict[int, str], op: str,
-                       waiting: list[Event], ev: dict[str, Any]) -> Verdict:
+                       waiting: list[Event], ev: dict[str, object]) -> Verdict:
     where = ", ".join(f"rank {r} was in {c}" for r, c in sorted(other.items()))
     ev["collectives"] = {str(r): c for r, c in sorted(other.items())}
     return verdict(ix, "HANG_COLLECTIVE_MISMATCH",
@@ -271,7 +272,7 @@ def _waiting_elsewhere(ix: EventIndex, culprits: list[int], op: object) -> dict[
     the one the others timed out in (names compared without case and underscores)."""
     if not culprits or not isinstance(op, str):
         return {}
-    seen = {e.rank: e.data["in_collective"] for e in ix.events
+    seen = {e.rank: e.typed("in_collective", str) for e in ix.events
             if e.rank in culprits and e.data.get("in_collective")}
     same = op.replace("_", "").upper()
     if not seen or any(c.replace("_", "").upper() == same for c in seen.values()):
@@ -283,7 +284,7 @@ def _first_timed_out(watchdog: list[Event]) -> list[Event]:
     """The timeout reports of the lowest sequence number: the collective that hung first."""
     by_seq: dict[int, list[Event]] = {}
     for e in watchdog:
-        by_seq.setdefault(e.data.get("seq", -1), []).append(e)
+        by_seq.setdefault(e.get_int("seq", -1), []).append(e)
     return min(by_seq.items(), key=lambda kv: kv[0])[1] if by_seq else []
 
 
@@ -293,8 +294,9 @@ def _is_barrier(evs: list[Event]) -> bool:
                and e.data.get("numel_in") == 1) for e in evs)
 
 
-def _busy_elsewhere(ix: EventIndex, culprits: list[int], op: str, ev: dict[str, Any]) -> str:
-    acts = sorted({e.data["activity"] for e in ix.of(K.BUSY)})
+def _busy_elsewhere(ix: EventIndex, culprits: list[int], op: str,
+                    ev: dict[str, object]) -> str:
+    acts = sorted({e.typed("activity", str) for e in ix.of(K.BUSY)})
     ev["busy"] = [e.quote(200) for e in ix.of(K.BUSY)][-3:]
     return (f"rank {format_ranks(culprits)} was busy elsewhere ({', '.join(acts)}) while "
             f"the others waited in {op} until the timeout")
@@ -304,7 +306,7 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     evs = ix.of(K.NCCL_WATCHDOG, K.GLOO_TIMEOUT, K.STORE_TIMEOUT) or ix.of(K.NCCL_WORK_STATE)
     peer = ix.of(K.BARRIER_PEER_ERROR)
     if not evs and peer:
-        p = sorted({e.data["peer"] for e in peer})
+        p = sorted({e.typed("peer", int) for e in peer})
         return [verdict(ix, "COLLECTIVE_TIMEOUT", f"rank {fmt(peer) or '?'} reached "
                         f"monitored_barrier but got errors from rank {format_ranks(p)}: rank "
                         f"{format_ranks(p)} failed or its log names the late rank", peer,
@@ -312,7 +314,7 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if not evs:
         return []
     w = ix.of(K.NCCL_WATCHDOG)
-    ev: dict[str, Any] = {"hint": "no rank in these logs failed first: a rank is hung, slower, "
+    ev: dict[str, object] = {"hint": "no rank in these logs failed first: a rank is hung, slower, "
                           "or calls a different collective; rerun with TORCH_DISTRIBUTED_DEBUG="
                           "DETAIL (mismatch) or TORCH_NCCL_DESYNC_DEBUG=1, or use ddpdoctor "
                           "attach/run on the live job to see where each rank waits",
@@ -331,8 +333,9 @@ def stack_dump(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     out = []
     for e in ix.of(K.STACK_DUMP):
         if e.data.get("finding"):
-            out.append(verdict(ix, e.data["finding"], e.text, [e],
-                               {"processes": list(e.data.get("described", [])),
+            out.append(verdict(ix, e.typed("finding", str), e.text, [e],
+                               {"processes": e.texts("described") if "described" in e.data
+                                              else [],
                                 "hint": "a py-spy dump names no rank: dump with `ddpdoctor "
                                         "attach` (or py-spy with the rank in the file name) "
                                         "to have the culprit named"},
@@ -347,8 +350,8 @@ def store_barrier(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]
     evs = ix.of(K.STORE_BARRIER_WAIT)
     if not evs:
         return []
-    last = evs[-1].data
-    world, joined = int(last.get("world_size", 0)), int(last.get("worker_count", 0))
+    last = evs[-1]
+    world, joined = last.get_int("world_size", 0), last.get_int("worker_count", 0)
     if joined > world:
         return [verdict(ix, "ENV_PORT_IN_USE", f"{joined} processes joined a process group "
                         f"of {world}: two jobs (or one launched twice) share its rendezvous "
@@ -356,8 +359,8 @@ def store_barrier(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]
                         ranks=[])]
     if joined >= world:
         return []
-    waiting = {int(e.data["rank"]) for e in evs if "rank" in e.data
-               and int(e.data.get("world_size", 0)) == world}
+    waiting = {e.typed("rank", int) for e in evs if "rank" in e.data
+               and e.get_int("world_size", 0) == world}
     missing = sorted(set(range(world)) - waiting)
     named = missing if len(missing) == world - joined else []
     who = f": rank {format_ranks(named)}" if named else ""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Any
 
 from ddpdoctor.diagnose.events import CASCADE, Event
 from ddpdoctor.diagnose.events import EventKind as K
@@ -55,7 +54,7 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     e = bad[0]
     what = e.data.get("what") or e.data.get("signal") or "Segmentation fault"
     frames = [x.data["where"] for x in ix.of(K.EXCEPTION) if x.data.get("where")]
-    ev: dict[str, Any] = {"hint": "a crash in native code (an extension, NCCL, a driver): "
+    ev: dict[str, object] = {"hint": "a crash in native code (an extension, NCCL, a driver): "
                           "faulthandler's 'Current thread' stack names the Python call that "
                           "entered it"}
     return [verdict(ix, "RANK_CRASHED", f"{'rank ' + fmt(bad) if fmt(bad) else 'a process'} "
@@ -76,11 +75,11 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         first_per_rank.setdefault(e.rank, e)  # Python prints the original cause first
     groups: dict[str, list[Event]] = defaultdict(list)
     for e in first_per_rank.values():
-        groups[e.data.get("exception", e.text)].append(e)
+        groups[e.get_str("exception", e.text)].append(e)
     out = []
     for msg, evs in groups.items():
-        where = next((e.data["where"] for e in evs if e.data.get("where")), "")
-        ev: dict[str, Any] = {"exception": msg}
+        where = next((e.typed("where", str) for e in evs if e.data.get("where")), "")
+        ev: dict[str, object] = {"exception": msg}
         ranks = ranks_of(evs)
         for f in ix.root_failures:
             if f.rank in ranks:
@@ -107,7 +106,7 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     explained = explained_ranks(earlier)
     felt = {e.rank for e in ix.events if e.kind in CASCADE and e.kind is not K.AGENT_FAILED}
     out: list[Verdict] = []
-    pids = {e.data.get("pid") for e in ix.root_failures} - {None}
+    pids = {p for e in ix.root_failures if (p := e.get_int("pid")) is not None}
     signalled = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") in _OWN_RULE]
     for e in list(ix.root_failures) + ix.of(K.SIGKILL) + signalled:
         if _told_already(e, explained, pids, bool(out)) or _died_of_fallout(e, felt):
@@ -120,7 +119,7 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return [_bare_exit(ix, exits[0])] if exits else []
 
 
-def _told_already(e: Event, explained: set[int | None], root_pids: set[Any],
+def _told_already(e: Event, explained: set[int | None], root_pids: set[int],
                   found_one: bool) -> bool:
     """The same death, as another line tells it."""
     if e.rank in explained:
@@ -132,7 +131,7 @@ def _told_already(e: Event, explained: set[int | None], root_pids: set[Any],
 def _died_of_fallout(e: Event, felt: set[int | None]) -> bool:
     """It exited on an error it felt (a timeout, a reset; NCCL aborts with SIGABRT after a
     watchdog timeout): fallout, not a crash of its own."""
-    code = e.data.get("exit_code")
+    code = e.get_int("exit_code")
     return e.rank in felt and code is not None and (code > 0 or code == -6)
 
 
@@ -155,11 +154,11 @@ def _death(ix: EventIndex, e: Event) -> Verdict:
     # A shell's 128+N exit code says nothing the signal does not; a launcher's returncode
     # (DeepSpeed's -9) is the exit status itself.
     code = (None if e.kind is K.PROCESS_EXIT and not e.data.get("launcher")
-            else e.data.get("exit_code"))
+            else e.get_int("exit_code"))
     sig = e.data.get("signal")
     who = _who(e)
     ranks = [e.rank] if e.rank is not None else []
-    ev: dict[str, Any] = {"exit_code": code}
+    ev: dict[str, object] = {"exit_code": code}
     ev.update({k: e.data[k] for k in ("host", "traceback") if e.data.get(k)})
     if code == -9 or sig == "SIGKILL":
         # Nothing printed, then SIGKILL: in the public reports this is the host's (or the
@@ -194,7 +193,7 @@ def rendezvous(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     target = next((f"{e.data['host']}:{e.data['port']}" for e in connect
                    if e.data.get("host")), "")
     errno = next((e.data for e in connect if e.data.get("errno")), {})
-    ev: dict[str, Any] = {"endpoint": target} if target else {}
+    ev: dict[str, object] = {"endpoint": target} if target else {}
     why = ""
     if errno:
         ev["errno"] = f"{errno['errno']} ({errno['reason']})"
@@ -209,7 +208,7 @@ def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if not evs:
         return []
     peer = next((e.data for e in evs if e.data.get("address")), {})
-    ev: dict[str, Any] = {"hint": "a peer exited or the network failed; if no rank crashed, "
+    ev: dict[str, object] = {"hint": "a peer exited or the network failed; if no rank crashed, "
                           "rerun with NCCL_DEBUG=INFO and check the interface "
                           "(NCCL_SOCKET_IFNAME)"}
     with_peer = ""

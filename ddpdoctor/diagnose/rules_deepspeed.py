@@ -6,8 +6,6 @@ ranks' exits, the launcher's report and torchrun's summary are its fallout.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ddpdoctor.diagnose.events import CASCADE
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, verdict
@@ -18,7 +16,7 @@ def ds_config(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if not evs:
         return []
     first = evs[0]
-    ev: dict[str, Any] = {k: v for k, v in first.data.items()
+    ev: dict[str, object] = {k: v for k, v in first.data.items()
                           if k in ("setting", "train_batch_size", "micro_batch", "grad_acc",
                                    "world_size")}
     ev["hint"] = "ddpdoctor check --ds-config FILE --world-size N names every contradiction"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
 
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
@@ -33,7 +32,7 @@ def device_mapping(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict
         return []
     d = dup[0].data
     if "rank_a" in d:
-        ranks = sorted({d["rank_a"], d["rank_b"]})
+        ranks = sorted({dup[0].typed("rank_a", int), dup[0].typed("rank_b", int)})
         title = (f"rank {d['rank_a']} and rank {d['rank_b']} both use CUDA device "
                  f"{d['device']}: each rank needs its own GPU")
         ev = {"device": d["device"], "ranks_on_device": ranks}
@@ -101,7 +100,7 @@ def nccl_config(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             title = (f"gloo found no interface named {d['interface']!r}: set "
                      "GLOO_SOCKET_IFNAME to one existing interface name (gloo does not take "
                      "NCCL's ^exclude lists)")
-        elif d["config"].startswith("GLOO"):
+        elif configured[0].typed("config", str).startswith("GLOO"):
             title = ("gloo could not resolve this host's name to a local address and used "
                      "loopback, so other nodes cannot reach it: set GLOO_SOCKET_IFNAME")
         elif env_ifname and d["config"] == "NCCL_SOCKET_IFNAME":
@@ -129,8 +128,8 @@ def ib_errors(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     d = ib[0].data
     peer = f" from peer {d['peer']}" if d.get("peer") else ""
     hca = f" on {d['hca']}" if d.get("hca") else ""
-    name = IB_STATUS.get(d["code"], f"status {d['code']}")
-    ev: dict[str, Any] = {k: d[k] for k in ("peer", "hca", "code", "vendor_err") if k in d}
+    name = IB_STATUS.get(ib[0].typed("code", int), f"status {d['code']}")
+    ev: dict[str, object] = {k: d[k] for k in ("peer", "hca", "code", "vendor_err") if k in d}
     ev["status_name"] = name
     if d["code"] == 12:
         ev["meaning"] = ("the remote HCA never acknowledged (transport retry exceeded): link "
@@ -146,7 +145,7 @@ def _ib_async(ix: EventIndex) -> list[Verdict]:
     events = ix.of(K.IB_ASYNC)
     if not events:
         return []
-    kinds = sorted({e.data.get("event", "?") for e in events})
+    kinds = sorted({e.get_str("event", "?") for e in events})
     return [verdict(ix, "COMM_CONNECTIVITY", f"the InfiniBand adapter reported {', '.join(kinds)} "
                     "(an async event of the HCA): the node's link or adapter failed", events,
                     {"ib_events": kinds})]
@@ -208,7 +207,8 @@ def rendezvous_split(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdi
         return []
     address: dict[int, str] = {}
     for e in connects:
-        address.setdefault(e.rank, f"{e.data['host']}:{e.data['port']}")
+        if e.rank is not None:  # connects holds ranked events only
+            address.setdefault(e.rank, f"{e.data['host']}:{e.data['port']}")
     split = _odd_endpoints(address, waited)
     if split is None:
         return []

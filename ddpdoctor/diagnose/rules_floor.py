@@ -11,7 +11,6 @@ then a bare non-zero exit.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
@@ -96,7 +95,7 @@ def _signal_death(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     e = bad[0]
     sig = e.data["signal"]
     # SIGKILL never gets here: _killed, earlier in FAMILIES, takes every one
-    ev: dict[str, Any] = {"evidence_kind": e.data["evidence"], "signal": sig}
+    ev: dict[str, object] = {"evidence_kind": e.data["evidence"], "signal": sig}
     return verdict(ix, "RANK_CRASHED", f"{_who(bad)} died of {sig} "
                    f"({e.data['evidence']}, {e.where})", bad, ev)
 

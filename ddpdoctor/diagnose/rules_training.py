@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
@@ -18,7 +18,7 @@ def ddp(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 
 
 def _reduction_not_finished(ix: EventIndex, red: list[Event]) -> Verdict:
-    ev: dict[str, Any] = {}
+    ev: dict[str, object] = {}
     if any(e.data.get("static_graph") for e in red):
         ev["note"] = "static_graph=True and the graph changed between iterations"
     if any(e.data.get("marked_twice") for e in red):
@@ -42,7 +42,7 @@ def _unused_parameters(ix: EventIndex, red: list[Event]) -> Verdict | None:
     per_rank = _unused_per_rank(unused)
     names = sorted({n for s in per_rank.values() for n in s.get("names", [])})
     idx = sorted({i for s in per_rank.values() for i in s.get("indices", [])})
-    ev: dict[str, Any] = {"parameters": per_rank} if per_rank else {}
+    ev: dict[str, object] = {"parameters": per_rank} if per_rank else {}
     if names:
         what = ", ".join(names)
     elif idx:
@@ -57,14 +57,20 @@ def _unused_parameters(ix: EventIndex, red: list[Event]) -> Verdict | None:
                    unused + framework, ev, ranks=ranks)
 
 
-def _unused_per_rank(unused: list[Event]) -> dict[str, dict[str, Any]]:
+class _Unused(TypedDict, total=False):
+    names: list[str]
+    indices: list[int]
+
+
+def _unused_per_rank(unused: list[Event]) -> dict[str, _Unused]:
     """The names or indices DDP printed, per rank that printed them."""
-    per_rank: dict[str, dict[str, Any]] = {}
+    per_rank: dict[str, _Unused] = {}
     for e in unused:
         slot = per_rank.setdefault(str(e.data.get("param_rank", e.rank)), {})
-        for key in ("names", "indices"):
-            if key in e.data:
-                slot[key] = e.data[key]
+        if "names" in e.data:
+            slot["names"] = e.texts("names")
+        if "indices" in e.data:
+            slot["indices"] = e.ints("indices")
     return per_rank
 
 
@@ -76,14 +82,14 @@ def _says_unused(text: str) -> bool:
 
 def shm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """/dev/shm ran out or is not writable: DataLoader bus errors, torch's and NCCL's shm."""
-    bus = [e for e in ix.of(K.DL_KILLED) if "bus" in e.data.get("signal", "").lower()]
+    bus = [e for e in ix.of(K.DL_KILLED) if "bus" in e.get_str("signal").lower()]
     bus_worker = [e for e in ix.of(K.DL_WORKER_SIGNAL) if e.data.get("what") == "bus error"]
     torch_shm = ix.of(K.SHM_ALLOC)
     nccl = ix.of(K.NCCL_SHM)
     evs = bus + bus_worker + torch_shm + nccl
     if not evs:
         return []
-    ev: dict[str, Any] = {}
+    ev: dict[str, object] = {}
     if torch_shm:
         ev["shm_error"] = torch_shm[0].data.get("reason", "")
     if bus or bus_worker:
@@ -97,11 +103,11 @@ def shm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                     ranks=ranks_of(bus + torch_shm + nccl) or None)]
 
 
-def _nccl_shm_title(nccl: list[Event], ev: dict[str, Any]) -> str:
+def _nccl_shm_title(nccl: list[Event], ev: dict[str, object]) -> str:
     """NCCL's own shm failure: which call, which segment, and why (adds them to ``ev``)."""
     calls = [e.data for e in nccl if e.data.get("call")]
     seg = next((e.data for e in nccl if e.data.get("segment")), {})
-    reason = next((d.get("reason") for d in calls + [seg] if d.get("reason")), "")
+    reason = next((str(d["reason"]) for d in calls + [seg] if d.get("reason")), "")
     ev.update({k: v for k, v in seg.items() if k in ("segment", "size")})
     if calls:
         ev["failed_call"] = f"{calls[0]['call']}: {calls[0].get('reason', '')}"
@@ -137,29 +143,29 @@ def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 
 # One function per way a DataLoader worker fails: (the first event, all of them) -> (title,
 # evidence).
-def _dl_killed(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
-    ev: dict[str, Any] = {"signal": first.data["signal"]}
+def _dl_killed(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
+    ev: dict[str, object] = {"signal": first.data["signal"]}
     if first.data["signal"] == "Killed":
         ev["hint"] = "SIGKILL: most often the host's OOM killer (check dmesg)"
     return f"a DataLoader worker was killed by signal: {first.data['signal']}", ev
 
 
-def _dl_exit(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+def _dl_exit(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
     return (f"a DataLoader worker exited with code {first.data['exit_code']}",
             {"exit_code": first.data["exit_code"]})
 
 
-def _dl_timeout(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+def _dl_timeout(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
     return (f"DataLoader timed out after {first.data['timeout_s']:g} s waiting for a batch",
             {"timeout_s": first.data["timeout_s"]})
 
 
-def _dl_worker_signal(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+def _dl_worker_signal(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
     return f"a DataLoader worker died of a {first.data['what']}", {"signal": first.data["what"]}
 
 
-def _dl_exited(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
-    pids = ", ".join(str(p) for p in first.data.get("pids", []))
+def _dl_exited(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
+    pids = ", ".join(str(p) for p in first.ints("pids", []))
     hint = ("the worker died without a Python error: killed by a signal (the host's "
             "OOM killer: check dmesg; a bus error: /dev/shm too small in a container)"
             " — rerun with num_workers=0 to see the error in the main process")
@@ -167,14 +173,14 @@ def _dl_exited(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
             {"hint": hint})
 
 
-def _dl_connection_lost(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+def _dl_connection_lost(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
     return "a DataLoader worker died (the rank lost its connection to it)", {}
 
 
-def _dl_raised(first: Event, dl: list[Event]) -> tuple[str, dict[str, Any]]:
+def _dl_raised(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
     errs = [e for e in dl if e.kind in (K.EXCEPTION, K.SHM_ALLOC)]
     msg = errs[0].data.get("exception", errs[0].text) if errs else first.text
-    ev: dict[str, Any] = {}
+    ev: dict[str, object] = {}
     if errs and errs[0].data.get("where"):
         ev["where"] = errs[0].data["where"]
     return f"a DataLoader worker raised {msg}", ev
@@ -206,8 +212,8 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     host = ix.of(K.HOST_OOM)
     if host:
         killed9 = [e for e in ix.root_failures if e.data.get("exit_code") == -9]
-        ev: dict[str, Any] = {"kind": "host"}
-        pids = ({e.data.get("pid") for e in host} & {e.data.get("pid") for e in killed9}) - {None}
+        ev: dict[str, object] = {"kind": "host"}
+        pids = _pids(host) & _pids(killed9)
         if pids:
             ev["pid_match"] = (f"the kernel killed pid {min(pids)}, the pid torchrun reports "
                                "for that rank")
@@ -216,6 +222,10 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                            + (f" (rank {format_ranks(ranks)}, SIGKILL)" if ranks else ""),
                            host + killed9, ev, ranks=ranks))
     return out
+
+
+def _pids(evs: list[Event]) -> set[int]:
+    return {p for e in evs if (p := e.get_int("pid")) is not None}
 
 
 def _cuda_oom(ix: EventIndex, cuda: list[Event]) -> list[Verdict]:
@@ -234,7 +244,7 @@ def _cuda_oom(ix: EventIndex, cuda: list[Event]) -> list[Verdict]:
     if sizes.get("total_capacity"):
         msg += (f" on GPU {sizes.get('gpu', '?')} ({sizes.get('free', '?')} free of "
                 f"{sizes['total_capacity']})")
-    others = cuda[0].data.get("other_processes", 0)
+    others = cuda[0].get_int("other_processes", 0)
     if others >= 2:
         # Many processes hold memory on one GPU: ranks touch a GPU that is not theirs
         # (a CUDA context each), not a model too big for the card.
@@ -251,7 +261,7 @@ def _allocator_oom(ix: EventIndex, cpu: list[Event]) -> list[Verdict]:
     if not cpu:
         return []
     # the smallest request: ranks aborting at once interleave their lines' digits
-    asked = min((e.data["tried_to_allocate_bytes"] for e in cpu
+    asked = min((e.typed("tried_to_allocate_bytes", int) for e in cpu
                  if e.data.get("tried_to_allocate_bytes")), default=None)
     size = (f"{asked / 2**30:.2f} GiB" if asked and asked >= 2**30 else
             f"{(asked or 0) / 2**20:.1f} MiB")
@@ -281,7 +291,7 @@ def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                         {"why": "the scaler skipped steps in this log, and no other metric "
                                 "is non-finite"}, ranks=ranks_of(nan), severity="warning")]
     first = nan[0]
-    ev: dict[str, Any] = {}
+    ev: dict[str, object] = {}
     if first.kind is K.GRAD_NAN:
         ev["function"] = first.data["function"]
         title = f"backward of {first.data['function']} produced NaN (anomaly detection)"
@@ -330,7 +340,7 @@ def divergence(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 def _jump_that_stays(evs: list[Event]) -> tuple[float, Event] | None:
     import statistics
 
-    values = [float(e.data["value"]) for e in evs]
+    values = [e.typed("value", float) for e in evs]
     for i in range(2, len(values) - AFTER):
         base = statistics.median(values[:i])
         if values[i] >= JUMP * base and values[i] - base >= JUMP_ABS \

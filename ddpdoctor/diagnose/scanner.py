@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any
 
 from ddpdoctor.diagnose import floor
 from ddpdoctor.diagnose.events import Event, EventKind
 from ddpdoctor.diagnose.kb import match_line
+from ddpdoctor.diagnose.kb.signature import Signature
 from ddpdoctor.diagnose.reader import RawLine, split_rank_prefix
 from ddpdoctor.signames import killed_by
 
@@ -81,7 +81,7 @@ class LineScanner:
         self._tb_line: dict[int | None, tuple[RawLine, str]] = {}  # each rank's open traceback
         self._in_worker: dict[int | None, int] = {}
         self._summary = ""  # "", "failures" or "root"
-        self._record: dict[str, Any] = {}
+        self._record: dict[str, object] = {}
         self._last: dict[tuple[EventKind, int | None], tuple[int, int]] = {}
 
     def feed(self, line: RawLine) -> None:
@@ -106,7 +106,7 @@ class LineScanner:
         matches = list(match_line(stripped))
         exc = (_EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
                or _RECORDED_EXCEPTION.match(stripped))
-        exc_data: dict[str, Any] = {}
+        exc_data: dict[str, object] = {}
         if exc:
             exc_data = self._exception_data(rank, exc.group(1), exc.group(2) or "")
         if matches and self._in_side_tool(rank):
@@ -125,19 +125,20 @@ class LineScanner:
         for sig, data in matches:
             if sig.kind is EventKind.DL_WORKER_EXCEPTION:
                 # The next exception of this rank is the worker's, re-raised.
-                self._in_worker[rank] = data["worker"]
+                self._in_worker[rank] = _int(data["worker"])
 
     def _emit_matches(self, line: RawLine, rank: int | None, stripped: str,
-                      matches: list[tuple[Any, dict[str, Any]]],
-                      exc_data: dict[str, Any]) -> None:
+                      matches: list[tuple[Signature, dict[str, object]]],
+                      exc_data: dict[str, object]) -> None:
         in_line = self._nccl_rank(stripped) if matches else None
         for sig, data in matches:
             if exc_data:
                 data.update(exc_data)
             data["signature"] = sig.name
             line_rank = self._line_rank(rank, in_line)
-            if line_rank is None and isinstance(data.get("process"), int):
-                line_rank = data["process"]  # mp.spawn's process index is the rank it ran
+            process = data.get("process")
+            if line_rank is None and isinstance(process, int):
+                line_rank = process  # mp.spawn's process index is the rank it ran
             self._emit(sig.kind, line, line_rank, stripped, data)
 
     def _floor(self, line: RawLine, rank: int | None, text: str) -> None:
@@ -146,7 +147,7 @@ class LineScanner:
         hit = floor.detect(text)
         if hit is None:
             return
-        data: dict[str, Any] = {"evidence": hit.evidence.value, "pattern": hit.pattern,
+        data: dict[str, object] = {"evidence": hit.evidence.value, "pattern": hit.pattern,
                                 "oom": hit.oom}
         if hit.exit_code is not None:
             data["exit_code"] = hit.exit_code
@@ -205,10 +206,10 @@ class LineScanner:
         self._emit(EventKind.SIDE_TRACEBACK if side else EventKind.TRACEBACK, line, rank, text,
                    data)
 
-    def _exception_data(self, rank: int | None, name: str, message: str) -> dict[str, Any]:
+    def _exception_data(self, rank: int | None, name: str, message: str) -> dict[str, object]:
         self._tb_line.pop(rank, None)
         frames = self._frames.pop(rank, [])
-        data: dict[str, Any] = {"exception": f"{name}: {message}".strip().rstrip(":")}
+        data: dict[str, object] = {"exception": f"{name}: {message}".strip().rstrip(":")}
         user = [f for f in frames if not is_library_frame(f[0])]
         if user:
             file, lineno, fn = user[-1]
@@ -264,7 +265,7 @@ class LineScanner:
                     data["pid"] = int(m.group(2))
                 if code < 0:
                     data["signal"] = _signal_name(code)
-                self._emit(EventKind.TORCHRUN_FAILURE, line, data["rank"], stripped, data)
+                self._emit(EventKind.TORCHRUN_FAILURE, line, _int(data["rank"]), stripped, data)
         elif (key == "traceback" and self.events
               and self.events[-1].kind is EventKind.TORCHRUN_FAILURE
               and not val.startswith("To enable traceback")):
@@ -287,7 +288,7 @@ class LineScanner:
         return True
 
     def _emit(self, kind: EventKind, line: RawLine, rank: int | None, text: str,
-              data: dict[str, Any]) -> None:
+              data: dict[str, object]) -> None:
         # A log with a million identical timeouts must not become a million events: past
         # the cap, repeats are only counted on the last kept event.
         key = (kind, rank)
@@ -297,3 +298,11 @@ class LineScanner:
             return
         self.events.append(Event(kind, self.source, line.lineno, rank, text, data))
         self._last[key] = (count + 1, len(self.events) - 1)
+
+
+def _int(value: object) -> int:
+    """A field this module or a signature's ``int`` made a number (the type checker is not
+    told which)."""
+    if not isinstance(value, int):
+        raise TypeError(f"expected an int, got {type(value).__name__}")
+    return value

@@ -19,7 +19,10 @@ import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddpdoctor.attach.stacks import ThreadStack
 
 HEADER = re.compile(r'^\s*Thread (?P<tid>0x[0-9A-Fa-f]+|\d+) \((?P<state>idle|active)[^)]*\): '
                     r'"(?P<name>[^"]*)"')
@@ -51,7 +54,7 @@ class DumpedProcess:
                 }.get(self.kind, "is idle (sleeping or IO)")
         return f"process {self.index} (line {self.lineno}) {what}{at}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str | int]:
         return {"process": self.index, "line": self.lineno, "state": self.kind,
                 "op": self.op, "where": self.where}
 
@@ -64,12 +67,12 @@ def _long_name(filename: str) -> str:
     return f"/site-packages/{filename}" if top in _PACKAGES else filename
 
 
-def parse(lines: Iterable[tuple[int, str]]) -> list[tuple[int, Any]]:
+def parse(lines: Iterable[tuple[int, str]]) -> list[tuple[int, ThreadStack]]:
     """``(lineno, text)`` lines -> ``(header lineno, ThreadStack)`` per dumped thread."""
     from ddpdoctor.attach.stacks import Frame, ThreadStack
 
-    threads: list[tuple[int, Any]] = []
-    current: Any = None
+    threads: list[tuple[int, ThreadStack]] = []
+    current: ThreadStack | None = None
     last = -1
     for lineno, text in lines:
         head = HEADER.match(text)
@@ -89,7 +92,7 @@ def parse(lines: Iterable[tuple[int, str]]) -> list[tuple[int, Any]]:
     return [(n, t) for n, t in threads if t.frames][:MAX_PROCESSES * 8]
 
 
-def _data_queue(thread: Any) -> bool:
+def _data_queue(thread: ThreadStack) -> bool:
     """Idle in a stdlib queue/lock wait called from a data-loading module (a loader of a
     library of its own, as fairseq's iterators, not torch's DataLoader)."""
     frames = thread.frames
@@ -103,7 +106,7 @@ def _data_queue(thread: Any) -> bool:
     return "/data/" in f"/{caller}" or "dataloader" in caller or "iterator" in caller
 
 
-def classify(dumped: list[tuple[int, Any]]) -> list[DumpedProcess]:
+def classify(dumped: list[tuple[int, ThreadStack]]) -> list[DumpedProcess]:
     """Each process's main thread (every thread, where no thread is named MainThread)."""
     from ddpdoctor.attach.classify import DATALOADER, classify_thread
 

@@ -31,7 +31,7 @@ from ddpdoctor.diagnose import (
 )
 from ddpdoctor.diagnose.events import CASCADE, WEAK, Event, EventKind
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, ranks_of, verdict
-from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.findings import Finding, Severity, format_ranks
 
 RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE, rules_versions.PLUGIN_RULE)
                            + rules_env.RULES + (rules_deepspeed.RULE,)
@@ -97,7 +97,7 @@ def unrecognized(ix: EventIndex) -> Verdict | None:
     root = next((e for e in failures if e.kind is EventKind.EXCEPTION),
                 next((e for e in failures if e.kind is EventKind.TRACEBACK), failures[0]))
     who = f"rank {root.rank}" if root.rank is not None else "the job"
-    where = root.data.get("where") or root.data.get("raised_at")
+    where = root.get_str("where") or root.get_str("raised_at")
     if root.kind is EventKind.TRACEBACK and root.rank is not None and severity == "error":
         return _unread_exception(ix, root, where, failures)
     at = f" (at {where})" if where else ""
@@ -113,7 +113,7 @@ def unrecognized(ix: EventIndex) -> Verdict | None:
                    ranks=[root.rank] if root.rank is not None else [], severity=severity)
 
 
-def _failure_lines(ix: EventIndex) -> tuple[list[Event], str]:
+def _failure_lines(ix: EventIndex) -> tuple[list[Event], Severity]:
     """The lines that show a failure (error), else only lines healthy jobs print too:
     said as a warning."""
     failures = [e for e in ix.events if e.is_failure]
@@ -122,7 +122,7 @@ def _failure_lines(ix: EventIndex) -> tuple[list[Event], str]:
     return [e for e in ix.events if e.kind in WEAK], "warning"
 
 
-def _unread_exception(ix: EventIndex, root: Event, where: str | None,
+def _unread_exception(ix: EventIndex, root: Event, where: str,
                       failures: list[Event]) -> Verdict:
     """A rank's own traceback whose exception line could not be read (the log was cut
     there, or the class names no Error/Exception): that rank raised, where its frames say
@@ -133,7 +133,7 @@ def _unread_exception(ix: EventIndex, root: Event, where: str | None,
                    "Error/Exception)", [root] + [e for e in failures if e is not root][:5],
                    {"root_line": root.quote(), "hint": "the rank's last lines name the "
                     "exception; adding a Signature to ddpdoctor/diagnose/kb teaches a new "
-                    "one"}, ranks=[root.rank])
+                    "one"}, ranks=[root.rank] if root.rank is not None else [])
 
 
 def _ordered(ix: EventIndex, verdicts: list[Verdict], folds: set[EventKind]) -> list[Finding]:
@@ -187,7 +187,7 @@ def _fallout(ix: EventIndex, verdicts: list[Verdict], folds: set[EventKind]
         on = f" on rank {format_ranks(ranks)}" if ranks else ""
         count = sum(1 + e.repeats for e in evs)
         if kind is EventKind.TORCHRUN_FAILURE:
-            sigs = sorted({e.data.get("signal") or str(e.data.get("exit_code")) for e in evs})
+            sigs = sorted({e.get_str("signal") or str(e.data.get("exit_code")) for e in evs})
             out.append(f"torchrun then stopped rank {format_ranks(ranks)} "
                        f"({', '.join(sigs)}): fallout")
             continue

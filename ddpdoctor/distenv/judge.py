@@ -52,7 +52,7 @@ class Problem:
     kind: str
     severity: Severity
     title: str
-    evidence: dict[str, Any] = field(default_factory=dict, compare=False)
+    evidence: dict[str, object] = field(default_factory=dict, compare=False)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -94,8 +94,8 @@ def _known_names() -> list[str]:
                   if v.status in ("valid", "deprecated"))
 
 
-def _evidence(var: Var | None, **extra: Any) -> dict[str, Any]:
-    ev: dict[str, Any] = {}
+def _evidence(var: Var | None, **extra: object) -> dict[str, object]:
+    ev: dict[str, object] = {}
     if var is not None:
         ev = {"owner": var.owner, "since": var.since,
               "replacement": var.replacement, "note": var.note, "source": var.source}

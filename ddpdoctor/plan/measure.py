@@ -19,12 +19,18 @@ from __future__ import annotations
 
 import gc
 import os
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from ddpdoctor.contract import TRAIN_MEMORY
+
+if TYPE_CHECKING:
+    from torch._C._profiler import _ProfilerEvent
+    from torch.autograd.graph import saved_tensors_hooks
+    from torch.profiler import profile, record_function
 
 ENV = TRAIN_MEMORY
 FIELDS = ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes")
@@ -45,7 +51,7 @@ def _nbytes(t: torch.Tensor | None) -> int:
     return t.numel() * t.element_size()
 
 
-def state_bytes(module: nn.Module, optimizer: Any) -> tuple[int, int, int]:
+def state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, int, int]:
     """(parameter, gradient, optimizer-state) bytes held by this rank, local shards only."""
     params = list(module.parameters())
     local_opt = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's own shard
@@ -75,9 +81,9 @@ class StepMemory:
         self.device = device
         self.values = dict.fromkeys(FIELDS, 0.0)
         self._seen: set[int] = set()
-        self._hooks: Any = None
-        self._prof: Any = None
-        self._mark: Any = None
+        self._hooks: saved_tensors_hooks | None = None
+        self._prof: profile | None = None
+        self._mark: record_function | None = None
         self._resident = 0
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
@@ -107,7 +113,8 @@ class StepMemory:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
         self._hooks.__enter__()
 
-    def take_states(self, module: nn.Module, optimizer: Any, wrapper: Any = None) -> None:
+    def take_states(self, module: nn.Module, optimizer: torch.optim.Optimizer,
+                    wrapper: object = None) -> None:
         p, g, o = state_bytes(module, optimizer)
         self.values.update(params_bytes=p, grads_bytes=g, optimizer_bytes=o)
         # what lived before the step began: parameters, optimizer state (made in step 1),
@@ -123,6 +130,7 @@ class StepMemory:
             return
         if self._mark is not None:
             self._mark.__exit__(None, None, None)
+        assert self._prof is not None  # step() started it (CPU)
         self._prof.__exit__(None, None, None)
         self.values["peak_bytes"] = self._resident + _cpu_growth(self._prof, self.MARK)
 
@@ -130,13 +138,13 @@ class StepMemory:
         return [float(self.values[k]) for k in FIELDS]
 
 
-def _events(events: Any) -> Any:
+def _events(events: Iterable[_ProfilerEvent]) -> Iterator[_ProfilerEvent]:
     for e in events:
         yield e
         yield from _events(e.children)
 
 
-def _ddp_bucket_bytes(wrapper: Any) -> int:
+def _ddp_bucket_bytes(wrapper: object) -> int:
     get = getattr(wrapper, "_get_ddp_logging_data", None)
     if get is None:
         return 0
@@ -144,25 +152,29 @@ def _ddp_bucket_bytes(wrapper: Any) -> int:
     return sum(int(x) for x in sizes.split(",") if x.strip().isdigit())
 
 
-def _cpu_growth(prof: Any, mark: str) -> float:
+def _cpu_growth(prof: profile, mark: str) -> float:
     """How far the CPU allocator's running total rose above its value when ``mark`` began.
 
     Only the rise inside the step is taken from the counter: a tensor freed on a thread the
     profiler does not follow (gloo's, after an earlier step) is never subtracted from it,
     so its absolute value drifts by whole buffers from run to run.
     """
-    from torch._C._profiler import _EventType
+    from torch._C._profiler import _EventType, _ExtraFields_Allocation
 
+    # the profile has been exited (stop()): its results are there
+    assert prof.profiler is not None and prof.profiler.kineto_results is not None
     events = list(_events(prof.profiler.kineto_results.experimental_event_tree()))
     window = [e for e in events if e.name == mark]
     if not window:
         return float("nan")
     lo, hi = window[0].start_time_ns, window[0].end_time_ns
-    allocs = sorted((e for e in events if e.tag == _EventType.Allocation
-                     and e.extra_fields.device.type == "cpu"
-                     and lo <= e.start_time_ns <= hi), key=lambda e: e.start_time_ns)
+    in_step = sorted((e for e in events if e.tag == _EventType.Allocation
+                      and lo <= e.start_time_ns <= hi), key=lambda e: e.start_time_ns)
+    # an Allocation event's extra_fields are _ExtraFields_Allocation: isinstance says so
+    allocs = [f for e in in_step
+              if isinstance(f := e.extra_fields, _ExtraFields_Allocation)
+              and f.device.type == "cpu"]
     if not allocs:
         return float("nan")
-    first = allocs[0].extra_fields
-    base = first.total_allocated - first.alloc_size
-    return float(max(e.extra_fields.total_allocated for e in allocs) - base)
+    base = allocs[0].total_allocated - allocs[0].alloc_size
+    return float(max(f.total_allocated for f in allocs) - base)

@@ -17,6 +17,7 @@ from ddpdoctor.report import EXIT_FINDINGS, Check, CheckStatus, Report
 from ddpdoctor.run import triage as triage_mod
 from ddpdoctor.run.hang import GROUP
 from ddpdoctor.run.process import Job
+from ddpdoctor.run.redirected import rank_logs as redirected_logs
 from ddpdoctor.run.secrets import scrub_report
 from ddpdoctor.run.tree import killed_summary
 from ddpdoctor.run.watch_events import merge, watch_findings
@@ -63,7 +64,7 @@ def build_report(result: RunResult, job: Job, jenv: JobEnv, opts: RunOptions, to
     _stall_check(report, result, opts)
 
     _restarts(result, job, result.returncode)
-    _job_outcome(result, job, opts, took)
+    _job_outcome(result, job, opts, took, wall0)
     _memory_evidence(report, result)
     # After the outcome's own findings: the root cause of a crash or hang leads.
     for f in merge(report.findings, watched):
@@ -169,7 +170,8 @@ def _memory_evidence(report: Report, result: RunResult) -> None:
                 f.evidence.setdefault("memory", ev)
 
 
-def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float) -> None:
+def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
+                 wall0: float) -> None:
     report = result.report
     rc = result.returncode
     tracker = result.tracker
@@ -201,8 +203,12 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float) -> 
         return
 
     log_path, exits = _triage_input(result, job)
-    findings, info = triage_mod.triage_output(log_path, exits, rc,
-                                              getattr(tracker, "endpoints", None))
+    redirected = (redirected_logs(result.redirect, wall0) if result.redirect is not None
+                  else [])
+    findings, info = triage_mod.triage_output(
+        log_path, exits, rc, getattr(tracker, "endpoints", None),
+        rank_files=redirected,
+        ranks_in_paths=result.redirect is not None and result.redirect.paths_name_ranks)
     _spawn_culprit(findings, result, log_path)
     info["returncode"] = rc
     if job.copy.incomplete():

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ddpdoctor.run.looks import Look
     from ddpdoctor.run.memory import MemoryHistory
     from ddpdoctor.run.progress import ProgressTracker
+    from ddpdoctor.run.redirected import Redirect
     from ddpdoctor.run.tree import Killed
 
 
@@ -47,3 +48,5 @@ class RunResult:
     spawn: SpawnRanks = field(default_factory=SpawnRanks)
     attempts: Attempts = field(default_factory=Attempts)  # torchrun restarts
     attempt_ends: list[AttemptEnd] = field(default_factory=list)
+    # where the launcher wrote its ranks' output instead of the console (run/redirected.py)
+    redirect: Redirect | None = None

@@ -30,6 +30,7 @@ from ddpdoctor.run.outcome import job_exit_code as job_exit_code  # its old home
 from ddpdoctor.run.process import Job, JobStartError
 from ddpdoctor.run.progress import ProgressTracker, sample_tree
 from ddpdoctor.run.reaper import Reaper
+from ddpdoctor.run.redirected import redirect_of
 from ddpdoctor.run.result import RunResult as RunResult  # its old home's name
 from ddpdoctor.run.signals import RunSignals
 from ddpdoctor.run.tree import JobTree, set_subreaper
@@ -87,7 +88,8 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
     report.world.update({"command": shlex.join(redact.argv(cmd)), "run_dir": run_dir,
                          "env": env_snapshot(jenv.env)})
     result = RunResult(report, 0, run_dir=run_dir, notes=list(jenv.notes),
-                       secrets=secret_values(jenv.env, cmd))
+                       secrets=secret_values(jenv.env, cmd),
+                       redirect=redirect_of(cmd, Path.cwd()))
     wall0 = time.time()
 
     marker = (RUN_ID, jenv.env[RUN_ID])

@@ -63,16 +63,23 @@ def _how_found(first: RankExit, exits: list[RankExit]) -> str:
 
 
 def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
-                  endpoints: dict[int, RankEndpoint] | None = None
+                  endpoints: dict[int, RankEndpoint] | None = None,
+                  rank_files: Sequence[Path] = (), ranks_in_paths: bool = True
                   ) -> tuple[list[Finding], dict[str, object]]:
     """Findings (root cause first) for a job that exited with ``returncode``;
-    ``endpoints``: each rank's rendezvous endpoint (ProgressTracker.endpoints)."""
+    ``endpoints``: each rank's rendezvous endpoint (ProgressTracker.endpoints);
+    ``rank_files``: the ranks' output where the launcher wrote it to files (run/redirected.py),
+    their paths naming the rank when ``ranks_in_paths``."""
     from ddpdoctor.diagnose import LogInput, diagnose_logs
     from ddpdoctor.run.rendezvous import culprit_finding
 
     info: dict[str, object] = {"log": str(output_log)}
+    if rank_files:
+        info["rank_files"] = [str(p) for p in rank_files]
+    inputs = [LogInput(str(output_log))] + [
+        LogInput(str(p), rank_from_path=ranks_in_paths) for p in rank_files]
     try:
-        findings, scan = diagnose_logs([LogInput(str(output_log))])
+        findings, scan = diagnose_logs(inputs)
         info["events"] = len(scan.events)
     except OSError as e:
         findings, scan = [], None
@@ -84,15 +91,15 @@ def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
             findings = [lead, *(f for f in findings if id(f) not in drop)]
             return findings, info
     first = first_exit(exits) or _only_non_victim(exits, scan.events if scan else [])
-    if first is not None:
-        info["first_exit"] = {"rank": first.rank, "pid": first.pid}
-    if findings and first is not None and findings[0].id in ("RANK_CRASHED", "OOM") \
-            and not findings[0].ranks:
+    if first is None:
+        return findings, info
+    info["first_exit"] = {"rank": first.rank, "pid": first.pid}
+    if findings and findings[0].id in ("RANK_CRASHED", "OOM") and not findings[0].ranks:
         # The log tells how a process died but not which rank (torchrun's summary cut
         # short, an unprefixed line); run saw which rank's process exited first.
         findings[0].ranks = [first.rank]
         findings[0].evidence["rank_from"] = _how_found(first, exits)
-    if not findings and first is not None:
+    if not findings:
         findings = [Finding(
             "RANK_CRASHED",
             f"rank {first.rank} (pid {first.pid}) exited first; the job then ended with "

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from ddpdoctor.findings import Finding
 from ddpdoctor.scale.measure import RunMeasurement
@@ -89,13 +88,13 @@ class WorldResult:
     def lost_s(self) -> float:
         return max(0.0, self.breakdown.step_s - self.ideal_step_s)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["lost_s"] = self.lost_s
-        return _rounded(d)
+        return {k: _rounded(v) for k, v in d.items()}
 
 
-def _rounded(obj: Any) -> Any:
+def _rounded(obj: object) -> object:
     if isinstance(obj, float):
         return round(obj, 5)
     if isinstance(obj, dict):
@@ -267,7 +266,7 @@ def findings(results: list[WorldResult], mode: str, th: Thresholds | None = None
     out = []
     base = results[0].world if results else 1
     for (fid, ranks), group in groups.items():
-        ev: dict[str, Any] = {
+        ev: dict[str, object] = {
             "mode": mode, "baseline_world": base, "min_efficiency": th.min_efficiency,
             "per_world": {str(r.world): {"efficiency": round(r.efficiency, 3),
                                          "throughput": round(r.throughput, 1),

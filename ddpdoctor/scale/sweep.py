@@ -75,7 +75,8 @@ def trainer_options(train: dict[str, Any], world: int, rank_batch: int,
     from ddpdoctor.train import injections
     from ddpdoctor.train.options import OPTIONS, configs, to_argv
 
-    values = {o.dest: o.default for o in OPTIONS}
+    # an option bag as options.configs takes it: each value of its option's type
+    values: dict[str, Any] = {o.dest: o.default for o in OPTIONS}
     values.update(train)
     values["batch_size"] = rank_batch
     values["warmup"] = 1

@@ -12,12 +12,16 @@ all-reduce sends about twice that, an all-gather world - 1 times it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+    from torch.nn.parallel import DistributedDataParallel
 
 # PowerSGD's error feedback and warm start need at least one plain all-reduce first.
 POWERSGD_START_ITER = 2
@@ -41,11 +45,12 @@ class CommMeter:
 @dataclass
 class TopKState:
     ratio: float
-    group: Any = None
+    group: dist.ProcessGroup | None = None
     residuals: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
-def topk_hook(state: TopKState, bucket: Any) -> torch.futures.Future:  # called via metered_hook
+def topk_hook(state: TopKState,  # called via metered_hook
+              bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Top-k sparsified all-reduce with error feedback: the mean of every rank's top-k."""
     buf = bucket.buffer()
     world = dist.get_world_size(state.group)
@@ -63,21 +68,21 @@ def topk_hook(state: TopKState, bucket: Any) -> torch.futures.Future:  # called 
     dense = torch.zeros_like(buf)
     dense.index_add_(0, all_ind, all_vals)
     buf.copy_(dense.div_(world))
-    fut: torch.futures.Future = torch.futures.Future()
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(buf)
     return fut
 
 
-def topk_payload(state: TopKState, bucket: Any) -> int:
+def topk_payload(state: TopKState, bucket: dist.GradBucket) -> int:
     k = max(1, int(state.ratio * bucket.buffer().numel()))
     return k * (bucket.buffer().element_size() + 8)  # values + int64 indices
 
 
-def _half_payload(state: Any, bucket: Any) -> int:
+def _half_payload(state: object, bucket: dist.GradBucket) -> int:
     return bucket.buffer().numel() * 2
 
 
-def _powersgd_payload(state: Any, bucket: Any) -> int:
+def _powersgd_payload(state: PowerSGDState, bucket: dist.GradBucket) -> int:
     """Before ``start_powerSGD_iter`` a plain all-reduce; then P and Q of each matrix
     (``(rows + cols) * rank`` elements) and the vectors (biases, norms) uncompressed."""
     buf = bucket.buffer()
@@ -93,7 +98,12 @@ def _powersgd_payload(state: Any, bucket: Any) -> int:
     return n * buf.element_size()
 
 
-def _metered(hook: Callable, payload: Callable, meter: CommMeter) -> Callable:
+_State = TypeVar("_State")
+_Hook = Callable[[_State, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+
+
+def _metered(hook: _Hook[_State], payload: Callable[[_State, dist.GradBucket], int],
+             meter: CommMeter) -> _Hook[_State]:
     # No annotations: DDP's register_comm_hook refuses a bucket annotated as anything but
     # dist.GradBucket (and under postponed annotations every annotation is a string).
     def metered_hook(state, bucket):
@@ -103,7 +113,7 @@ def _metered(hook: Callable, payload: Callable, meter: CommMeter) -> Callable:
     return metered_hook
 
 
-def register(ddp: Any, name: str, ratio: float, meter: CommMeter) -> None:
+def register(ddp: DistributedDataParallel, name: str, ratio: float, meter: CommMeter) -> None:
     """Register hook ``name`` on ``ddp`` (nothing for "none"), metered into ``meter``."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
@@ -126,6 +136,6 @@ def register(ddp: Any, name: str, ratio: float, meter: CommMeter) -> None:
         raise ValueError(f"unknown comm hook {name!r}")
 
 
-def plain_payload(params: Any) -> int:
+def plain_payload(params: Iterable[torch.Tensor]) -> int:
     """What DDP's default hook hands to all-reduce per step: every gradient once."""
     return sum(p.numel() * p.element_size() for p in params if p.requires_grad)

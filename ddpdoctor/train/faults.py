@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from ddpdoctor.train.injections import SLOW_DATA_PER_SAMPLE_S
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 
 def _stall_forever() -> None:
@@ -28,7 +31,7 @@ def _straggle(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def _allocate_activations(device: Any) -> None:
+def _allocate_activations(device: torch.device) -> None:
     """One allocation larger than the device: the allocator's own out-of-memory error.
 
     On CPU, 4x the host's RAM + swap: beyond what the kernel's overcommit heuristic grants
@@ -83,13 +86,13 @@ class _SlowData:
             time.sleep(SLOW_DATA_PER_SAMPLE_S)
 
 
-def _lone_all_reduce(t: Any, group: Any) -> None:
+def _lone_all_reduce(t: torch.Tensor, group: dist.ProcessGroup | None) -> None:
     import torch.distributed as dist
 
     dist.all_reduce(t, group=group)
 
 
-def _sync_metrics(t: Any, culprit: bool) -> None:
+def _sync_metrics(t: torch.Tensor, culprit: bool) -> None:
     import torch.distributed as dist
 
     if culprit:
@@ -98,7 +101,7 @@ def _sync_metrics(t: Any, culprit: bool) -> None:
         dist.all_reduce(t)
 
 
-def _exchange_with_peer(t: Any, peer: int) -> None:
+def _exchange_with_peer(t: torch.Tensor, peer: int) -> None:
     import torch.distributed as dist
 
     buf = t.clone()
@@ -109,7 +112,7 @@ def _exchange_with_peer(t: Any, peer: int) -> None:
 OVERFLOW_FACTOR = 1e30  # times the true gradient: far past fp16's 65504 at any loss scale
 
 
-def _overflow_in_backward(loss: Any) -> Any:
+def _overflow_in_backward(loss: torch.Tensor) -> torch.Tensor:
     """The loss unchanged; its gradient OVERFLOW_FACTOR times too large (a loss term whose
     backward blows up), so every fp16 gradient below it is inf while the scale allows."""
     return _GradBlowup.apply(loss)
@@ -117,9 +120,10 @@ def _overflow_in_backward(loss: Any) -> Any:
 
 class _GradBlowup(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: Any) -> Any:
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
         return x.clone()
 
     @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
+    def backward(ctx: torch.autograd.function.FunctionCtx,
+                 grad: torch.Tensor) -> torch.Tensor:
         return grad * OVERFLOW_FACTOR

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.train.faults import (
     _allocate_activations,
@@ -30,6 +30,13 @@ from ddpdoctor.train.injections import (
     Injection,
 )
 
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from ddpdoctor.train.model import GPT
+
 
 class Injector:
     """Plants this run's faults on this rank at the trainer's hook points."""
@@ -39,8 +46,8 @@ class Injector:
         self.rank = rank
         self.world = world
         self.step = 0
-        self._leak: list[Any] = []
-        self._side_group: Any = None
+        self._leak: list[torch.Tensor] = []
+        self._side_group: dist.ProcessGroup | None = None
 
     def _get(self, name: str) -> Injection | None:
         for inj in self.injections:
@@ -79,29 +86,32 @@ class Injector:
             return max(1, requested)
         return requested
 
-    def model_built(self, model: Any) -> None:
+    def model_built(self, model: GPT) -> None:
         """Change the bare model before any wrapping (unused modules, forward hooks)."""
         from torch import nn
+
+        from ddpdoctor.train.model import Block
 
         if self._get("unused-param"):
             # on every rank: DDP requires the same parameters everywhere
             model.unused_head = nn.Linear(model.cfg.dim, model.cfg.vocab)
         if self._get("unused-branch") and model.blocks:
             block = list(model.blocks.values())[-1]
+            assert isinstance(block, Block)  # build_model's blocks; the branch calls its parts
             plain = type(block).forward
             injector = self
 
-            def forward(x: Any) -> Any:
+            def forward(x: torch.Tensor) -> torch.Tensor:
                 if injector._due("unused-branch", from_step=True):
                     # the data-dependent branch: this batch "takes the other path"
                     return x + block.attn(block.ln1(x))
                 return plain(block, x)
 
-            block.forward = forward
+            block.forward = forward  # type: ignore[method-assign]  # the fault patches it
         if self._get("straggler") or self._get("hang-compute") or self._get("oom"):
             model.register_forward_pre_hook(self._forward_faults)
 
-    def _forward_faults(self, module: Any, args: Any) -> None:
+    def _forward_faults(self, module: nn.Module, args: tuple[object, ...]) -> None:
         if self._due("hang-compute"):
             _compute_forever()
         if self._due("oom"):
@@ -125,7 +135,7 @@ class Injector:
 
     # -- per-step hooks
 
-    def step_begin(self, step: int, params: Callable[[], Any]) -> None:
+    def step_begin(self, step: int, params: Callable[[], list[nn.Parameter]]) -> None:
         self.step = step
         if self._due("crash"):
             raise RuntimeError(f"ddpdoctor injected crash: rank {self.rank} at step {step}")
@@ -155,7 +165,7 @@ class Injector:
             return configured
         return "fp16" if configured == "none" else "none"
 
-    def loss(self, loss: Any) -> Any:
+    def loss(self, loss: torch.Tensor) -> torch.Tensor:
         if self._due("nan"):
             return loss * float("nan")
         if self._due("scaler-overflow", from_step=True):
@@ -167,7 +177,7 @@ class Injector:
             self._leak.append(loss)  # keeps this step's autograd graph alive
         return loss
 
-    def step_end(self, device: Any) -> None:
+    def step_end(self, device: torch.device) -> None:
         import torch
 
         if self._due("lone-collective"):

@@ -12,11 +12,14 @@ import math
 import os
 import resource
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader
 
 from ddpdoctor.contract import TRAIN_MEMORY
 from ddpdoctor.train.config import ModelConfig, RunConfig, lr_at
@@ -26,6 +29,9 @@ from ddpdoctor.train.profiling import StepProfiler
 from ddpdoctor.train.step import StepRunner, micro_batches
 from ddpdoctor.train.strategies import Strategy, build
 from ddpdoctor.train.vs_plain import RunNumbers
+
+if TYPE_CHECKING:
+    from ddpdoctor.plan.measure import StepMemory
 
 # Per-rank numbers gathered to rank 0 each step, in this order.
 STATS = ("loss", "data_s", "compute_s", "rss_mb", "param_checksum", "index_sum")
@@ -45,7 +51,7 @@ def _peak_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def _checksum(params: list[Any]) -> float:
+def _checksum(params: list[nn.Parameter]) -> float:
     with torch.no_grad():
         return float(sum(getattr(p, "_local_tensor", p).double().sum().item() for p in params))
 
@@ -68,13 +74,13 @@ class Log:
         if self.on:
             print(self.tag + text, flush=True)
 
-    def record(self, rec: dict[str, Any]) -> None:
+    def record(self, rec: Mapping[str, object]) -> None:
         if self.json:
             self.json.write(json.dumps(rec) + "\n")
             self.json.flush()
 
 
-def _watch(strategy: Strategy, loader: Any) -> Any:
+def _watch(strategy: Strategy, loader: DataLoader) -> object:
     import ddpdoctor
 
     watch = getattr(ddpdoctor, "watch", None)
@@ -86,6 +92,14 @@ def _watch(strategy: Strategy, loader: Any) -> Any:
 
 def memory_enabled() -> bool:
     return os.environ.get(TRAIN_MEMORY, "") == "1"
+
+
+class _Checkpoints(Protocol):
+    """The checkpoint module (imported only when a run saves or resumes)."""
+
+    def save(self, base: str, strategy: Strategy, step: int) -> str: ...
+
+    def load(self, base: str, strategy: Strategy) -> int: ...
 
 
 @dataclass
@@ -101,10 +115,10 @@ class Run:
     strategy: Strategy
     batches: Batches
     runner: StepRunner
-    meter: Any = None            # plan.measure.StepMemory (DDPDOCTOR_TRAIN_MEMORY=1)
-    checkpoint: Any = None       # the checkpoint module, when saving or resuming
+    meter: StepMemory | None = None  # DDPDOCTOR_TRAIN_MEMORY=1 or --vs-plain
+    checkpoint: _Checkpoints | None = None  # when saving or resuming
     start: int = 0
-    gathered: Any = None
+    gathered: torch.Tensor = field(init=False)  # set by setup: every rank's STATS of a step
     first_loss: float = float("nan")
     last_loss: float = float("nan")
     tok_rates: list[float] = field(default_factory=list)
@@ -117,7 +131,7 @@ class Run:
 
 
 def setup(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
-          injector: Injector, log: Log) -> tuple[Run, Any]:
+          injector: Injector, log: Log) -> tuple[Run, DataLoader]:
     meter = None  # DDPDOCTOR_TRAIN_MEMORY=1: what this rank holds in the last step (plan)
     if memory_enabled() or rcfg.vs_plain:
         from ddpdoctor.plan.measure import StepMemory
@@ -144,9 +158,11 @@ def setup(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
         from ddpdoctor.train import checkpoint
 
         run.checkpoint = checkpoint
-    if rcfg.resume:
-        run.start = run.checkpoint.load(rcfg.checkpoint_dir, strategy)
-        log.line(f"[{name}] resumed from step {run.start}")
+        # RunConfig.validate refuses --resume / --save-every without --checkpoint-dir
+        assert rcfg.checkpoint_dir is not None
+        if rcfg.resume:
+            run.start = checkpoint.load(rcfg.checkpoint_dir, strategy)
+            log.line(f"[{name}] resumed from step {run.start}")
     if run.start:
         batches.skip_to(run.start)
     run.gathered = torch.zeros(run.world * len(STATS), dtype=torch.float64, device=device)
@@ -200,7 +216,7 @@ def one_step(run: Run, step: int) -> dict[str, Any]:
     return _record(run, step, idx, lr, gnorm, dt, skipped, scale)
 
 
-def _record(run: Run, step: int, idx: Any, lr: float, gnorm: float, dt: float,
+def _record(run: Run, step: int, idx: torch.Tensor, lr: float, gnorm: float, dt: float,
             skipped: bool, scale: float) -> dict[str, Any]:
     s = run.strategy
     stats = run.gathered.view(run.world, len(STATS)).cpu().tolist()
@@ -251,6 +267,8 @@ def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.devic
         log.line(_step_line(run, rec))
         log.record(rec)
         if rcfg.save_every and (step % rcfg.save_every == 0 or step == rcfg.steps):
+            # setup imports it when saving; validate requires the directory then
+            assert run.checkpoint is not None and rcfg.checkpoint_dir is not None
             path = run.checkpoint.save(rcfg.checkpoint_dir, run.strategy, step)
             log.line(f"[{name}] saved checkpoint {path}")
     if handle is not None and hasattr(handle, "close"):
@@ -291,7 +309,8 @@ def _summary(run: Run, total: float) -> RunNumbers:
                       dict(run.meter.values) if run.meter is not None else {})
 
 
-def _rank_memory(meter: Any, device: torch.device, world: int) -> dict[str, Any]:
+def _rank_memory(meter: StepMemory | None, device: torch.device,
+                 world: int) -> dict[str, list[dict[str, float]]]:
     """Every rank's measured bytes, gathered to rank 0 (only when the last step was measured)."""
     if meter is None:
         return {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from ddpdoctor.train.host_checks import check_checkpoint_dir
 class Option:
     flag: str
     type: Any            # int | float | str | bool (a flag) | list (repeatable str)
-    default: Any
+    default: object
     help: str
     choices: tuple[str, ...] | None = None
     # Bounds of a number (inclusive; ``min_open``: min itself refused). Every number has
@@ -137,7 +138,7 @@ def worker_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _argparse_number(o: Option) -> Any:
+def _argparse_number(o: Option) -> Callable[[str], int | float]:
     def convert(text: str) -> int | float:
         try:
             return o.check_number(text)
@@ -148,6 +149,8 @@ def _argparse_number(o: Option) -> Any:
     return convert
 
 
+# ``values`` below: an option bag (argparse's vars(), click's keywords) whose values have
+# each its option's type, which only the option's name tells.
 def to_argv(values: dict[str, Any]) -> list[str]:
     """Options that differ from their defaults, as worker command-line arguments."""
     argv: list[str] = []

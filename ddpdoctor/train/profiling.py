@@ -9,11 +9,14 @@ or chrome://tracing. CUDA activity is traced too where there is a GPU.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from ddpdoctor.train.config import RunConfig
+
+if TYPE_CHECKING:
+    from torch.profiler import profile
 
 
 def traced_steps(first: int, last: int, count: int) -> range:
@@ -33,7 +36,7 @@ class StepProfiler:
         self.steps = traced_steps(first_step, rcfg.steps, rcfg.profile)
         self.path = trace_path(rcfg.profile_dir, strategy, rank)
         self.rank = rank
-        self._prof: Any = None
+        self._prof: profile | None = None
 
     def begin(self, step: int) -> None:
         if not self.steps or step != self.steps[0]:

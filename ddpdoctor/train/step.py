@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from ddpdoctor.train.strategies import Strategy
+from ddpdoctor.train.strategies import LossHook, Strategy
 
 
 @dataclass
@@ -27,7 +26,8 @@ class StepResult:
     scale: float = 0.0      # the loss scale after this step (0: no scaler)
 
 
-def make_scaler(strategy: Strategy, precision: str, device: torch.device) -> Any:
+def make_scaler(strategy: Strategy, precision: str,
+                device: torch.device) -> torch.amp.GradScaler | None:
     if precision != "fp16":
         return None
     if strategy.sharded:
@@ -37,7 +37,8 @@ def make_scaler(strategy: Strategy, precision: str, device: torch.device) -> Any
     return torch.amp.GradScaler(device.type)
 
 
-def micro_batches(x: torch.Tensor, y: torch.Tensor, n: int) -> list[tuple[Any, Any]]:
+def micro_batches(x: torch.Tensor, y: torch.Tensor,
+                  n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``n`` micro-batches of (nearly) equal size; one when ``n`` is 1 (no copy)."""
     if n <= 1:
         return [(x, y)]
@@ -51,7 +52,8 @@ class StepRunner:
         self.strategy = strategy
         self.scaler = make_scaler(strategy, precision, device)
 
-    def forward_backward(self, chunks: list[tuple[Any, Any]], loss_hook: Any,
+    def forward_backward(self, chunks: list[tuple[torch.Tensor, torch.Tensor]],
+                         loss_hook: LossHook,
                          before_last_backward: Callable[[float], None]) -> float:
         """Every micro-batch's forward and backward; ``before_last_backward`` gets this
         rank's batch loss between the last forward and its (synchronised) backward, where

@@ -10,7 +10,6 @@ only ever grows), and rank 0 prints one line per strategy.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ddpdoctor.train.config import RunConfig
 
@@ -62,7 +61,7 @@ def _mb(n: float) -> str:
     return f"{n / 2**20:.2f} MB"
 
 
-def comparison(what: str, run: RunNumbers, plain: RunNumbers) -> tuple[str, dict[str, Any]]:
+def comparison(what: str, run: RunNumbers, plain: RunNumbers) -> tuple[str, dict[str, object]]:
     """One line for the terminal and the JSON record (``event: vs_plain``)."""
     parts = [f"step {run.step_s * 1000:.1f} ms vs {plain.step_s * 1000:.1f} ms "
              f"({_change(run.step_s, plain.step_s)})"]
@@ -78,9 +77,10 @@ def comparison(what: str, run: RunNumbers, plain: RunNumbers) -> tuple[str, dict
             f"{_mb(sum(p[k] for k in states))}"]
     parts.append(f"final loss {run.final_loss:.4f} vs {plain.final_loss:.4f}")
     line = f"[{run.name}] {what} vs plain {plain.name}: " + "; ".join(parts)
-    record = {"event": "vs_plain", "strategy": run.name, "run": what, "plain": plain.name,
-              "step_time_s": [run.step_s, plain.step_s],
-              "final_loss": [run.final_loss, plain.final_loss],
-              "peak_mem_mb": [run.peak_mb, plain.peak_mb],
-              "memory": [m, p]}
+    record: dict[str, object] = {
+        "event": "vs_plain", "strategy": run.name, "run": what, "plain": plain.name,
+        "step_time_s": [run.step_s, plain.step_s],
+        "final_loss": [run.final_loss, plain.final_loss],
+        "peak_mem_mb": [run.peak_mb, plain.peak_mb],
+        "memory": [m, p]}
     return line, record

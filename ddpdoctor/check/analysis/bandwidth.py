@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ddpdoctor.check.busbw import algbw_gbps, busbw_gbps
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ddpdoctor.check.probes.records import BandwidthData
 
 # A link this many times slower than the median link is slow; loopback and veth timings
 # on a busy machine vary by 2x, a throttled or misrouted link by 10x or more.
@@ -20,14 +25,24 @@ EXPECTED_SHARE = 0.5
 LINE_RATE_SHARE = 0.1
 
 
-def table(per_rank: dict[int, dict[str, Any]], world_size: int) -> list[dict[str, Any]]:
+class TableRow(TypedDict):
+    """One row of the bandwidth check's table (the report's ``data["table"]``)."""
+
+    collective: str
+    size: int
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+
+
+def table(per_rank: Mapping[int, BandwidthData], world_size: int) -> list[TableRow]:
     """One row per collective and size, timed by the slowest rank (nccl-tests' view)."""
     rows: dict[tuple[str, int], float] = {}
     for d in per_rank.values():
         for row in d.get("sweep", []):
             key = (row["collective"], row["size"])
             rows[key] = max(rows.get(key, 0.0), row["median_s"])
-    out = []
+    out: list[TableRow] = []
     for (coll, size), t in rows.items():
         out.append({"collective": coll, "size": size, "time_us": round(t * 1e6, 1),
                     "algbw_gbps": round(algbw_gbps(size, t), 4),
@@ -35,13 +50,13 @@ def table(per_rank: dict[int, dict[str, Any]], world_size: int) -> list[dict[str
     return out
 
 
-def directed_links(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], float]:
+def directed_links(per_rank: Mapping[int, BandwidthData]) -> dict[tuple[int, int], float]:
     """(src, dst) -> GB/s, from what each receiver measured."""
     return {(int(src), dst): bw for dst, d in per_rank.items()
             for src, bw in d.get("links_in", {}).items()}
 
 
-def _known_links(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], float]:
+def _known_links(per_rank: Mapping[int, BandwidthData]) -> dict[tuple[int, int], float]:
     """Links whose both ends sent their data: only those can be placed on a host. A rank
     stopped or killed mid-probe sends nothing; its links are left out here (the launch
     analysis names that rank) instead of failing the whole analysis."""
@@ -52,7 +67,7 @@ def _known_links(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], f
 class _SlowLinks:
     """The measured links, the median and the slow ones, as the link rules read them."""
 
-    def __init__(self, per_rank: dict[int, dict[str, Any]],
+    def __init__(self, per_rank: Mapping[int, BandwidthData],
                  links: dict[tuple[int, int], float]) -> None:
         self.per_rank, self.links = per_rank, links
         self.median = statistics.median(links.values())
@@ -111,7 +126,7 @@ def _slow_links(sl: _SlowLinks) -> Finding:
         ranks=sorted({s for s, _ in sl.slow}), evidence=sl.base)
 
 
-def _link_findings(per_rank: dict[int, dict[str, Any]]) -> list[Finding]:
+def _link_findings(per_rank: Mapping[int, BandwidthData]) -> list[Finding]:
     """The most specific explanation of the slow links: a node, a rank, else the links."""
     links = _known_links(per_rank)
     if len(links) < 2:
@@ -122,7 +137,7 @@ def _link_findings(per_rank: dict[int, dict[str, Any]]) -> list[Finding]:
     return [_slow_node(sl) or _slow_rank(sl) or _slow_links(sl)]
 
 
-def _line_rate_findings(per_rank: dict[int, dict[str, Any]], backend: str) -> list[Finding]:
+def _line_rate_findings(per_rank: Mapping[int, BandwidthData], backend: str) -> list[Finding]:
     """Links between nodes far below the line rate of the NICs at both ends.
 
     Only for gloo: NCCL moves data over InfiniBand/RoCE when present, not the socket NIC.
@@ -135,9 +150,10 @@ def _line_rate_findings(per_rank: dict[int, dict[str, Any]], backend: str) -> li
         if a.get("host") == b.get("host"):
             continue
         speeds = [d.get("nic", {}).get("speed_mbps") for d in (a, b)]
-        if not all(speeds):
+        known = [s for s in speeds if s]
+        if len(known) != len(speeds):  # a NIC whose line rate is unknown
             continue
-        line_gbps = min(speeds) / 8 / 1000
+        line_gbps = min(known) / 8 / 1000
         if bw < LINE_RATE_SHARE * line_gbps:
             slow[(src, dst)] = (bw, line_gbps)
     if not slow:
@@ -153,8 +169,8 @@ def _line_rate_findings(per_rank: dict[int, dict[str, Any]], backend: str) -> li
                   "nics": {str(r): d.get("nic") for r, d in sorted(per_rank.items())}})]
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
-            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: Mapping[int, BandwidthData], world_size: int,
+            opts: CheckOptions | Mapping[str, object] | None = None) -> tuple[Check, list[Finding]]:
     opts = CheckOptions.coerce(opts)
     rows = table(per_rank, world_size)
     # A link slower than the others names itself; when all are equally slow, the NICs'

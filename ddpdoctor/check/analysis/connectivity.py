@@ -3,15 +3,20 @@ the rank or the pair that fails."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.schedule import hypercube
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
-def failed_pairs(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], str]:
+    from ddpdoctor.check.probes.records import ConnectivityData
+
+
+def failed_pairs(per_rank: Mapping[int, ConnectivityData]) -> dict[tuple[int, int], str]:
     """Pairs (a < b) where either side saw the transfer fail, with the first error.
 
     Only pairs whose both ranks ran the probe: a partner that never got there (stuck in
@@ -26,7 +31,7 @@ def failed_pairs(per_rank: dict[int, dict[str, Any]]) -> dict[tuple[int, int], s
     return bad
 
 
-def _allreduce_findings(per_rank: dict[int, dict[str, Any]], world_size: int
+def _allreduce_findings(per_rank: Mapping[int, ConnectivityData], world_size: int
                         ) -> tuple[list[int], list[int], list[Finding]]:
     """(ranks with a wrong result, ranks where it never finished, their findings)."""
     findings = []
@@ -70,8 +75,8 @@ def _p2p_findings(bad: dict[tuple[int, int], str], world_size: int,
             for (a, b), err in sorted(bad.items())]
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
-            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: Mapping[int, ConnectivityData], world_size: int,
+            opts: CheckOptions | Mapping[str, object] | None = None) -> tuple[Check, list[Finding]]:
     wrong, unfinished, findings = _allreduce_findings(per_rank, world_size)
     bad = failed_pairs(per_rank)
     rounds = hypercube(world_size)

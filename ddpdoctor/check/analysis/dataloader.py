@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ddpdoctor.check.probes.records import DataloaderData
 
 # Real texts (torch 2.13): the worker's "unable to allocate shared memory(shm) for file
 # </torch_...>: No space left on device (28)" and the SIGBUS message "...is killed by
@@ -15,8 +20,8 @@ from ddpdoctor.report import Check
 SHM_PATTERN = re.compile(r"shared memory|shm\)|Bus error|No space left on device", re.I)
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
-            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: Mapping[int, DataloaderData], world_size: int,
+            opts: CheckOptions | Mapping[str, object] | None = None) -> tuple[Check, list[Finding]]:
     failed = {r: d for r, d in per_rank.items() if not d.get("ok")}
     findings = []
     shm = {r: d for r, d in failed.items()

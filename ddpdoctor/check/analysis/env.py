@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ddpdoctor import redact
 from ddpdoctor.check.options import CheckOptions
@@ -12,6 +12,11 @@ from ddpdoctor.distenv import table as nccl_vars
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.oddrank import odd_ones_out, ranks_by_value
 from ddpdoctor.report import Check
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ddpdoctor.check.probes.records import EnvData
 
 MiB = 1 << 20
 GROUP = "Environment"
@@ -26,16 +31,23 @@ PER_RANK_VARS = {"CUDA_VISIBLE_DEVICES", "OMP_PLACES", "GOMP_CPU_AFFINITY",
                  "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
 
 
-def _mismatches(per_rank: dict[int, dict], section: str, keys: list[str], finding_id: str,
-                title: str, key_name: str) -> list[Finding]:
-    """One finding per key of ``section`` whose value differs across ranks."""
+def _untyped(per_rank: Mapping[int, EnvData]) -> dict[int, dict[str, object]]:
+    """The env data as ``ddpdoctor.distenv.judge`` takes it (records it reads untyped, as
+    ``dict[str, Any]``): the same dicts, not copied."""
+    return cast("dict[int, dict[str, object]]", per_rank)
+
+
+def _mismatches(sections: Mapping[int, Mapping[str, object]], keys: list[str],
+                finding_id: str, title: str, key_name: str) -> list[Finding]:
+    """One finding per key of one section of the env data (by rank) whose value differs
+    across ranks."""
     findings = []
     for key in keys:
-        values = {r: d[section].get(key) for r, d in per_rank.items()}
+        values = {r: section.get(key) for r, section in sections.items()}
         odd = odd_ones_out(values)
         if odd:
             secret = redact.is_secret_name(key)
-            evidence: dict[str, Any] = {key_name: key,
+            evidence: dict[str, object] = {key_name: key,
                                         "ranks_by_value": ranks_by_value(values, secret)}
             if secret:
                 evidence["values"] = f"hidden ({key} looks like a secret)"
@@ -44,17 +56,17 @@ def _mismatches(per_rank: dict[int, dict], section: str, keys: list[str], findin
     return findings
 
 
-def _versions(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
+def _versions(per_rank: Mapping[int, EnvData]) -> tuple[Check, list[Finding]]:
     keys = sorted({k for d in per_rank.values() for k in d["versions"]})
-    findings = _mismatches(per_rank, "versions", keys, "ENV_VERSION_MISMATCH",
-                           "{} version differs across ranks", "what")
+    findings = _mismatches({r: d["versions"] for r, d in per_rank.items()}, keys,
+                           "ENV_VERSION_MISMATCH", "{} version differs across ranks", "what")
     v = per_rank[min(per_rank)]["versions"]
     summary = (f"Python {v['python']}, torch {v['torch']}, CUDA {v['cuda'] or '-'}, "
                f"NCCL {v['nccl'] or '-'}" + ("" if not findings else "; differs across ranks"))
     return Check("versions", summary, group=GROUP), findings
 
 
-def _known_bugs(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
+def _known_bugs(per_rank: Mapping[int, EnvData]) -> tuple[Check, list[Finding]]:
     """The same known-bug table diagnose matches in logs, applied to the versions read."""
     from ddpdoctor.diagnose.known_bugs import findings_for_versions
 
@@ -66,7 +78,7 @@ def _known_bugs(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
     for key, ranks in by_versions.items():
         wanted = {k: v for k, v in key if k in ("torch", "nccl", "python", "cuda")}
         for f in findings_for_versions(**wanted):
-            bug = f.evidence["bug"]
+            bug = str(f.evidence["bug"])  # a known bug's id
             if bug in findings:
                 findings[bug].ranks = sorted({*findings[bug].ranks, *ranks})
             else:
@@ -77,20 +89,20 @@ def _known_bugs(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
     return Check("known bugs", summary, group=GROUP), list(findings.values())
 
 
-def _env_vars(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
+def _env_vars(per_rank: Mapping[int, EnvData]) -> tuple[Check, list[Finding]]:
     names = sorted({k for d in per_rank.values() for k in d["env"]} - PER_RANK_VARS)
-    findings = _mismatches(per_rank, "env", names, "ENV_VAR_MISMATCH",
+    findings = _mismatches({r: d["env"] for r, d in per_rank.items()}, names, "ENV_VAR_MISMATCH",
                            "{} differs across ranks", "variable")
     summary = f"{len(names)} NCCL/GLOO/TORCH/MASTER/OMP variables compared across ranks"
     # Each name and value against what NCCL / torch / gloo really read (distenv/table.py).
-    judged, named = nccl_env.name_findings(per_rank)
+    judged, named = nccl_env.name_findings(_untyped(per_rank))
     if judged:
         summary += (f"; {judged} NCCL/TORCH_NCCL/GLOO name(s) checked against NCCL "
                     f"{nccl_vars.NCCL_TABLE_VERSION} and torch {nccl_vars.TORCH_TABLE_VERSION}")
     return Check("env vars", summary, group=GROUP), findings + named
 
 
-def _shm(per_rank: dict[int, dict], shm_min_free: int) -> tuple[Check, list[Finding]]:
+def _shm(per_rank: Mapping[int, EnvData], shm_min_free: int) -> tuple[Check, list[Finding]]:
     small = {r: d["shm"] for r, d in per_rank.items()
              if "error" in d["shm"] or d["shm"]["free"] < shm_min_free}
     findings = []
@@ -113,7 +125,7 @@ def _shm(per_rank: dict[int, dict], shm_min_free: int) -> tuple[Check, list[Find
     return Check("shm", summary, group=GROUP), findings
 
 
-def _limits(per_rank: dict[int, dict], backend: str) -> tuple[Check, list[Finding]]:
+def _limits(per_rank: Mapping[int, EnvData], backend: str) -> tuple[Check, list[Finding]]:
     problems: dict[int, list[str]] = {}
     for r, d in per_rank.items():
         nofile = d["ulimit"]["nofile"][0]
@@ -166,7 +178,7 @@ def _missing_ifnames(spec: str, present: set[str], prefix_match: bool) -> list[s
     return missing
 
 
-def _socket_config(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
+def _socket_config(per_rank: Mapping[int, EnvData]) -> tuple[Check, list[Finding]]:
     findings = []
     for var, prefix in (("GLOO_SOCKET_IFNAME", False), ("NCCL_SOCKET_IFNAME", True)):
         bad: dict[int, list[str]] = {}
@@ -190,7 +202,7 @@ def _socket_config(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
                 "ENV_NCCL_CONFIG", "NCCL_NET=IB while NCCL_IB_DISABLE=1", ranks=[r],
                 evidence={"NCCL_NET": env["NCCL_NET"],
                           "NCCL_IB_DISABLE": env["NCCL_IB_DISABLE"]}))
-    findings.extend(nccl_env.ib_findings(per_rank))
+    findings.extend(nccl_env.ib_findings(_untyped(per_rank)))
     d0 = per_rank[min(per_rank)]
     shown = {k: d0["env"][k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
              if k in d0["env"]}
@@ -201,16 +213,16 @@ def _socket_config(per_rank: dict[int, dict]) -> tuple[Check, list[Finding]]:
     return Check("socket config", summary, group=GROUP), findings
 
 
-def _p2p(per_rank: dict[int, dict]) -> list[tuple[Check, list[Finding]]]:
+def _p2p(per_rank: Mapping[int, EnvData]) -> list[tuple[Check, list[Finding]]]:
     """The "p2p level" line, only where some rank sets NCCL_P2P_LEVEL."""
-    check, findings = nccl_env.p2p_check(per_rank)
+    check, findings = nccl_env.p2p_check(_untyped(per_rank))
     if check is None:
         return []
     return [(replace(check, group=GROUP), findings)]
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
-            opts: CheckOptions | dict[str, Any] | None = None
+def analyze(per_rank: Mapping[int, EnvData], world_size: int,
+            opts: CheckOptions | Mapping[str, object] | None = None
             ) -> tuple[list[Check], list[Finding]]:
     opts = CheckOptions.coerce(opts)
     checks: list[Check] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ddpdoctor.check.analysis.gpu_health import device_problems
 from ddpdoctor.check.nvml import DeviceInfo, NvmlSnapshot
@@ -18,19 +18,27 @@ from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding
 from ddpdoctor.report import Check
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ddpdoctor.check.probes.records import GpuData, RankIdentity
+
 GIB = 1024 ** 3
 # A process below this is a display server or a monitoring agent, not a competing job.
 FOREIGN_MIN_BYTES = 256 * 1024 ** 2
 _SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2}
+# A rank's record: the gpu probe's data, or the topology probe's (both start with the
+# rank's identity and its NVML snapshot).
+R = TypeVar("R", bound="RankIdentity")
 
 
 @dataclass
-class HostView:
+class HostView(Generic[R]):
     """One node as the GPU analyses see it."""
 
     hostname: str
     ranks: list[int]
-    records: dict[int, dict[str, Any]]
+    records: dict[int, R]
     snapshot: NvmlSnapshot | None = None
     skipped: str | None = None
     rank_device: dict[int, int | None] = field(default_factory=dict)
@@ -52,9 +60,9 @@ class HostView:
         return sorted(r for r, d in self.rank_device.items() if d == device_index)
 
 
-def device_of_rank(rec: dict[str, Any], snap: NvmlSnapshot) -> int | None:
+def device_of_rank(rec: RankIdentity, snap: NvmlSnapshot) -> int | None:
     """The NVML index of the GPU a rank uses, or None (a CPU rank, or it cannot be told)."""
-    by_uuid = {d.uuid: d.index for d in snap.devices if d.uuid}
+    by_uuid: dict[str | None, int] = {d.uuid: d.index for d in snap.devices if d.uuid}
     if rec.get("gpu_uuid") in by_uuid:
         return by_uuid[rec["gpu_uuid"]]
     idx = rec.get("cuda_index")
@@ -76,16 +84,23 @@ def device_of_rank(rec: dict[str, Any], snap: NvmlSnapshot) -> int | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def host_views(per_rank: dict[int, dict[str, Any]]) -> dict[str, HostView]:
-    groups: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+def _is_record(rec: object) -> bool:
+    """Whether a rank's data is a record at all (it came off the wire: a rank whose data is
+    something else is left out, not a crash)."""
+    return isinstance(rec, dict)
+
+
+def host_views(per_rank: Mapping[int, R]) -> dict[str, HostView[R]]:
+    groups: dict[str, dict[int, R]] = defaultdict(dict)
     for r, rec in per_rank.items():
-        if isinstance(rec, dict):
+        if _is_record(rec):
             groups[str(rec.get("hostname") or "?")][int(r)] = rec
     views = {}
     for host, records in sorted(groups.items(), key=lambda kv: min(kv[1])):
         view = HostView(host, sorted(records), records)
-        first = records[min(records)]
-        raw = next((rec["nvml"] for _, rec in sorted(records.items()) if rec.get("nvml")), None)
+        ids: Mapping[int, RankIdentity] = records
+        first = ids[min(ids)]
+        raw = next((rec["nvml"] for _, rec in sorted(ids.items()) if rec.get("nvml")), None)
         if raw is None:
             view.skipped = first.get("skipped") or "no NVML data"
         else:
@@ -104,12 +119,12 @@ def _gpu_label(host: str, d: DeviceInfo) -> str:
     return f"GPU {d.index} ({d.name or 'unknown'}) on {host}"
 
 
-def _device_evidence(host: str, d: DeviceInfo) -> dict[str, Any]:
+def _device_evidence(host: str, d: DeviceInfo) -> dict[str, object]:
     return {"host": host, "device_index": d.index, "name": d.name, "uuid": d.uuid,
             "pci_bus_id": d.pci_bus_id}
 
 
-def _health(view: HostView) -> list[Finding]:
+def _health(view: HostView[GpuData]) -> list[Finding]:
     findings = []
     snap = view.snapshot
     assert snap is not None
@@ -128,7 +143,7 @@ def _health(view: HostView) -> list[Finding]:
     return findings
 
 
-def _memory(view: HostView, process_names: dict[str, Any]) -> list[Finding]:
+def _memory(view: HostView[GpuData], process_names: dict[str, str | None]) -> list[Finding]:
     findings = []
     assert view.snapshot is not None
     ours = view.job_pids
@@ -164,12 +179,12 @@ def _memory(view: HostView, process_names: dict[str, Any]) -> list[Finding]:
     return findings
 
 
-def _mapping(view: HostView) -> list[Finding]:
+def _mapping(view: HostView[GpuData]) -> list[Finding]:
     findings, shared_culprits = _shared_devices(view)
     return findings + _local_rank_mismatches(view, shared_culprits)
 
 
-def _shared_devices(view: HostView) -> tuple[list[Finding], set[int]]:
+def _shared_devices(view: HostView[GpuData]) -> tuple[list[Finding], set[int]]:
     """GPU_DEVICE_MAPPING (error): two or more ranks on one GPU."""
     assert view.snapshot is not None
     by_device: dict[int, list[int]] = defaultdict(list)
@@ -199,7 +214,7 @@ def _shared_devices(view: HostView) -> tuple[list[Finding], set[int]]:
     return findings, shared_culprits
 
 
-def _remapped(view: HostView) -> bool:
+def _remapped(view: HostView[GpuData]) -> bool:
     """CUDA_VISIBLE_DEVICES differs across ranks or gives each rank one GPU: then cuda:0
     on every rank is right, whatever LOCAL_RANK says."""
     visible = {view.records[r].get("cuda_visible_devices") for r in view.ranks}
@@ -207,7 +222,7 @@ def _remapped(view: HostView) -> bool:
         v and len([x for x in v.split(",") if x.strip()]) == 1 for v in visible)
 
 
-def _local_rank_mismatches(view: HostView, shared_culprits: set[int]) -> list[Finding]:
+def _local_rank_mismatches(view: HostView[GpuData], shared_culprits: set[int]) -> list[Finding]:
     """GPU_DEVICE_MAPPING (warning): a rank on cuda:N with N != LOCAL_RANK."""
     if _remapped(view):
         return []
@@ -228,7 +243,7 @@ def _local_rank_mismatches(view: HostView, shared_culprits: set[int]) -> list[Fi
     return findings
 
 
-def _host_summary(view: HostView) -> str:
+def _host_summary(view: HostView[GpuData]) -> str:
     snap = view.snapshot
     assert snap is not None
     names = Counter(d.name or "unknown GPU" for d in snap.devices)
@@ -242,7 +257,7 @@ def _host_summary(view: HostView) -> str:
     return text
 
 
-def _device_data(d: DeviceInfo) -> dict[str, Any]:
+def _device_data(d: DeviceInfo) -> dict[str, object]:
     return {
         "index": d.index, "name": d.name, "uuid": d.uuid, "pci_bus_id": d.pci_bus_id,
         "memory_used_gib": round(d.memory_used / GIB, 2) if d.memory_used is not None else None,
@@ -256,7 +271,7 @@ def _device_data(d: DeviceInfo) -> dict[str, Any]:
     }
 
 
-def _skipped(views: dict[str, HostView]) -> Check:
+def _skipped(views: dict[str, HostView[GpuData]]) -> Check:
     reasons = {v.skipped or "NVML found no GPU" for v in views.values()}
     reason = next(iter(reasons)) if len(reasons) == 1 else "; ".join(
         f"{h}: {v.skipped or 'NVML found no GPU'}" for h, v in views.items())
@@ -264,21 +279,21 @@ def _skipped(views: dict[str, HostView]) -> Check:
                  group="GPU")
 
 
-def _host_findings(view: HostView) -> list[Finding]:
-    process_names: dict[str, Any] = {}
+def _host_findings(view: HostView[GpuData]) -> list[Finding]:
+    process_names: dict[str, str | None] = {}
     for rec in view.records.values():
         process_names.update(rec.get("process_names") or {})
     return _mapping(view) + _health(view) + _memory(view, process_names)
 
 
-def _host_data(snap: NvmlSnapshot) -> dict[str, Any]:
+def _host_data(snap: NvmlSnapshot) -> dict[str, object]:
     return {"driver_version": snap.driver_version,
             "cuda_driver_version": snap.cuda_driver_version,
             "xid_source": snap.xid_source,
             "devices": [_device_data(d) for d in snap.devices]}
 
 
-def _summary(with_gpus: dict[str, HostView], without: dict[str, HostView],
+def _summary(with_gpus: dict[str, HostView[GpuData]], without: dict[str, HostView[GpuData]],
              findings: list[Finding]) -> str:
     if len(with_gpus) == 1:
         summary = _host_summary(next(iter(with_gpus.values())))
@@ -295,18 +310,19 @@ def _summary(with_gpus: dict[str, HostView], without: dict[str, HostView],
     return summary
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
-            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: Mapping[int, GpuData], world_size: int,
+            opts: CheckOptions | Mapping[str, object] | None = None) -> tuple[Check, list[Finding]]:
     views = host_views(per_rank)
     with_gpus = {h: v for h, v in views.items() if v.snapshot is not None and v.snapshot.devices}
     without = {h: v for h, v in views.items() if h not in with_gpus}
     if not with_gpus:
         return _skipped(views), []
     findings: list[Finding] = []
-    data: dict[str, Any] = {"hosts": {}}
+    hosts: dict[str, dict[str, object]] = {}
+    data: dict[str, object] = {"hosts": hosts}
     for host, view in with_gpus.items():
         findings += _host_findings(view)
         assert view.snapshot is not None
-        data["hosts"][host] = _host_data(view.snapshot)
+        hosts[host] = _host_data(view.snapshot)
     return Check("gpu", _summary(with_gpus, without, findings), group="GPU",
                  data=data), findings

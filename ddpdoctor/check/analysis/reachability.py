@@ -12,12 +12,17 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.schedule import tier
 from ddpdoctor.findings import Finding, format_ranks
 from ddpdoctor.report import Check
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ddpdoctor.check.mesh import MeshRow, MeshSkipped
 
 FID = "COMM_CONNECTIVITY"
 Edge = tuple[int, int]
@@ -28,13 +33,13 @@ class Mesh:
     """The rows as counts: who tried whom is implied (everyone who published, but the
     addresses a rank never received), only failures are listed."""
 
-    rows: dict[int, dict[str, Any]]
+    rows: dict[int, MeshRow]
     nodes: dict[int, str]
     failed: dict[Edge, str]
     size: Counter[str]  # ranks per node
 
     @classmethod
-    def of(cls, rows: dict[int, dict[str, Any]]) -> Mesh:
+    def of(cls, rows: dict[int, MeshRow]) -> Mesh:
         failed = {(i, int(j)): str(err) for i, row in rows.items()
                   for j, err in row.get("failed", {}).items() if int(j) in rows}
         nodes = {r: str(d.get("node", "?")) for r, d in rows.items()}
@@ -119,7 +124,7 @@ def _pair_findings(m: Mesh, explained: set[int]) -> list[Finding]:
         if a in explained or b in explained:
             continue
         where = tier(m.nodes[a], m.nodes[b])
-        ev: dict[str, Any] = {"pair": f"{a}<->{b}", "tier": where,
+        ev: dict[str, object] = {"pair": f"{a}<->{b}", "tier": where,
                               "addresses": {a: m.addr(a), b: m.addr(b)}}
         if (a, b) in m.failed and (b, a) in m.failed:
             ev["error"] = f"rank {a}: {m.failed[(a, b)]}"
@@ -153,8 +158,8 @@ def _summary(m: Mesh) -> str:
     return summary
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
-            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: Mapping[int, MeshRow | MeshSkipped], world_size: int,
+            opts: CheckOptions | Mapping[str, object] | None = None) -> tuple[Check, list[Finding]]:
     rows = {r: d for r, d in per_rank.items() if "tried" in d}
     if not rows:
         why = next((d.get("skipped") for d in per_rank.values() if d.get("skipped")), "")

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding
 from ddpdoctor.report import Check
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
-            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
+    from ddpdoctor.check.probes.records import RendezvousData
+
+
+def analyze(per_rank: Mapping[int, RendezvousData], world_size: int,
+            opts: CheckOptions | Mapping[str, object] | None = None) -> tuple[Check, list[Finding]]:
     d = next(iter(per_rank.values()))
     endpoint = f"{d['master_addr']}:{d['master_port']}"
     findings = []

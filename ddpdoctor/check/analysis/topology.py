@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from ddpdoctor.check.analysis.gpu import HostView, host_views
 from ddpdoctor.check.nvml import PairInfo
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.findings import Finding
 from ddpdoctor.report import Check
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ddpdoctor.check.probes.records import Nic, TopologyData
 
 # GPUs sold only on NVLink baseboards (SXM/HGX). PCIe and NVL (bridged pairs) cards are not.
 _NVLINK_BOARD = re.compile(r"SXM|H100 80GB HBM3|H100 64GB HBM3|H800|H200|B200|B100|B300|GB200",
@@ -36,7 +41,7 @@ def pair_label(p: PairInfo | None) -> str:
     return p.level or "?"
 
 
-def matrix_lines(view: HostView) -> list[str]:
+def matrix_lines(view: HostView[TopologyData]) -> list[str]:
     snap = view.snapshot
     assert snap is not None
     idx = [d.index for d in snap.devices]
@@ -55,14 +60,14 @@ def _unordered(pairs: list[PairInfo]) -> dict[tuple[int, int], list[PairInfo]]:
     return out
 
 
-def _ranks_of(view: HostView, devices: set[int]) -> list[int]:
+def _ranks_of(view: HostView[TopologyData], devices: set[int]) -> list[int]:
     return sorted(r for r, d in view.rank_device.items() if d in devices)
 
 
 class _HostPairs:
     """One host's GPU pairs, as the TOPO_NO_P2P rules read them."""
 
-    def __init__(self, view: HostView) -> None:
+    def __init__(self, view: HostView[TopologyData]) -> None:
         snap = view.snapshot
         assert snap is not None and snap.pairs is not None
         self.view = view
@@ -154,7 +159,7 @@ def _nvlink_missing(host: _HostPairs) -> Finding | None:
                   "matrix": matrix_lines(view)})
 
 
-def _host_findings(view: HostView) -> list[Finding]:
+def _host_findings(view: HostView[TopologyData]) -> list[Finding]:
     snap = view.snapshot
     assert snap is not None
     if len(snap.devices) < 2 or snap.pairs is None:
@@ -163,7 +168,7 @@ def _host_findings(view: HostView) -> list[Finding]:
     return [f for f in (_no_p2p(host), _nvlink_missing(host)) if f is not None]
 
 
-def _nic_text(nics: list[dict[str, Any]]) -> str:
+def _nic_text(nics: list[Nic]) -> str:
     chosen = [n for n in nics if n.get("physical")] or \
         [n for n in nics if n.get("operstate") == "up"]
     if not chosen:
@@ -178,13 +183,13 @@ def _nic_text(nics: list[dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
-def _cpu_text(rec: dict[str, Any]) -> str:
+def _cpu_text(rec: TopologyData) -> str:
     numa = rec.get("numa")
     numa_text = str(len(numa)) if isinstance(numa, list) and numa else "unknown"
     return f"NUMA nodes {numa_text}, NICs {_nic_text(rec.get('nics') or [])}"
 
 
-def _gpu_text(view: HostView) -> str:
+def _gpu_text(view: HostView[TopologyData]) -> str:
     snap = view.snapshot
     assert snap is not None
     n = len(snap.devices)
@@ -203,18 +208,19 @@ def _gpu_text(view: HostView) -> str:
     return f"{n} GPUs, no P2P on {bad} of {len(pairs)} pairs ({shown})"
 
 
-def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
-            opts: CheckOptions | dict[str, Any] | None = None) -> tuple[Check, list[Finding]]:
+def analyze(per_rank: Mapping[int, TopologyData], world_size: int,
+            opts: CheckOptions | Mapping[str, object] | None = None) -> tuple[Check, list[Finding]]:
     views = host_views(per_rank)
     if not views:
         return Check("topology", "skipped: no rank returned data", status="skipped",
                      group="Topology"), []
     findings: list[Finding] = []
-    data: dict[str, Any] = {"hosts": {}}
+    hosts: dict[str, dict[str, object]] = {}
+    data: dict[str, object] = {"hosts": hosts}
     texts = []
     for host, view in views.items():
         first = view.records[min(view.records)]
-        host_data: dict[str, Any] = {"numa": first.get("numa"), "nics": first.get("nics")}
+        host_data: dict[str, object] = {"numa": first.get("numa"), "nics": first.get("nics")}
         if view.snapshot is not None and view.snapshot.devices:
             findings += _host_findings(view)
             host_data["matrix"] = matrix_lines(view)
@@ -223,7 +229,7 @@ def analyze(per_rank: dict[int, dict[str, Any]], world_size: int,
         else:
             host_data["gpu_skipped"] = view.skipped or "NVML found no GPU"
             texts.append(f"no GPU: {_cpu_text(first)}")
-        data["hosts"][host] = host_data
+        hosts[host] = host_data
     if len(views) == 1 or len(set(texts)) == 1:
         summary = texts[0] + (f" (same on {len(views)} nodes)" if len(views) > 1 else "")
     else:

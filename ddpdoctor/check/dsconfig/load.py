@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 from ddpdoctor.errors import DoctorError, ExitCode
 
@@ -28,7 +28,7 @@ class DsFacts:
     """
 
     path: str
-    raw: Mapping[str, Any]
+    raw: Mapping[str, object]
     autos: tuple[str, ...]  # dotted paths whose value is "auto"
     duplicates: tuple[str, ...]  # keys given twice in one object (DeepSpeed refuses them)
     stage: int | None
@@ -56,7 +56,7 @@ def read(path: str) -> DsFacts:
     return facts_of(raw, path, dups)
 
 
-def _parse(path: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _parse(path: str) -> tuple[dict[str, object], tuple[str, ...]]:
     p = Path(path)
     try:
         with p.open("rb") as f:
@@ -71,8 +71,8 @@ def _parse(path: str) -> tuple[dict[str, Any], tuple[str, ...]]:
                           ExitCode.USAGE)
     dups: list[str] = []
 
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        seen: dict[str, object] = {}
         for k, v in items:
             if k in seen:
                 dups.append(k)
@@ -95,12 +95,12 @@ def _parse(path: str) -> tuple[dict[str, Any], tuple[str, ...]]:
     return raw, tuple(dups)
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     # NaN / Infinity are not JSON; Python's json accepts them, DeepSpeed's numbers must not
     raise ValueError(f"{name} is not a valid JSON number")
 
 
-def facts_of(raw: Mapping[str, Any], path: str = "<config>",
+def facts_of(raw: Mapping[str, object], path: str = "<config>",
              duplicates: tuple[str, ...] = ()) -> DsFacts:
     """The facts of an already parsed config (the unit tests' entry)."""
     zero = _zero(raw)
@@ -129,17 +129,17 @@ def facts_of(raw: Mapping[str, Any], path: str = "<config>",
     )
 
 
-def _obj(d: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+def _obj(d: Mapping[str, object], key: str) -> Mapping[str, object]:
     v = d.get(key)
     return v if isinstance(v, Mapping) else {}
 
 
-def _zero(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+def _zero(raw: Mapping[str, object]) -> Mapping[str, object]:
     z = raw.get("zero_optimization")
     return z if isinstance(z, Mapping) else {}
 
 
-def _stage(raw: Mapping[str, Any], zero: Mapping[str, Any]) -> int | None:
+def _stage(raw: Mapping[str, object], zero: Mapping[str, object]) -> int | None:
     z = raw.get("zero_optimization")
     if isinstance(z, bool):  # the old form: true means stage 1 (zero/config.py)
         return 1 if z else 0
@@ -149,14 +149,14 @@ def _stage(raw: Mapping[str, Any], zero: Mapping[str, Any]) -> int | None:
     return int(value) if value is not None and value == int(value) else None
 
 
-def _flag(v: Any) -> bool:
+def _flag(v: object) -> bool:
     # pydantic, which DeepSpeed's config classes use, reads "true"/"1"/"yes" as True
     if isinstance(v, str):
         return v.strip().lower() in ("true", "1", "yes", "on")
     return bool(v) if isinstance(v, (bool, int)) else False
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, (int, float)):
@@ -170,14 +170,14 @@ def _num(v: Any) -> float | None:
     return None
 
 
-def _device(d: Mapping[str, Any]) -> str | None:
+def _device(d: Mapping[str, object]) -> str | None:
     if not d:
         return None
     dev = str(d.get("device", "none")).lower()
     return None if dev in ("none", "") else dev
 
 
-def _autos(v: Any, at: str) -> list[str]:
+def _autos(v: object, at: str) -> list[str]:
     if isinstance(v, str):
         return [at] if v.strip().lower() == AUTO else []
     if isinstance(v, Mapping):

@@ -72,7 +72,7 @@ def default_backend(nproc: int) -> str:
 def launch(
     fn: Callable[..., object],
     nproc: int = 2,
-    args: tuple = (),
+    args: tuple[object, ...] = (),
     backend: str | None = None,
     deadline_s: float = 60.0,
     rank_env: dict[int, dict[str, str]] | None = None,

@@ -15,7 +15,7 @@ from ddpdoctor.check.launcher.outcome import STATUS_ERROR, STATUS_OK, RankContex
 from ddpdoctor.contract import PRE_DONE_KEY, RANK_PRE_FILE, RANK_RESULT_FILE
 
 
-def rank_entry(fn: Callable[..., object], args: tuple, result_dir: str, backend: str,
+def rank_entry(fn: Callable[..., object], args: tuple[object, ...], result_dir: str, backend: str,
                 deadline_s: float, pre_init: Callable[..., object] | None = None) -> None:
     """Runs inside each rank process (must stay a module-level function: spawn pickles it)."""
     import torch

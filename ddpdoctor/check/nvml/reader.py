@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.nvml.device import _Reader, _text
 from ddpdoctor.check.nvml.model import (
@@ -13,6 +14,9 @@ from ddpdoctor.check.nvml.model import (
     pci_key,
 )
 from ddpdoctor.check.nvml.xid import read_kernel_xids
+
+if TYPE_CHECKING:
+    from ddpdoctor.check.probes.records import RankIdentity
 
 
 def read_snapshot(nvml: ModuleType | None = None, topology: bool = True,
@@ -71,7 +75,7 @@ def _unavailable_reason(nvml: ModuleType, e: Exception) -> str:
     return f"NVML could not start ({type(e).__name__}: {text})"
 
 
-def snapshot_into(data: dict[str, object], topology: bool, xids: bool) -> NvmlSnapshot | None:
+def snapshot_into(data: RankIdentity, topology: bool, xids: bool) -> NvmlSnapshot | None:
     """A probe's NVML part: ``data["nvml"]`` gets the snapshot, or None with
     ``data["skipped"]`` saying why NVML cannot be used here (then None is returned)."""
     try:

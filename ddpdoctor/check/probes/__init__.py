@@ -8,6 +8,8 @@ Every collective a probe issues runs under the process group's timeout (the chec
 
 from __future__ import annotations
 
+from typing import Any
+
 from ddpdoctor.check.probe import Probe
 from ddpdoctor.check.probes import (
     bandwidth,
@@ -20,8 +22,9 @@ from ddpdoctor.check.probes import (
     topology,
 )
 
-# In the order a full check runs and reports them.
-PROBES: dict[str, Probe] = {
+# In the order a full check runs and reports them. Each is a Probe of its own data type
+# (check/probes/records.py); a registry of all of them can only say "some data type": Any.
+PROBES: dict[str, Probe[Any]] = {
     m.PROBE.name: m.PROBE
     for m in (env, rendezvous, reachability, connectivity, bandwidth, dataloader, gpu, topology)
 }

@@ -23,6 +23,7 @@ from ddpdoctor.check.analysis.bandwidth import analyze
 from ddpdoctor.check.busbw import sizes as size_sweep
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.probes.records import BandwidthData, NicInfo, SweepRow
 from ddpdoctor.check.schedule import hypercube
 
 if TYPE_CHECKING:
@@ -84,13 +85,13 @@ def _iters(run: Callable[[], object], ctx: RankContext, opts: CheckOptions) -> i
     return max(1, min(opts.iters, int(opts.trial_budget_s / max(float(one.item()), 1e-9))))
 
 
-def sweep(ctx: RankContext, opts: CheckOptions | Mapping[str, object]) -> list[dict[str, object]]:
+def sweep(ctx: RankContext, opts: CheckOptions | Mapping[str, object]) -> list[SweepRow]:
     """Like nccl-tests: time ``iters`` back-to-back calls and divide, in ``trials`` trials."""
     import torch.distributed as dist
 
     opts = CheckOptions.coerce(opts)
     warmup, trials = opts.warmup, opts.trials
-    rows = []
+    rows: list[SweepRow] = []
     for coll in opts.collectives:
         ctx.progress(f"{NAME}: {coll}")
         for size in size_sweep(opts.min_bytes, opts.bandwidth_max_bytes(ctx.backend)):
@@ -153,7 +154,7 @@ def links(ctx: RankContext, opts: CheckOptions) -> dict[str, float]:
     return out
 
 
-def nic_towards(addr: str) -> dict[str, object]:
+def nic_towards(addr: str) -> NicInfo:
     """The interface this host uses to reach ``addr``, with its line rate when known.
 
     The expected bandwidth of a link between nodes: sysfs reports the negotiated speed of
@@ -179,7 +180,7 @@ def nic_towards(addr: str) -> dict[str, object]:
     return {"name": name, "address": local, "speed_mbps": speed if speed > 0 else None}
 
 
-def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
+def collect(ctx: RankContext, opts: CheckOptions) -> BandwidthData:
     import os
 
     return {"host": socket.gethostname(), "world_size": ctx.world_size,

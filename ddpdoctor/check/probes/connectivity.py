@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ddpdoctor.check.analysis.connectivity import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.probes.records import AllreduceError, ConnectivityData, P2pError, P2pResult
 from ddpdoctor.check.schedule import hypercube
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def _allreduce_s(ctx: RankContext) -> float:
     return max(2.0, ctx.deadline_s / 4)
 
 
-def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
+def collect(ctx: RankContext, opts: CheckOptions) -> ConnectivityData:
     import torch
     import torch.distributed as dist
 
@@ -54,10 +55,11 @@ def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
     except Exception as e:  # a world collective that cannot finish is evidence
         ok, error = False, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
     elapsed = time.perf_counter() - start
-    p2p: dict[str, dict[str, object]] = {}
-    out: dict[str, object] = {
+    p2p: dict[str, P2pResult] = {}
+    unfinished: AllreduceError = {"allreduce_error": error} if error else {}
+    out: ConnectivityData = {
         "allreduce_ok": ok,
-        **({"allreduce_error": error} if error else {}),
+        **unfinished,
         "allreduce_expected": expected,
         "allreduce_got": float(t[0].item()),
         "allreduce_ms": round(elapsed * 1000, 3),
@@ -81,8 +83,9 @@ def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
                 assert w is not None  # None only for a rank outside the group
                 w.wait(timeout=timedelta(seconds=per_pair_s))
             ok = bool(torch.equal(recv, _pattern(peer, ctx.rank, ctx.device)))
+            wrong: P2pError = {} if ok else {"error": "received wrong data"}
             p2p[str(peer)] = {"ok": ok, "ms": round((time.perf_counter() - start) * 1e3, 3),
-                                     **({} if ok else {"error": "received wrong data"})}
+                              **wrong}
         except Exception as e:  # a failed pair is evidence
             p2p[str(peer)] = {"ok": False, "error": f"{type(e).__name__}: "
                                      f"{str(e).splitlines()[0][:300] if str(e) else ''}"}

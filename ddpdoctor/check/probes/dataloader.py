@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, cast
 from ddpdoctor.check.analysis.dataloader import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.probes.records import DataloaderData
 
 if TYPE_CHECKING:
     import torch
@@ -38,7 +39,7 @@ class _BigTensors:
         return torch.full((self.numel,), float(i))
 
 
-def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
+def collect(ctx: RankContext, opts: CheckOptions) -> DataloaderData:
     from torch.utils.data import DataLoader
 
     workers, batch, batches = opts.dl_workers, opts.dl_batch, opts.dl_batches
@@ -47,7 +48,7 @@ def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
     if timeout is None:
         timeout = min(30.0, max(5.0, ctx.deadline_s / 3))
     timeout = float(timeout)
-    out: dict[str, object] = {"workers": workers, "batch_bytes": batch * item_bytes,
+    out: DataloaderData = {"workers": workers, "batch_bytes": batch * item_bytes,
                               "timeout_s": timeout}
     start = time.perf_counter()
     # A map-style dataset is any object with __len__ and __getitem__ to the loader, but
@@ -60,13 +61,14 @@ def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
             seen += 1
             if float(b[0, 0]) != float(seen - 1) * batch:
                 raise RuntimeError("batch content is wrong")
-        out.update(ok=True, batches=seen)
+        out["ok"], out["batches"] = True, seen
     except Exception as e:  # the failure is the evidence
         text = str(e)
         cause = e.__cause__
-        out.update(ok=False, error=f"{type(e).__name__}: {text.splitlines()[0] if text else ''}",
-                   error_text=text[-2000:],
-                   cause=f"{type(cause).__name__}: {cause}"[:1000] if cause else None)
+        out["ok"] = False
+        out["error"] = f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+        out["error_text"] = text[-2000:]
+        out["cause"] = f"{type(cause).__name__}: {cause}"[:1000] if cause else None
     finally:
         del loader
     out["seconds"] = round(time.perf_counter() - start, 3)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ddpdoctor.check.analysis.env import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.probes.records import EnvData, IbDevice, P2pPair, P2pTopology, ShmInfo
 
 if TYPE_CHECKING:
     from ddpdoctor.check.launcher.outcome import RankContext
@@ -78,10 +79,10 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _infiniband(root: Path = Path("/sys/class/infiniband")) -> list[dict[str, object]]:
+def _infiniband(root: Path = Path("/sys/class/infiniband")) -> list[IbDevice]:
     """The RDMA devices of this host (InfiniBand or RoCE: NCCL's IB transport uses both),
     with each port's link layer and state, so NCCL_IB_DISABLE=1 can be judged."""
-    out: list[dict[str, object]] = []
+    out: list[IbDevice] = []
     for dev in sorted(root.iterdir() if root.is_dir() else []):
         ports = {}
         for port in sorted((dev / "ports").glob("*")):
@@ -90,7 +91,7 @@ def _infiniband(root: Path = Path("/sys/class/infiniband")) -> list[dict[str, ob
     return out
 
 
-def _p2p_topology() -> dict[str, object]:
+def _p2p_topology() -> P2pTopology:
     """The GPU pairs of this host and their path (NVML, as `nvidia-smi topo -m`), read only
     when NCCL_P2P_LEVEL is set: the only reason the env probe needs the topology."""
     if "NCCL_P2P_LEVEL" not in os.environ:
@@ -103,7 +104,7 @@ def _p2p_topology() -> dict[str, object]:
         return {"skipped": f"NVML: {e}"}
     except Exception as e:  # a broken driver must not cost the rest of the env facts
         return {"skipped": f"NVML read failed ({type(e).__name__}: {e})"}
-    pairs = []
+    pairs: list[P2pPair] = []
     for p in snap.pairs or []:
         if p.a >= p.b:
             continue  # NVML gives both directions; one is enough here
@@ -115,12 +116,12 @@ def _p2p_topology() -> dict[str, object]:
     return {"gpus": len(snap.devices), "pairs": pairs}
 
 
-def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
+def collect(ctx: RankContext, opts: CheckOptions) -> EnvData:
     import torch
 
     try:
         shm = shutil.disk_usage("/dev/shm")
-        shm_info: dict[str, int | str | None] = {"total": shm.total, "free": shm.free}
+        shm_info: ShmInfo = {"total": shm.total, "free": shm.free}
     except OSError as e:
         shm_info = {"error": e.strerror}
     nccl = None

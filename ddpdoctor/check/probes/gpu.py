@@ -14,6 +14,7 @@ from ddpdoctor.check import nvml
 from ddpdoctor.check.analysis.gpu import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.probes.records import GpuData, RankIdentity
 
 if TYPE_CHECKING:
     from ddpdoctor.check.launcher.outcome import RankContext
@@ -21,10 +22,10 @@ if TYPE_CHECKING:
 NAME = "gpu"
 
 
-def rank_identity(ctx: RankContext) -> dict[str, object]:
+def rank_identity(ctx: RankContext) -> RankIdentity:
     """Who this rank is and which GPU it uses: lets the analysis map devices to ranks and
     tell the job's own processes from foreign ones (both probes share it)."""
-    data: dict[str, object] = {
+    data: RankIdentity = {
         "hostname": socket.gethostname(),
         "rank": ctx.rank,
         "local_rank": ctx.local_rank,
@@ -57,8 +58,8 @@ def _process_name(pid: int) -> str | None:
         return None
 
 
-def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
-    data = rank_identity(ctx)
+def collect(ctx: RankContext, opts: CheckOptions) -> GpuData:
+    data: GpuData = {**rank_identity(ctx)}
     snap = nvml.snapshot_into(data, topology=False, xids=True)
     if snap is None:
         return data

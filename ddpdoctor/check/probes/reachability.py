@@ -16,6 +16,7 @@ from ddpdoctor.check.probe import Probe
 
 if TYPE_CHECKING:
     from ddpdoctor.check.launcher.outcome import RankContext
+    from ddpdoctor.check.mesh import MeshRow, MeshSkipped
 
 NAME = "reachability"
 
@@ -26,7 +27,7 @@ def budget(deadline_s: float, connect_timeout_s: float) -> float:
     return min(deadline_s / 3, 20.0 + 2 * connect_timeout_s)
 
 
-def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
+def collect(ctx: RankContext, opts: CheckOptions) -> MeshRow | MeshSkipped:
     from ddpdoctor.check.mesh import run_mesh
 
     if ctx.world_size < 2:

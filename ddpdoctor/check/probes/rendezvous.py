@@ -15,6 +15,7 @@ from ddpdoctor import redact
 from ddpdoctor.check.analysis.rendezvous import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.probes.records import PortOwner, RendezvousData
 
 if TYPE_CHECKING:
     from ddpdoctor.check.launcher.outcome import RankContext
@@ -33,13 +34,13 @@ def _local_addresses() -> set[str]:
     return addrs
 
 
-def _port_owner(port: int) -> dict[str, object] | None:
+def _port_owner(port: int) -> PortOwner | None:
     import psutil
 
     try:
         for c in psutil.net_connections(kind="inet"):
             if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN:
-                owner: dict[str, object] = {"pid": c.pid}
+                owner: PortOwner = {"pid": c.pid}
                 if c.pid:
                     try:
                         p = psutil.Process(c.pid)
@@ -86,10 +87,10 @@ def bind_like_the_store(port: int) -> OSError | None:
     return last
 
 
-def collect(ctx: RankContext | None, opts: CheckOptions) -> dict[str, object]:
+def collect(ctx: RankContext | None, opts: CheckOptions) -> RendezvousData:
     host = opts.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
     port = int(opts.master_port or os.environ.get("MASTER_PORT") or 29500)
-    out: dict[str, object] = {"master_addr": host, "master_port": port}
+    out: RendezvousData = {"master_addr": host, "master_port": port}
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:

@@ -14,6 +14,7 @@ from ddpdoctor.check.analysis.topology import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
 from ddpdoctor.check.probes.gpu import rank_identity
+from ddpdoctor.check.probes.records import Nic, NumaNode, TopologyData
 
 if TYPE_CHECKING:
     from ddpdoctor.check.launcher.outcome import RankContext
@@ -44,8 +45,8 @@ def _node(text: str | None) -> int | None:
     return value if value is not None and value >= 0 else None  # sysfs says -1 for "none"
 
 
-def numa_nodes(root: Path = _NODE_ROOT) -> list[dict[str, object]]:
-    nodes: list[dict[str, object]] = []
+def numa_nodes(root: Path = _NODE_ROOT) -> list[NumaNode]:
+    nodes: list[NumaNode] = []
     for d in sorted(root.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
         mem_kib = None
         for line in (_read(d / "meminfo") or "").splitlines():
@@ -56,8 +57,8 @@ def numa_nodes(root: Path = _NODE_ROOT) -> list[dict[str, object]]:
     return nodes
 
 
-def nics(root: Path = _NET_ROOT) -> list[dict[str, object]]:
-    out: list[dict[str, object]] = []
+def nics(root: Path = _NET_ROOT) -> list[Nic]:
+    out: list[Nic] = []
     for d in sorted(root.iterdir() if root.is_dir() else []):
         if d.name == "lo":
             continue
@@ -85,8 +86,8 @@ def gpu_numa_node(pci_bus_id: str | None, root: Path = _PCI_ROOT) -> int | None:
     return _node(_read(root / f"{key[0]:04x}:{key[1]:02x}:{key[2]:02x}.0" / "numa_node"))
 
 
-def collect(ctx: RankContext, opts: CheckOptions) -> dict[str, object]:
-    data = rank_identity(ctx)
+def collect(ctx: RankContext, opts: CheckOptions) -> TopologyData:
+    data: TopologyData = {**rank_identity(ctx)}
     data["numa"] = numa_nodes()
     data["nics"] = nics()
     snap = nvml.snapshot_into(data, topology=True, xids=False)

@@ -34,7 +34,7 @@ SIGNATURES: tuple[Signature, ...] = (bugs.SIGNATURES + c10d.SIGNATURES + nccl.SI
                                      + stacks.SIGNATURES)
 
 
-def match_line(body: str) -> Iterator[tuple[Signature, dict]]:
+def match_line(body: str) -> Iterator[tuple[Signature, dict[str, object]]]:
     """Every signature that matches ``body``; fallback wordings only when nothing else did."""
     matched = False
     for sig in SIGNATURES:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.kb.signature import Example, Signature, ints
@@ -11,9 +10,9 @@ from ddpdoctor.diagnose.kb.signature import Example, Signature, ints
 FIX = "tests/fixtures/logs/"
 
 
-def _fingerprint(text: str) -> dict[str, Any]:
+def _fingerprint(text: str) -> dict[str, str | int]:
     """The parts of a CollectiveFingerPrint a person compares: op, shapes, dtypes, seq."""
-    out: dict[str, Any] = {}
+    out: dict[str, str | int] = {}
     for key, pat in (("op", r"OpType=(\w+)"), ("seq", r"SequenceNumber=(\d+)"),
                      ("shape", r"TensorShape=\[([^\]]*)\]"), ("dtype", r"TensorDtypes=(\w+)")):
         m = re.search(pat, text)
@@ -22,7 +21,7 @@ def _fingerprint(text: str) -> dict[str, Any]:
     return out
 
 
-def _collectives(m: re.Match[str]) -> dict[str, Any]:
+def _collectives(m: re.Match[str]) -> dict[str, dict[int, dict[str, str | int]]]:
     return {"collectives": {int(m["rank_a"]): _fingerprint(m["coll_a"]),
                             int(m["rank_b"]): _fingerprint(m["coll_b"])}}
 
@@ -41,14 +40,14 @@ def _store_key_ranks(keys: str) -> list[int]:
 _PORT_IN = re.compile(r"port[: =]+(\d+)|failed to bind to \S*?:(\d+)|\]:(\d+)")
 
 
-def _port(m: re.Match[str]) -> dict[str, Any]:
+def _port(m: re.Match[str]) -> dict[str, int]:
     found = _PORT_IN.search(m.string)
     if found is None:
         return {}
     return {"port": int(next(g for g in found.groups() if g))}
 
 
-SIGNATURES = (
+SIGNATURES: tuple[Signature, ...] = (
     Signature(
         "ddp.reduction_not_finished", K.DDP_REDUCTION, "Expected to have finished reduction",
         r"Expected to have finished reduction in the prior iteration",

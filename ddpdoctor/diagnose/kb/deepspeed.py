@@ -14,7 +14,6 @@ process went away first).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.kb.signature import Example, Signature
@@ -24,9 +23,9 @@ _DS = "https://github.com/deepspeedai/DeepSpeed/issues/"
 _REC = "tests/fixtures/deepspeed/"  # recorded from real deepspeed 0.19.8, 2 CPU ranks, gloo
 
 
-def _exit(m: re.Match[str]) -> dict[str, Any]:
+def _exit(m: re.Match[str]) -> dict[str, str | int]:
     code = int(m["exit_code"])
-    out: dict[str, Any] = {"launcher": "deepspeed"}
+    out: dict[str, str | int] = {"launcher": "deepspeed"}
     if code < 0:
         out["signal"] = killed_by(code) or f"signal {-code}"
     if m["local_rank"] == "0":

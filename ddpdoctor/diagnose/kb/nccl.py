@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.kb.signature import Example, Signature, ints
@@ -13,9 +12,9 @@ IB_STATUS = {5: "IBV_WC_WR_FLUSH_ERR", 10: "IBV_WC_REM_ACCESS_ERR",
              12: "IBV_WC_RETRY_EXC_ERR", 13: "IBV_WC_RNR_RETRY_EXC_ERR"}
 
 
-def _ib(m: re.Match[str]) -> dict[str, Any]:
+def _ib(m: re.Match[str]) -> dict[str, str]:
     code = int(m["code"])
-    out: dict[str, Any] = {"status_name": IB_STATUS.get(code, f"status {code}")}
+    out = {"status_name": IB_STATUS.get(code, f"status {code}")}
     hca = re.search(r"\b(mlx\d+_\d+(?::\d+)?)", m.string)
     if hca:
         out["hca"] = hca.group(1)

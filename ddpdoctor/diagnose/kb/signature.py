@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ddpdoctor.diagnose.events import EventKind
 
@@ -20,7 +19,7 @@ class Example:
 
     line: str
     source: str
-    fields: Mapping[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,8 @@ class Signature:
     finding: str  # the finding id this text leads to when it is the root cause
     versions: str  # the releases that print this wording
     examples: tuple[Example, ...]
-    convert: Mapping[str, Callable[[str], Any]] = field(default_factory=dict)
-    extra: Callable[[re.Match[str]], dict[str, Any]] | None = None
+    convert: Mapping[str, Callable[[str], object]] = field(default_factory=dict)
+    extra: Callable[[re.Match[str]], Mapping[str, object]] | None = None
     flags: int = 0
     fallback: bool = False  # generic wording: only when no specific signature matched
 
@@ -61,14 +60,14 @@ class Signature:
     def fields(self) -> tuple[str, ...]:
         return tuple(self.regex.groupindex)
 
-    def match(self, body: str) -> dict[str, Any] | None:
+    def match(self, body: str) -> dict[str, object] | None:
         """The fields of ``body`` (a line without its rank prefix), or None."""
         if not any(n in body for n in self.needles):
             return None
         m = self.regex.search(body)
         if m is None:
             return None
-        data: dict[str, Any] = {}
+        data: dict[str, object] = {}
         for name, value in m.groupdict().items():
             if value is not None:
                 data[name] = self.convert.get(name, _strip)(value)

@@ -24,12 +24,13 @@ def _ddp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device, injector: Inj
     return DDP(model, device_ids=ids, find_unused_parameters=rcfg.find_unused)
 
 
-def _compress(s: Strategy, rcfg: RunConfig, injector: Injector) -> Strategy:
-    """Register this rank's gradient compression hook and meter what it sends."""
+def _compress(s: Strategy, ddp: DDP, rcfg: RunConfig, injector: Injector) -> Strategy:
+    """Register this rank's gradient compression hook on ``ddp`` (``s.model``) and meter
+    what it sends."""
     s.comm_plain_bytes = plain_payload(s.model.parameters())
     s.comm_meter = CommMeter(s.comm_plain_bytes)
     hook = injector.comm_hook(rcfg.comm_hook)
-    register(s.model, hook, rcfg.topk_ratio, s.comm_meter)
+    register(ddp, hook, rcfg.topk_ratio, s.comm_meter)
     return s
 
 
@@ -39,7 +40,8 @@ def build_ddp(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
     world = dist.get_world_size()
     return _compress(Strategy("ddp", model, model.module,
                               make_optimizer(model.parameters(), rcfg), dp_rank=dist.get_rank(),
-                              dp_world=world, loss_ranks=list(range(world))), rcfg, injector)
+                              dp_world=world, loss_ranks=list(range(world))), model, rcfg,
+                     injector)
 
 
 def build_zero1(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
@@ -51,4 +53,5 @@ def build_zero1(mcfg: ModelConfig, rcfg: RunConfig, device: torch.device,
                                   lr=rcfg.lr, weight_decay=0.01)
     world = dist.get_world_size()
     return _compress(Strategy("zero1", model, model.module, opt, dp_rank=dist.get_rank(),
-                              dp_world=world, loss_ranks=list(range(world))), rcfg, injector)
+                              dp_world=world, loss_ranks=list(range(world))), model, rcfg,
+                     injector)

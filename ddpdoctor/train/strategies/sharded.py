@@ -9,12 +9,17 @@ zero3 with a bf16 mixed-precision policy on GPU.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
 
 from ddpdoctor.train.config import ModelConfig, RunConfig
 from ddpdoctor.train.model import GPT, build_model
@@ -27,9 +32,18 @@ if TYPE_CHECKING:
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
 
 
+class _ShardOptions(TypedDict, total=False):
+    """fully_shard's keywords; unset ones keep its defaults."""
+
+    mesh: DeviceMesh
+    reshard_after_forward: bool
+    mp_policy: MixedPrecisionPolicy
+    offload_policy: OffloadPolicy
+
+
 def shard_blocks(model: GPT, mesh: DeviceMesh, reshard: bool,
                  mp: MixedPrecisionPolicy | None = None, offload: bool = False) -> GPT:
-    kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard}
+    kw: _ShardOptions = {"mesh": mesh, "reshard_after_forward": reshard}
     if mp is not None:
         kw["mp_policy"] = mp
     if offload:
