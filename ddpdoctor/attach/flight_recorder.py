@@ -75,6 +75,8 @@ def trace_to_dict(trace: FrTrace, tail: int = TRACE_TAIL) -> dict[str, object]:
                         for e in trace.entries[-tail:]]}
 
 
+# Any: a record from another node's JSON; a malformed one raises the KeyError/TypeError/...
+# that becomes FrParseError (narrowing each field would change which is raised)
 def trace_of(d: dict[str, Any]) -> FrTrace:
     """The inverse of :func:`trace_to_dict`; FrParseError on a malformed record."""
     try:
@@ -88,6 +90,7 @@ def trace_of(d: dict[str, Any]) -> FrTrace:
         raise FrParseError(f"malformed Flight Recorder record ({e!r})") from None
 
 
+# Any: a dump's input_sizes, nested lists of ints (or whatever the dump holds, kept as is)
 def _sizes(value: Any) -> tuple:
     if isinstance(value, list):
         return tuple(_sizes(v) for v in value)

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from ddpdoctor import outputs
 from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import Report
+
+# a click command's function (or the command), as click.option takes and returns it
+F = TypeVar("F", bound=Callable[..., object])
+# a click callback that checks a PATH option's value
+PathCallback = Callable[[click.Context, click.Parameter, str | None], str | None]
 
 
 class FiniteFloat(click.ParamType):
@@ -26,6 +31,8 @@ class FiniteFloat(click.ParamType):
                  min_open: bool = False) -> None:
         self.min, self.max, self.min_open = min, max, min_open
 
+    # value: Any, as click.ParamType has it: a default or the command line's text; float()
+    # decides what is a number
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> float:
         if isinstance(value, float) and math.isfinite(value):
@@ -45,7 +52,7 @@ class FiniteFloat(click.ParamType):
         return number
 
 
-def _target_checker(option: str, stdout_ok: bool) -> Callable[..., str | None]:
+def _target_checker(option: str, stdout_ok: bool) -> PathCallback:
     """A click callback: the path is checked when it is parsed, before any work starts."""
 
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -59,7 +66,7 @@ def _target_checker(option: str, stdout_ok: bool) -> Callable[..., str | None]:
     return check
 
 
-def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+def json_option(f: F) -> F:
     return click.option(
         "--json", "json_path", metavar="PATH", default=None,
         callback=_target_checker("--json", stdout_ok=True),
@@ -68,7 +75,7 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def html_option(f: Callable[..., Any]) -> Callable[..., Any]:
+def html_option(f: F) -> F:
     return click.option(
         "--html", "html_path", metavar="PATH", default=None,
         callback=_target_checker("--html", stdout_ok=False),
@@ -81,7 +88,7 @@ class DoctorCommand(click.Command):
     """The one way a command ends: its callback returns the exit code (None is 0) or raises
     DoctorError, whose reason is printed as one line; nothing else calls ``sys.exit``."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> NoReturn:
         try:
             code = super().invoke(ctx)
         except DoctorError as e:
@@ -90,13 +97,14 @@ class DoctorCommand(click.Command):
         ctx.exit(int(code or 0))
 
 
-def write_html(report: Report, html_path: str, **sources: Any) -> None:
+def write_html(report: Report, html_path: str, *, run_dir: str | None = None,
+               json_logs: list[str] | None = None) -> None:
     """Write the HTML page; a page that cannot be written raises DoctorError (exit 3)."""
     from ddpdoctor.html import render_html
 
     target = outputs.check("--html", html_path, stdout_ok=False)
     assert target is not None
-    data = render_html(report, **sources)
+    data = render_html(report, run_dir=run_dir, json_logs=json_logs)
     outputs.write(target, data)
     click.echo(f"ddpdoctor: HTML report written to {html_path} ({len(data) / 1e6:.1f} MB)",
                err=True)
@@ -104,7 +112,7 @@ def write_html(report: Report, html_path: str, **sources: Any) -> None:
 
 def finish(report: Report, json_path: str | None, verbose: bool = False,
            after: Callable[[Report], None] | None = None, html_path: str | None = None,
-           **html_sources: Any) -> int:
+           *, run_dir: str | None = None, json_logs: list[str] | None = None) -> int:
     """Render ``report``, write its JSON and HTML if asked; returns the exit code.
 
     ``after`` prints command-specific detail (e.g. check's bandwidth table) after the view.
@@ -120,7 +128,7 @@ def finish(report: Report, json_path: str | None, verbose: bool = False,
     if json_path:
         report.write_json(json_path)
     if html_path:
-        write_html(report, html_path, **html_sources)
+        write_html(report, html_path, run_dir=run_dir, json_logs=json_logs)
     return report.exit_code
 
 

@@ -6,7 +6,6 @@ Torch-free unless ``--model`` asks to build the user's module (on the meta devic
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import click
 
@@ -47,7 +46,7 @@ class SizeType(click.ParamType):
 
     name = "size"
 
-    def convert(self, value: Any, param: click.Parameter | None,
+    def convert(self, value: str | int, param: click.Parameter | None,
                 ctx: click.Context | None) -> int:
         try:
             return value if isinstance(value, int) else parse_size(value)
@@ -58,7 +57,7 @@ class SizeType(click.ParamType):
 class CountType(click.ParamType):
     name = "count"
 
-    def convert(self, value: Any, param: click.Parameter | None,
+    def convert(self, value: str | int, param: click.Parameter | None,
                 ctx: click.Context | None) -> int:
         try:
             return value if isinstance(value, int) else parse_count(value)
@@ -102,7 +101,7 @@ _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 MAX_WORLD = 1 << 17
 
 
-def _gpu_memory(gpu_mem: int | None, data: dict[str, Any]) -> tuple[int | None, str]:
+def _gpu_memory(gpu_mem: int | None, data: dict[str, list[int]]) -> tuple[int | None, str]:
     """--gpu-mem, else the smallest GPU NVML sees, else unknown (and why)."""
     if gpu_mem is not None:
         return gpu_mem, f"{fmt_bytes(gpu_mem)} per GPU (--gpu-mem)"
@@ -182,7 +181,7 @@ def command(size: str | None, params: int | None, model_spec: str | None, layers
                   checkpointing=checkpointing, offload=offload, flash=not no_flash,
                   margin=margin, reserve=reserve)
     report = Report("plan", world={"world_size": nproc})
-    gpu_data: dict[str, Any] = {}
+    gpu_data: dict[str, list[int]] = {}
     limit, how = _gpu_memory(gpu_mem, gpu_data)
     report.checks.append(Check("gpu memory", how, status="ok" if limit else "skipped",
                                data={"bytes": limit, **gpu_data}))

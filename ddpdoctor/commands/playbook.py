@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +11,9 @@ from ddpdoctor import outputs
 from ddpdoctor.commands.common import DoctorCommand, html_option, json_option
 from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from ddpdoctor.playbook import Playbook
 
 
 @click.command(name="playbook", cls=DoctorCommand)
@@ -46,7 +49,7 @@ def command(finding_id: str | None, list_: bool, json_path: str | None,
     return 0
 
 
-def _one(finding_id: str) -> Any:
+def _one(finding_id: str) -> Playbook:
     from ddpdoctor import playbook
 
     wanted = finding_id.strip().upper()
@@ -61,7 +64,7 @@ def _one(finding_id: str) -> Any:
                           "them.", EXIT_USAGE) from None
 
 
-def _print_one(pb: Any) -> None:
+def _print_one(pb: Playbook) -> None:
     from rich.console import Console
     from rich.markdown import Markdown
 
@@ -70,7 +73,7 @@ def _print_one(pb: Any) -> None:
     console.print(Markdown(f"# {pb.title}\n\n{pb.body}"))
 
 
-def _print_table(pbs: list[Any]) -> None:
+def _print_table(pbs: list[Playbook]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -86,7 +89,7 @@ def _print_table(pbs: list[Any]) -> None:
     console.print("Render one with: ddpdoctor playbook ID")
 
 
-def _write_json(pbs: list[Any], path: str) -> None:
+def _write_json(pbs: list[Playbook], path: str) -> None:
     data = [{"id": p.id, "title": p.title, "severity": p.severity,
              "applies_to": p.applies_to, "sections": p.sections} for p in pbs]
     target = outputs.check("--json", path)
@@ -94,7 +97,7 @@ def _write_json(pbs: list[Any], path: str) -> None:
     outputs.write(target, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
 
 
-def _write_html(pbs: list[Any], path: str) -> None:
+def _write_html(pbs: list[Playbook], path: str) -> None:
     from ddpdoctor.html.playbook_page import render_playbooks
 
     target = outputs.check("--html", path, stdout_ok=False)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,6 +25,9 @@ from ddpdoctor.commands.common import (
 from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import EXIT_USAGE, Check, Report
 from ddpdoctor.train.config import SIZES
+
+if TYPE_CHECKING:
+    from ddpdoctor.scale.sweep import Outcome, Sweep
 
 _HELP = """Scaling evaluation: run the same training at 1, 2, 4 ... ranks and say how close
 to linear it scales, and why not.
@@ -154,7 +158,7 @@ def command(nproc_list: str, mode: str, batch_size: int, global_batch: int | Non
     return _run(sw, min_efficiency, json_path, html_path, keep=work_dir is not None)
 
 
-def _run(sw: Any, min_eff: float, json_path: str | None, html_path: str | None,
+def _run(sw: Sweep, min_eff: float, json_path: str | None, html_path: str | None,
          keep: bool) -> int:
     from ddpdoctor.scale.sweep import ScaleError, ranks, run_all
 
@@ -189,7 +193,8 @@ _ABOVE = (" (above linear: the baseline was slower than its share; on a busy mac
           "more ranks get more of the CPU, docs/scale.md)")
 
 
-def _analyze(report: Report, sw: Any, outcome: Any, min_eff: float) -> Any:
+def _analyze(report: Report, sw: Sweep, outcome: Outcome,
+             min_eff: float) -> Callable[[Report], None] | None:
     from ddpdoctor.scale.analysis import Thresholds, analyze, findings
     from ddpdoctor.scale.sweep import ranks
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -17,7 +18,9 @@ from ddpdoctor.errors import DoctorError
 from ddpdoctor.report import EXIT_USAGE
 from ddpdoctor.train import injections
 from ddpdoctor.train.config import STRATEGIES, check_resume, check_world
-from ddpdoctor.train.options import OPTIONS, configs, to_argv
+from ddpdoctor.train.options import OPTIONS, Option, configs, to_argv
+
+F = TypeVar("F", bound=Callable[..., object])  # the command's function, as click.option takes it
 
 _HELP = """Reference trainer: a small GPT trained with DDP, FSDP2, ZeRO, pipeline or tensor
 parallelism under torchrun. If this trains on your cluster, the cluster is fine. With
@@ -52,7 +55,7 @@ def _default_nproc(strategies: list[str]) -> int:
     return 4 if {"tp-dp", "hsdp"} & set(strategies) else 2
 
 
-def _add_options(f: Any) -> Any:
+def _add_options(f: F) -> F:
     for o in reversed(OPTIONS):
         if o.type is bool:
             f = click.option(o.flag, is_flag=True, default=False, help=o.help)(f)
@@ -64,12 +67,13 @@ def _add_options(f: Any) -> Any:
     return f
 
 
-def _click_type(o: Any) -> Any:
+def _click_type(o: Option) -> click.ParamType | type:
     """Every number bounded and finite (exit 2 with the reason), choices as choices."""
     if o.choices:
         return click.Choice(list(o.choices))
     if o.type is int:
-        return click.IntRange(o.min, o.max)
+        # cast: an int option's bounds are ints (Option types them float | None for both)
+        return click.IntRange(cast("int | None", o.min), cast("int | None", o.max))
     if o.type is float:
         return FiniteFloat(o.min, o.max, min_open=o.min_open)
     return o.type
@@ -83,6 +87,8 @@ def _click_type(o: Any) -> Any:
 @click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
 @html_option
 @_add_options
+# values: Any, one per OPTIONS row, each of that Option's type (int, float, str, bool or a
+# tuple of str); read by name here and in train.options
 def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: Any) -> int:
     if "list" in values.get("inject", ()):
         click.echo(injections.describe())

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup
+
+if TYPE_CHECKING:
+    from bokeh.model import Model
 
 
 @dataclass
@@ -13,7 +16,7 @@ class Chart:
     """A bokeh model, embedded by the page assembly with one shared script."""
 
     title: str
-    model: Any
+    model: Model
     note: str = ""  # how to read it, under the chart
 
 
@@ -34,7 +37,7 @@ class Section:
         return bool(self.items or self.note)
 
 
-def fragment(template: str, **context: Any) -> Fragment:
+def fragment(template: str, **context: object) -> Fragment:
     """Render ``templates/<template>`` (autoescaped) into a Fragment."""
     from ddpdoctor.html.templating import environment
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TypedDict
 
 from ddpdoctor.html import charts_common as cc
 from ddpdoctor.html.blocks import Chart, Section, fragment
@@ -14,11 +14,31 @@ _LINK = re.compile(r"^(\d+)->(\d+)$")
 _ENV_IDS = ("ENV_VAR_MISMATCH", "ENV_VERSION_MISMATCH")
 
 
-def busbw_chart(rows: list[dict[str, Any]]) -> Chart | None:
+class TableRow(TypedDict, total=False):
+    """One row of the bandwidth check's ``data["table"]`` (check's TableRow, as in the JSON)."""
+
+    collective: str
+    size: int
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+
+
+class EnvRow(TypedDict):
+    """One (variable, value) row of the environment table."""
+
+    what: str
+    value: str
+    ranks: str
+    odd: bool  # the value of the odd rank(s)
+    id: str
+
+
+def busbw_chart(rows: list[TableRow]) -> Chart | None:
     """nccl-tests' picture: bus bandwidth against message size, log x, one line each."""
     from bokeh.models import ColumnDataSource, HoverTool
 
-    by_coll: dict[str, list[dict]] = {}
+    by_coll: dict[str, list[TableRow]] = {}
     for row in rows:
         if row.get("size") and isinstance(row.get("busbw_gbps"), (int, float)):
             by_coll.setdefault(str(row["collective"]), []).append(row)
@@ -93,9 +113,9 @@ def link_matrix_chart(links: dict[str, float], slow_ranks: list[int]) -> Chart |
     return Chart("link bandwidth matrix", p, note)
 
 
-def env_difference_rows(report: Report) -> list[dict[str, Any]]:
+def env_difference_rows(report: Report) -> list[EnvRow]:
     """One row per (variable, value) from the mismatch findings; ``odd``: the odd rank(s)."""
-    rows = []
+    rows: list[EnvRow] = []
     for f in report.sorted_findings():
         if f.id not in _ENV_IDS:
             continue

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bokeh.models import ColorMapper, CustomJSTickFormatter
     from bokeh.models.annotations import ColorBar
+    from bokeh.models.axes import Axis
+    from bokeh.plotting import figure as Figure
 
 HEIGHT = 300
 TOOLS = "pan,box_zoom,wheel_zoom,reset,save"
@@ -15,10 +17,8 @@ SLOW_IS_RED = ("#a50026", "#d73027", "#f46d43", "#fdae61", "#fee08b", "#ffffbf",
                "#a6d96a", "#66bd63", "#1a9850", "#006837")
 
 
-# Any: bokeh's stubs give a figure's ranges as the base Range (no .start) and its
-# renderers as the base Renderer; the charts set what a figure's DataRange1d and
-# GlyphRenderer have
-def figure(**kw: Any) -> Any:
+# kw: Any, the options of bokeh's figure(), each typed by its own parameter there
+def figure(**kw: Any) -> Figure:
     from bokeh.models.annotations import Title
     from bokeh.plotting import figure as bk_figure
 
@@ -32,6 +32,14 @@ def figure(**kw: Any) -> Any:
     p.xaxis.axis_label_text_font_style = "normal"
     p.yaxis.axis_label_text_font_style = "normal"
     return p
+
+
+def y_from_zero(p: Figure) -> None:
+    """Start the y axis at 0 (bars)."""
+    from bokeh.models import DataRange1d
+
+    if isinstance(p.y_range, DataRange1d):  # always: the bar charts give no y_range
+        p.y_range.start = 0
 
 
 def rank_colors(n: int) -> list[str]:
@@ -60,7 +68,7 @@ def bytes_tick_formatter() -> CustomJSTickFormatter:
     """)
 
 
-def integer_rank_axis(axis, n: int) -> None:
+def integer_rank_axis(axis: Axis, n: int) -> None:
     """Ranks are integers: tick each one on small jobs, let bokeh thin them on big ones."""
     from bokeh.models import SingleIntervalTicker
 

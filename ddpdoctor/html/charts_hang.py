@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from ddpdoctor.html import charts_common as cc
 from ddpdoctor.html.blocks import Chart, Section, fragment
 from ddpdoctor.html.series import FrSeqs, Heartbeat
 from ddpdoctor.report import Report
+
+
+class StackGroup(TypedDict, total=False):
+    """One group of the "stacks" check's data, as attach writes it (the keys read here)."""
+
+    ranks: list[int]
+    state: str
+    frames: list[str]
+
+
+class RankWhere(TypedDict, total=False):
+    """One rank of the "stacks" check's ``states`` (the key read here)."""
+
+    where: str
 
 
 @dataclass
@@ -23,7 +37,7 @@ class StackNode:
     leaf_state: str = ""  # at a group's innermost frame: "waits in all_reduce at ..."
 
 
-def stack_tree(groups: list[dict[str, Any]], states: dict[str, dict[str, Any]],
+def stack_tree(groups: list[StackGroup], states: dict[str, RankWhere],
                culprits: list[int]) -> list[StackNode]:
     """Merge the stack groups into one tree: common outer frames once, branches where ranks
     part ways. Pure, so the 64-rank case is tested without processes."""
@@ -64,7 +78,7 @@ def fr_chart(pg: str, seqs: dict[int, int], culprits: list[int]) -> Chart:
                   x_axis_label="rank", y_axis_label="collective seq #", height=240)
     p.vbar(x="rank", top="seq", width=0.8, color="color", source=src)
     p.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("last enqueued", "#@seq")]))
-    p.y_range.start = 0
+    cc.y_from_zero(p)
     cc.integer_rank_axis(p.xaxis, len(ranks))
     behind = [r for r in ranks if seqs[r] < front]
     if len(behind) == 1:
@@ -85,7 +99,7 @@ def heartbeat_chart(beats: list[Heartbeat]) -> Chart:
                   x_axis_label="rank", y_axis_label="step", height=220)
     p.vbar(x="rank", top="step", width=0.8, source=src, color="#00897b")
     p.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("step", "@step"), ("phase", "@phase")]))
-    p.y_range.start = 0
+    cc.y_from_zero(p)
     cc.integer_rank_axis(p.xaxis, len(beats))
     return Chart("heartbeats", p)
 

@@ -13,6 +13,8 @@ _PARTS = (("data_s", "data"), ("compute_s", "forward"), ("straggler_s", "straggl
           ("backward_s", "backward + optimizer (est.)"), ("comm_s", "communication (est.)"))
 
 
+# Any: a world's check data as scale writes it (WorldResult.to_dict(), numbers and a nested
+# breakdown); the parts below are looked up by a key from _PARTS, which no TypedDict types
 def _worlds(report: Report) -> list[dict[str, Any]]:
     rows = [c.data for c in report.checks if "efficiency" in c.data and "world" in c.data]
     return sorted(rows, key=lambda d: d["world"])

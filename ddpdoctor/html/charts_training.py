@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ddpdoctor.contract import SERIES_GLOB
 from ddpdoctor.html import charts_common as cc
 from ddpdoctor.html.blocks import Chart, Section
 from ddpdoctor.html.series import WATCH_STRATEGY, RunSeries, StepSeries, WatchEvent
 
+if TYPE_CHECKING:
+    from bokeh.models.glyph import Glyph
+    from bokeh.models.renderers import GlyphRenderer
+    from bokeh.plotting import figure as Figure
+
 _SEVERITY_COLOR = {"error": "#c62828", "warning": "#ef6c00", "info": "#1565c0"}
 
 
-def _mark_events(p: Any, events: list[WatchEvent], y_top: bool = True) -> None:
+def _mark_events(p: Figure, events: list[WatchEvent], y_top: bool = True) -> None:
     """A dashed line at the step each finding was raised, labelled with its id."""
     from bokeh.models.annotations import Label, Span
 
@@ -75,13 +80,13 @@ def data_share_chart(s: StepSeries) -> Chart:
                   x_axis_label="rank", y_axis_label="data wait (% of step)", height=240)
     p.vbar(x="rank", top="pct", width=0.8, source=src, color="#1565c0")
     p.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("data wait", "@pct{0.0} %")]))
-    p.y_range.start = 0
+    cc.y_from_zero(p)
     cc.integer_rank_axis(p.xaxis, s.world)
     return Chart("data-wait share per rank", p)
 
 
 def per_rank_lines(s: StepSeries, matrix: list[list[float]], title: str, y_label: str,
-                   events: list[WatchEvent], highlight: list[int]) -> Any:
+                   events: list[WatchEvent], highlight: list[int]) -> Figure:
     """One line per rank over the steps; the culprit ranks drawn thick, the rest thin.
 
     All ranks are one multi_line of float32 arrays (sent base64, drawn as one renderer):
@@ -100,14 +105,15 @@ def per_rank_lines(s: StepSeries, matrix: list[list[float]], title: str, y_label
         "xs": [steps] * s.world, "ys": list(values), "rank": ranks, "color": colors,
         "width": [2.5 if r in strong else 1.2 for r in ranks],
         "alpha": [1.0 if r in strong or not strong else 0.45 for r in ranks]})
-    p.multi_line("xs", "ys", source=src, color="color", line_width="width", alpha="alpha")
+    lines = p.multi_line("xs", "ys", source=src, color="color", line_width="width", alpha="alpha")
     p.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("step", "$data_x{0}"),
                                     (y_label, "$data_y{0.000}")]))
     if s.world <= 10:
         from bokeh.models.annotations import Legend, LegendItem
 
-        renderer = p.renderers[-1]
-        p.add_layout(Legend(items=[LegendItem(label=f"rank {r}", renderers=[renderer], index=r)
+        # cast: bokeh's stubs want GlyphRenderer[Glyph], invariant in the glyph's type
+        drawn = cast("GlyphRenderer[Glyph]", lines)
+        p.add_layout(Legend(items=[LegendItem(label=f"rank {r}", renderers=[drawn], index=r)
                                    for r in ranks], location="top_left"))
     _mark_events(p, events)
     return p

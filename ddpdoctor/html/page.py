@@ -8,7 +8,7 @@ page needs no network.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup, escape
 
@@ -20,6 +20,9 @@ from ddpdoctor.html.series import RunSeries
 from ddpdoctor.html.templating import environment
 from ddpdoctor.html.verdict import verdict
 from ddpdoctor.report import SCHEMA, Report
+
+if TYPE_CHECKING:
+    from ddpdoctor.findings import Finding
 
 _SKIP_EVIDENCE = {"check"}
 
@@ -38,7 +41,7 @@ def sections_for(report: Report, series: RunSeries) -> list[Section]:
     return [s for s in out if s]
 
 
-def _finding_views(findings: list[Any]) -> list[dict[str, Any]]:
+def _finding_views(findings: list[Finding]) -> list[dict[str, object]]:
     """Each finding's view; a playbook is written out in full once per page (thousands of
     findings with one playbook made a page of hundreds of MB)."""
     views, shown = [], set()
@@ -52,7 +55,7 @@ def _finding_views(findings: list[Any]) -> list[dict[str, Any]]:
     return views
 
 
-def _finding_view(f: Any) -> dict[str, Any]:
+def _finding_view(f: Finding) -> dict[str, object]:
     title, fix, body = playbook_html(f.playbook)
     items = [(k, v) for k, v in f.evidence.items() if k not in _SKIP_EVIDENCE]
     return {"id": f.id, "severity": f.severity, "title": f.title, "ranks": f.ranks,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup, escape
 
 from ddpdoctor.html.markdown import to_html
 
+if TYPE_CHECKING:
+    from ddpdoctor.playbook import Playbook
 
-def render_playbooks(pbs: list[Any]) -> str:
+
+def render_playbooks(pbs: list[Playbook]) -> str:
     from importlib import resources
 
     css = (resources.files("ddpdoctor.html") / "templates" / "page.css").read_text()

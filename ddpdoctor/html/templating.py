@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import jinja2
 
 
 @lru_cache(maxsize=1)
-def environment() -> Any:
+def environment() -> jinja2.Environment:
     import jinja2
 
     env = jinja2.Environment(
@@ -21,7 +24,7 @@ def environment() -> Any:
     return env
 
 
-def _pretty(value: Any) -> str:
+def _pretty(value: object) -> str:
     import json
 
     if isinstance(value, str):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any
 
 from ddpdoctor.contract import EVENTS, EVENTS_FILE, TRAIN_LOG_FILES
 
 
-def prepare(values: dict[str, Any], env: dict[str, str]) -> str | None:
+def prepare(values: dict[str, object], env: dict[str, str]) -> str | None:
     """Give the trainer a --json-log if it has none, and the watch an events file; returns
     the events path (None when --watch is off: nothing would write it)."""
     directory = None

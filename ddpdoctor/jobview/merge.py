@@ -25,6 +25,8 @@ def _frame_to_list(f: Frame) -> list:
     return [f.name, f.filename, f.line, f.code]
 
 
+# Any: a record from another node's JSON, read as trusted: int()/str() and unpacking raise
+# the TypeError/ValueError/KeyError that drop a malformed one (narrowing would change which)
 def _frame_of(x: Any) -> Frame:
     name, filename, line, *rest = x
     return Frame(str(name), str(filename), int(line), str(rest[0]) if rest else "")

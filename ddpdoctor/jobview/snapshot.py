@@ -194,6 +194,8 @@ class JobSummary:
             raise ValueError(f"bad job summary: {e}") from e
 
 
+# Any: each from_dict reads its fields as trusted and turns the KeyError/TypeError/ValueError
+# of a malformed one into ValueError (narrowing every field would change which is raised)
 def _load(text: str | bytes) -> dict[str, Any]:
     try:
         d = json.loads(text)

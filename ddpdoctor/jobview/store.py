@@ -10,11 +10,22 @@ import os
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Protocol, TypeVar
 
 from ddpdoctor.jobview.keys import Endpoint
 
 T = TypeVar("T")
+
+
+class StoreClient(Protocol):
+    """What is used of a torch.distributed Store (a TCPStore client; a fake in tests)."""
+
+    def set(self, key: str, value: str, /) -> None: ...
+    def get(self, key: str, /) -> bytes: ...
+    def add(self, key: str, value: int, /) -> int: ...
+    def check(self, keys: list[str], /) -> bool: ...
+    def compare_set(self, key: str, expected_value: str, desired_value: str, /) -> bytes: ...
+    def multi_get(self, keys: list[str], /) -> list[bytes]: ...
 
 
 class StoreLost(Exception):
@@ -22,7 +33,7 @@ class StoreLost(Exception):
 
 
 class JobStore:
-    def __init__(self, store: Any, endpoint: Endpoint) -> None:
+    def __init__(self, store: StoreClient, endpoint: Endpoint) -> None:
         self._store = store
         self.endpoint = endpoint
 
@@ -36,7 +47,8 @@ class JobStore:
 
         # A server that accepts the connection and never answers holds TCPStore's
         # handshake past its own timeout: the connect runs under a deadline of our own.
-        got: dict[str, Any] = {}
+        got: dict[str, TCPStore] = {}
+        failed: dict[str, Exception] = {}
 
         def make() -> None:
             try:
@@ -44,26 +56,26 @@ class JobStore:
                                         timeout=timedelta(seconds=timeout),
                                         wait_for_workers=False)
             except Exception as e:  # RuntimeError, DistNetworkError, OSError
-                got["error"] = e
+                failed["error"] = e
 
         t = threading.Thread(target=make, name="ddpdoctor-store-connect", daemon=True)
         t.start()
         t.join(timeout + 5.0)
         if "store" in got:
             return cls(got["store"], endpoint)
-        if "error" in got:
-            e = got["error"]
+        if "error" in failed:
+            e = failed["error"]
             raise StoreLost(f"cannot reach the job's store at {endpoint}: "
                             f"{_first_line(e)}") from e
         raise StoreLost(f"cannot reach the job's store at {endpoint}: no answer within "
                         f"{timeout + 5.0:.0f} s (is it a TCPStore?)")
 
     @classmethod
-    def wrap(cls, store: Any, endpoint: Endpoint) -> JobStore:
+    def wrap(cls, store: StoreClient, endpoint: Endpoint) -> JobStore:
         """An existing store object (tests, benchmarks: a server in the same process)."""
         return cls(store, endpoint)
 
-    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., T], *args: object) -> T:
         try:
             return fn(*args)
         except Exception as e:
