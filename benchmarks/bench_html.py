@@ -32,10 +32,10 @@ from ddpdoctor.attach.discover import Discovery
 from ddpdoctor.attach.stacks import Frame, RankStack, ThreadStack
 from ddpdoctor.check.analysis import bandwidth
 from ddpdoctor.check.analysis.env import _env_vars
-from ddpdoctor.findings import Finding
-from ddpdoctor.html.page import render_page
-from ddpdoctor.html.series import RunSeries, WatchEvent, read_json_log
-from ddpdoctor.report import Report
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import Report
+from ddpdoctor.report.page import render_page
+from ddpdoctor.report.series import RunSeries, WatchEvent, read_json_log
 from ddpdoctor.watch.straggler import slow_ranks
 
 CULPRIT = 37

@@ -15,8 +15,8 @@ from typing import Any
 import click
 
 from ddpdoctor import __version__
-from ddpdoctor.contract import DEBUG
-from ddpdoctor.errors import DoctorError, ExitCode
+from ddpdoctor.core.contract import DEBUG
+from ddpdoctor.core.errors import DoctorError, ExitCode
 
 # name -> (module, one-line help shown by `ddpdoctor --help` without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {

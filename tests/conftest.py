@@ -27,7 +27,7 @@ os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
 def kill_tree(pid: int) -> None:
     """SIGKILL a job's whole tree (torchrun's ranks live in sessions of their own)."""
-    from ddpdoctor.proctree import kill_tree as _kill_tree
+    from ddpdoctor.core.proctree import kill_tree as _kill_tree
 
     _kill_tree(pid)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ddpdoctor.html.page import render_page
-from ddpdoctor.html.series import RunSeries, read_json_log, read_watch_events
-from ddpdoctor.html.sources import collect_series, load_report
-from ddpdoctor.report import Report
+from ddpdoctor.core.report import Report
+from ddpdoctor.report.page import render_page
+from ddpdoctor.report.series import RunSeries, read_json_log, read_watch_events
+from ddpdoctor.report.sources import collect_series, load_report
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "html"
@@ -27,7 +27,7 @@ def check_page() -> tuple[Report, str]:
 def train_page() -> tuple[Report, RunSeries, str]:
     """A real `ddpdoctor train --inject straggler@1 --watch` run: its --json-log and the
     watch's events (STRAGGLER on rank 1 at step 10)."""
-    from ddpdoctor.html.train_report import train_report
+    from ddpdoctor.report.train_report import train_report
 
     log = str(FIXTURES / "train-straggler.jsonl")
     events = str(FIXTURES / "train-straggler-events.jsonl")

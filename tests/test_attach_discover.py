@@ -11,7 +11,7 @@ import pytest
 
 from ddpdoctor.attach import stacks
 from ddpdoctor.attach.discover import AttachError, discover
-from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
+from ddpdoctor.core.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
 PY = sys.executable
 DDPDOCTOR = [PY, "-m", "ddpdoctor"]

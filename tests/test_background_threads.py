@@ -18,17 +18,17 @@ import time
 
 import pytest
 
-from ddpdoctor.contract import OWN_THREAD_PREFIX
+from ddpdoctor.core.contract import OWN_THREAD_PREFIX
+from ddpdoctor.core.threadname import name_this_thread
 from ddpdoctor.run.background_threads import BackgroundThreads
 from ddpdoctor.run.looks import is_working, rank_usage
 from ddpdoctor.run.progress import ProgressTracker, sample_tree
-from ddpdoctor.threadname import name_this_thread
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux")
 
 _RANK = textwrap.dedent("""
     import sys, threading, time
-    from ddpdoctor.threadname import name_this_thread
+    from ddpdoctor.core.threadname import name_this_thread
     started = threading.Event()
     def spin():
         if sys.argv[1] == "named":

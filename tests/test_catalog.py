@@ -1,8 +1,8 @@
 import pytest
 
-from ddpdoctor import playbook
-from ddpdoctor.catalog import CATALOG, spec
-from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.core import playbook
+from ddpdoctor.core.catalog import CATALOG, spec
+from ddpdoctor.core.findings import Finding, format_ranks
 
 DESIGN_IDS = {
     "ENV_VERSION_MISMATCH", "ENV_SHM_TOO_SMALL", "ENV_PORT_IN_USE", "ENV_RENDEZVOUS_UNREACHABLE",

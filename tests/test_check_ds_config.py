@@ -11,7 +11,7 @@ import pytest
 from ddpdoctor.check.dsconfig.analyze import analyze
 from ddpdoctor.check.dsconfig.load import facts_of, read
 from ddpdoctor.check.dsconfig.rules import RULES, JobFacts
-from ddpdoctor.errors import DoctorError, ExitCode
+from ddpdoctor.core.errors import DoctorError, ExitCode
 
 GOOD = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
         "train_batch_size": 16, "bf16": {"enabled": True},

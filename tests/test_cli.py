@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from ddpdoctor import __version__
 from ddpdoctor.cli import COMMANDS, main
 from ddpdoctor.commands.common import not_implemented
-from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
+from ddpdoctor.core.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
 
 def test_version():

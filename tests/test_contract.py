@@ -1,12 +1,12 @@
-"""ddpdoctor/contract.py is the one place for names two processes agree on (issue #17)."""
+"""ddpdoctor/core/contract.py is the one place for names two processes agree on (issue #17)."""
 
 import re
 
-from ddpdoctor import contract
-from ddpdoctor.errors import DoctorError, ExitCode, decide_exit_code
-from ddpdoctor.findings import Finding
-from ddpdoctor.report import Check, Report
-from ddpdoctor.signames import killed_by, signal_name
+from ddpdoctor.core import contract
+from ddpdoctor.core.errors import DoctorError, ExitCode, decide_exit_code
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import Check, Report
+from ddpdoctor.core.signames import killed_by, signal_name
 
 from conftest import REPO
 
@@ -20,14 +20,14 @@ def test_design_contract_table_is_generated_from_contract_py():
     text = (REPO / "docs" / "design.md").read_text()
     table = text.split("<!-- contract:begin -->\n", 1)[1].split("\n<!-- contract:end -->", 1)[0]
     assert table == contract.markdown_table(), \
-        "docs/design.md is stale: python -m ddpdoctor.contract"
+        "docs/design.md is stale: python -m ddpdoctor.core.contract"
 
 
 def test_every_env_variable_is_spelled_only_in_contract_py():
     strays = []
     for path in sorted((REPO / "ddpdoctor").rglob("*.py")):
         rel = path.relative_to(REPO / "ddpdoctor")
-        if rel.as_posix() in ("contract.py", SITECUSTOMIZE):
+        if rel.as_posix() in ("core/contract.py", SITECUSTOMIZE):
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if _ENV_LITERAL.search(line):

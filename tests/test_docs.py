@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.catalog import markdown_table
+from ddpdoctor.core.catalog import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -224,4 +224,4 @@ def test_the_checker_finds_a_cited_file_that_is_not_there(tmp_path: Path):
 def test_design_catalog_table_is_generated_from_the_catalog():
     text = (ROOT / "docs" / "design.md").read_text()
     table = text.split("<!-- catalog:begin -->\n", 1)[1].split("\n<!-- catalog:end -->", 1)[0]
-    assert table == markdown_table(), "docs/design.md is stale: python -m ddpdoctor.catalog"
+    assert table == markdown_table(), "docs/design.md is stale: python -m ddpdoctor.core.catalog"

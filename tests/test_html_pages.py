@@ -20,12 +20,12 @@ from html_pages import (
 )
 
 from ddpdoctor.cli import main
-from ddpdoctor.findings import Finding
-from ddpdoctor.html.charts_hang import stack_tree
-from ddpdoctor.html.page import render_page, sections_for
-from ddpdoctor.html.series import StepSeries, downsample
-from ddpdoctor.html.verdict import verdict
-from ddpdoctor.report import Report
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import Report
+from ddpdoctor.report.charts_hang import stack_tree
+from ddpdoctor.report.page import render_page, sections_for
+from ddpdoctor.report.series import StepSeries, downsample
+from ddpdoctor.report.verdict import verdict
 
 MAX_BYTES = 5 * 1024 * 1024
 
@@ -176,7 +176,7 @@ def test_report_command_renders_a_run_directory(tmp_path):
 @pytest.mark.parametrize("command", ["check", "diagnose", "attach", "run", "playbook"])
 def test_other_commands_do_not_import_the_html_stack(command):
     code = (f"import sys, ddpdoctor.commands.{command}; "
-            "bad = [m for m in ('bokeh', 'jinja2', 'ddpdoctor.html') if m in sys.modules]; "
+            "bad = [m for m in ('bokeh', 'jinja2', 'ddpdoctor.report') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)

@@ -16,8 +16,8 @@ import json
 import os
 import time
 
-from ddpdoctor.findings import Finding
-from ddpdoctor.rankclaim import (
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.rankclaim import (
     RankSource,
     claim_from_files,
     claim_from_locals,

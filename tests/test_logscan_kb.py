@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.catalog import CATALOG
+from ddpdoctor.core.catalog import CATALOG
 from ddpdoctor.diagnose import KEYWORDS
 from ddpdoctor.diagnose.events import EventKind
 from ddpdoctor.diagnose.kb import SIGNATURES, match_line

@@ -119,7 +119,7 @@ def test_a_slurm_node_failure_is_a_failure_whatever_tail_its_line_has(tmp_path):
                    "2023-03-06T03:17:51 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n")
     findings, _ = diagnose_logs([LogInput(str(log))])
     assert findings and findings[0].severity == "error"
-    from ddpdoctor.next_step import decide
+    from ddpdoctor.core.next_step import decide
 
     assert decide(findings).action.value == "drain_node"
 

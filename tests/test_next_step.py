@@ -7,11 +7,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from ddpdoctor.catalog import CATALOG
 from ddpdoctor.cli import main
-from ddpdoctor.findings import Finding
-from ddpdoctor.next_step import DEFAULTS, Action, decide
-from ddpdoctor.report import Report
+from ddpdoctor.core.catalog import CATALOG
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.next_step import DEFAULTS, Action, decide
+from ddpdoctor.core.report import Report
 
 
 def test_every_catalog_id_has_a_default_next_step():

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from ddpdoctor.proctree import HostProcs
+from ddpdoctor.core.proctree import HostProcs
 from ddpdoctor.run.progress import sample_tree
 from ddpdoctor.run.tree import JobTree
 

@@ -2,9 +2,9 @@ import json
 
 from rich.console import Console
 
-from ddpdoctor.findings import Finding
-from ddpdoctor.render import render
-from ddpdoctor.report import (
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.render import render
+from ddpdoctor.core.report import (
     EXIT_DOCTOR_FAILED,
     EXIT_FINDINGS,
     EXIT_HEALTHY,
@@ -104,7 +104,7 @@ def test_failed_check_without_finding_is_not_no_issues():
 
 
 def test_a_check_in_error_without_a_finding_is_not_healthy():
-    from ddpdoctor.report import Check, Report
+    from ddpdoctor.core.report import Check, Report
 
     report = Report("check")
     report.checks.append(Check("bandwidth", "no data from rank(s) 1", status="error"))

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from ddpdoctor import redact
+from ddpdoctor.core import redact
 from ddpdoctor.run import tree
 from ddpdoctor.run.secrets import _Literals, scrub, secret_values
 

@@ -1,5 +1,5 @@
 """The odd rank out of the ranks' environments: a finding about a setting names the rank
-a launch set up differently (ddpdoctor/oddrank.py, run/rank_env.py)."""
+a launch set up differently (ddpdoctor/core/oddrank.py, run/rank_env.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.findings import Finding
-from ddpdoctor.oddrank import env_differences, shared_env
-from ddpdoctor.report import Report
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.oddrank import env_differences, shared_env
+from ddpdoctor.core.report import Report
 from ddpdoctor.run.rank_env import name_odd_ranks
 from tests.run_helpers import PY, RunJob, findings, run_all
 

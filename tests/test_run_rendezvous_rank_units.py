@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.diagnose.events import Event, EventKind
-from ddpdoctor.findings import Finding
 from ddpdoctor.run.jobnode import busy_of
 from ddpdoctor.run.rendezvous import (
     RankEndpoint,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.run.memory import MemoryHistory
 from ddpdoctor.run.process import KeptFile
 from ddpdoctor.run.progress import ProcSample, ProgressTracker, TreeSample

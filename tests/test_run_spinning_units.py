@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ddpdoctor.attach.stacks import Frame, RankStack, ThreadStack
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.run.looks import _working
 from ddpdoctor.run.spinning import (
     SpinVerdict,

@@ -359,7 +359,7 @@ def test_run_does_not_import_torch(tmp_path):
 def test_watch_findings_from_this_job_only_once_each_and_merged(tmp_path):
     import json
 
-    from ddpdoctor.findings import Finding
+    from ddpdoctor.core.findings import Finding
     from ddpdoctor.run.watch_events import merge, watch_findings
 
     path = tmp_path / "watch-events.jsonl"

@@ -8,8 +8,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from ddpdoctor import redact, safefile
 from ddpdoctor.commands.common import FiniteFloat
+from ddpdoctor.core import redact, safefile
 
 
 def test_write_atomic_replaces_a_symlink_instead_of_following_it(tmp_path):

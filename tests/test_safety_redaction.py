@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from ddpdoctor.findings import Finding
-from ddpdoctor.report import Check, Report
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import Check, Report
 
 from conftest import run_job
 
@@ -79,7 +79,7 @@ def test_every_report_goes_through_the_catch_all():
 
     from rich.console import Console
 
-    from ddpdoctor.render import render
+    from ddpdoctor.core.render import render
 
     report = Report("run")
     report.add(Finding("RANK_CRASHED", "rank 0 died: HF_TOKEN=hf_abcdefgh123", ranks=[0],

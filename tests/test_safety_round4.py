@@ -15,12 +15,12 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from ddpdoctor import outputs, redact
 from ddpdoctor.cli import main
-from ddpdoctor.errors import DoctorError, ExitCode
-from ddpdoctor.findings import Finding
-from ddpdoctor.render import printable, render
-from ddpdoctor.report import Check, Report
+from ddpdoctor.core import outputs, redact
+from ddpdoctor.core.errors import DoctorError, ExitCode
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.render import printable, render
+from ddpdoctor.core.report import Check, Report
 
 JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJTRUtSRVQifQ."
        "SEKRETsig_0123456789abcdefABCDEF-xyz")
@@ -259,7 +259,7 @@ def test_a_sparse_hole_is_skipped_whole_and_a_line_after_it_is_found(tmp_path):
 
 
 def test_a_page_of_many_findings_writes_each_playbook_once():
-    from ddpdoctor.html import render_html
+    from ddpdoctor.report import render_html
 
     report = Report("diagnose")
     for i in range(200):

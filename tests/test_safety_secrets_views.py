@@ -16,9 +16,9 @@ import warnings
 import pytest
 from click.testing import CliRunner
 
-from ddpdoctor import redact
 from ddpdoctor.cli import main
-from ddpdoctor.findings import Finding
+from ddpdoctor.core import redact
+from ddpdoctor.core.findings import Finding
 
 FORMS = [
     "https://alice:{v}@host/path",
@@ -143,7 +143,7 @@ def test_watch_sinks_get_the_scrubbed_finding(tmp_path, monkeypatch, caplog):
 
 
 def test_prometheus_job_label_is_scrubbed(monkeypatch):
-    from ddpdoctor.contract import METRICS_JOB
+    from ddpdoctor.core.contract import METRICS_JOB
     from ddpdoctor.integrations.prometheus import _job
 
     monkeypatch.setenv(METRICS_JOB, f"train {SECRETS[9][0]}")

@@ -164,8 +164,8 @@ def test_user_output_without_a_line_is_refused():
 def test_html_report_draws_efficiency_and_breakdown():
     import json
 
-    from ddpdoctor.html.page import render_page
-    from ddpdoctor.report import Report
+    from ddpdoctor.core.report import Report
+    from ddpdoctor.report.page import render_page
 
     report = Report.from_dict(json.loads((FIX / "straggler" / "report.json").read_text()))
     page = render_page(report)

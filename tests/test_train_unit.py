@@ -31,7 +31,7 @@ def test_parse_rejects_with_one_line(bad: str) -> None:
 
 
 def test_every_injection_names_a_catalog_finding() -> None:
-    from ddpdoctor.catalog import spec
+    from ddpdoctor.core.catalog import spec
 
     for s in INJECTIONS.values():
         spec(s.finding)  # raises on an unknown id
@@ -313,7 +313,7 @@ def test_payload_of_each_hook() -> None:
 
 
 def test_scaler_skipping_finding_names_the_rank_that_overflows() -> None:
-    from ddpdoctor.catalog import CATALOG
+    from ddpdoctor.core.catalog import CATALOG
     from ddpdoctor.watch.skipped_steps import skipping_finding
 
     f = skipping_finding(2, 4)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.attachment import Attachment
+from ddpdoctor.core.attachment import Attachment
 from ddpdoctor.run.watch_events import describe_attachments
 from ddpdoctor.watch import optim_attach
 from tests.run_helpers import PY, RunJob, findings, run_all
@@ -220,7 +220,7 @@ def test_run_profile_takes_a_window_on_every_rank(loops):
 def test_profile_window_parsing_and_top_operators():
     import types
 
-    from ddpdoctor.profiled import parse_window
+    from ddpdoctor.core.profiled import parse_window
     from ddpdoctor.watch.profile import top_ops
 
     assert parse_window("20:5") == (20, 5)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.html.page import render_page
-from ddpdoctor.html.series import WATCH_STRATEGY, read_watch_series
-from ddpdoctor.html.sources import collect_series
-from ddpdoctor.report import Report
+from ddpdoctor.core.report import Report
+from ddpdoctor.report.page import render_page
+from ddpdoctor.report.series import WATCH_STRATEGY, read_watch_series
+from ddpdoctor.report.sources import collect_series
 from ddpdoctor.watch.events import SERIES_NAME, series_path
 from ddpdoctor.watch.series_file import SeriesRecord, SeriesWriter, interval
 

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.integrations.common import BufferSink, Emitted, finding_key, scalars
 from ddpdoctor.watch.straggler import rank_metrics, scores
 from ddpdoctor.watch.stream import EventStream, Sink, StepMetrics

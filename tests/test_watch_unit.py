@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch.config import CHECKS, from_env, parse_checks
 from ddpdoctor.watch.desync import Divergence, compare, diverged
 from ddpdoctor.watch.device import local_mismatch, shared_devices
@@ -208,7 +208,7 @@ def test_plain_module_unchanged_and_quiet(tmp_path):
     assert not model._forward_pre_hooks and not model[2]._forward_hooks
     assert not (tmp_path / "ev.jsonl").exists()
     # what was watched, beside it (run's report names it)
-    from ddpdoctor.attachment import read_all
+    from ddpdoctor.core.attachment import read_all
 
     [attached] = read_all(str(tmp_path))
     assert (attached.rank, attached.wrapper, attached.how) == (0, "module", "watch()")

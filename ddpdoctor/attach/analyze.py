@@ -38,7 +38,7 @@ from ddpdoctor.attach.wording import (  # noqa: F401 - StackGroup, group_stacks,
     ranks_text,
     waiting_phrase,
 )
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from ddpdoctor.attach.classify import DATALOADER, UNKNOWN, RankState, classify
 from ddpdoctor.attach.discover import AttachError, Discovery, discover
 from ddpdoctor.attach.evidence import collect_evidence
 from ddpdoctor.attach.stacks import MISSING, ZOMBIE, RankStack, collect_stacks, stack_to_dict
-from ddpdoctor.findings import Finding
-from ddpdoctor.report import EXIT_USAGE, Check, Report
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import EXIT_USAGE, Check, Report
 
 CHECK = "hang analysis"
 GROUP = "attach"

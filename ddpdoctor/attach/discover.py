@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ddpdoctor import contract as C
 from ddpdoctor.attach.rankproof import (
     ProcFacts,
     RankMark,
@@ -24,8 +23,9 @@ from ddpdoctor.attach.rankproof import (
     why_no_ranks_under,
 )
 from ddpdoctor.attach.spawned import UNKNOWN, SpawnedRanks, find_spawned
-from ddpdoctor.errors import DoctorError
-from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
+from ddpdoctor.core import contract as C
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
 
 class AttachError(DoctorError):

@@ -18,7 +18,7 @@ from ddpdoctor.attach.classify import WAITING, RankState
 from ddpdoctor.attach.flight_recorder import FrTrace, PgVerdict
 from ddpdoctor.attach.fr_sequence import SequenceVerdict, compare_sequences
 from ddpdoctor.attach.guards import RankGuard, find_guard
-from ddpdoctor.contract import heartbeat_file
+from ddpdoctor.core.contract import heartbeat_file
 
 _EMPTY: Mapping = MappingProxyType({})
 
@@ -45,7 +45,7 @@ def of_states(states: list[RankState], fr: list[PgVerdict] | None = None) -> Han
 
 def read_heartbeat_steps(directories: Mapping[int, str]) -> dict[int, int]:
     """rank -> the step in its ``rank{R}.json`` heartbeat (written by ddpdoctor.watch)."""
-    from ddpdoctor import safefile
+    from ddpdoctor.core import safefile
 
     steps: dict[int, int] = {}
     for rank, directory in directories.items():

@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpdoctor import safefile
-from ddpdoctor.contract import FR_DIR, FR_READY_FILE, FR_REQUEST_FILE, fr_dump_file
+from ddpdoctor.core import safefile
+from ddpdoctor.core.contract import FR_DIR, FR_READY_FILE, FR_REQUEST_FILE, fr_dump_file
 
 ENV_DIR = FR_DIR
 REQUEST_FILE = FR_REQUEST_FILE

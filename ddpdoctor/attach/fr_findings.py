@@ -8,7 +8,7 @@ from ddpdoctor.attach.attribution import attribute, parameter_order
 from ddpdoctor.attach.evidence import HangEvidence
 from ddpdoctor.attach.flight_recorder import PgVerdict
 from ddpdoctor.attach.wording import culprit_phrase, ranks_text
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 
 
 def apply_flight_recorder(findings: list[Finding], ev: HangEvidence) -> None:

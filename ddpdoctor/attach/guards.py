@@ -164,7 +164,7 @@ def _read_source(filename: str) -> str:
     """The file's text, read once per file (thousands of ranks share a few files)."""
     import os
 
-    from ddpdoctor import safefile
+    from ddpdoctor.core import safefile
 
     try:
         # realpath: a script reached through a symlink is still the user's source; the

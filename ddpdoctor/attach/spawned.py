@@ -4,7 +4,7 @@
 A Python child that multiprocessing started (``--multiprocessing-fork`` on its command
 line, or a fork: its parent's command line) under the target, with no rank variable and
 no proven rank above it, is read once: the watch's heartbeat / Flight Recorder file for
-its pid, else its main thread's locals with py-spy (``ddpdoctor/rankclaim.py``). Only a
+its pid, else its main thread's locals with py-spy (``ddpdoctor/core/rankclaim.py``). Only a
 child whose rank is read this way is a rank; the others are left out with the reason
 (never numbered by PID order).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ddpdoctor.attach.rankproof import ProcFacts
-from ddpdoctor.rankclaim import RankClaim, is_mp_child, resolve
+from ddpdoctor.core.rankclaim import RankClaim, is_mp_child, resolve
 
 UNKNOWN = ("its rank could not be established: no watch heartbeat or Flight Recorder "
            "file names its pid, and its main thread has no local `rank` and no mp.spawn "

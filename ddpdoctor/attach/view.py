@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ddpdoctor.attach.analyze import StackGroup, ranks_text
-from ddpdoctor.render import safe_console
+from ddpdoctor.core.render import safe_console
 
 _MAX_FRAMES = 16
 

@@ -24,7 +24,7 @@ class StackGroup:
 
 def ranks_text(ranks: list[int]) -> str:
     """``rank 1``, ``ranks [0,2,3]``, ``ranks [0-511]``; long irregular sets are cut."""
-    from ddpdoctor.findings import format_ranks
+    from ddpdoctor.core.findings import format_ranks
 
     ranks = sorted(ranks)
     if len(ranks) == 1:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe, ProbeResult
 from ddpdoctor.check.probes import PROBES
-from ddpdoctor.findings import Finding, format_ranks
-from ddpdoctor.report import Check, Report
+from ddpdoctor.core.findings import Finding, format_ranks
+from ddpdoctor.core.report import Check, Report
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, TypedDict, final
 
-from ddpdoctor.contract import MESH_KEY
+from ddpdoctor.core.contract import MESH_KEY
 
 if TYPE_CHECKING:
     from torch.distributed import Store

@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path
 
 from ddpdoctor.check.options import CheckOptions
-from ddpdoctor.contract import CHECK_RESULT, REPORT_FILE
-from ddpdoctor.proctree import kill_tree
-from ddpdoctor.report import Report
+from ddpdoctor.core.contract import CHECK_RESULT, REPORT_FILE
+from ddpdoctor.core.proctree import kill_tree
+from ddpdoctor.core.report import Report
 
 
 def torchrun_command(nproc: int, nnodes: int, node_rank: int, endpoint: str,

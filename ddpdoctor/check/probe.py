@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypedDict, TypeVar
 
 from ddpdoctor.check.options import CheckOptions
-from ddpdoctor.findings import Finding
-from ddpdoctor.report import Check
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import Check
 
 if TYPE_CHECKING:
     from ddpdoctor.check.launcher.outcome import RankContext

@@ -17,7 +17,7 @@ from ddpdoctor.check.assemble import analyze_probes, assemble_report
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import ProbeResult, Stage
 from ddpdoctor.check.probes import PROBES
-from ddpdoctor.report import Report
+from ddpdoctor.core.report import Report
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -35,13 +35,13 @@ from ddpdoctor.check.launcher import (
 )
 from ddpdoctor.check.options import CheckOptions, OptionsError
 from ddpdoctor.check.run import PROBES, assemble_report, run_pre_probes, run_probes
-from ddpdoctor.contract import CHECK_KEY, CHECK_RESULT
-from ddpdoctor.errors import ExitCode
+from ddpdoctor.core.contract import CHECK_KEY, CHECK_RESULT
+from ddpdoctor.core.errors import ExitCode
 
 if TYPE_CHECKING:
     from torch.distributed import Store
 
-    from ddpdoctor.report import Report
+    from ddpdoctor.core.report import Report
 
 
 def _deadline(text: str) -> float:
@@ -115,7 +115,7 @@ def _emit(report: Report, json_path: str | None) -> int:
     if target:
         report.write_json(target)
         return 0
-    from ddpdoctor.render import render
+    from ddpdoctor.core.render import render
 
     render(report)
     if json_path:

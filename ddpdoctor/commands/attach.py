@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ddpdoctor.commands.common import DoctorCommand, FiniteFloat, finish, html_option, json_option
-from ddpdoctor.errors import DoctorError
-from ddpdoctor.report import EXIT_DOCTOR_FAILED, Report
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.report import EXIT_DOCTOR_FAILED, Report
 
 
 @click.command(name="attach", cls=DoctorCommand)

@@ -13,12 +13,12 @@ from ddpdoctor.commands.common import (
     html_option,
     json_option,
 )
-from ddpdoctor.errors import ExitCode
+from ddpdoctor.core.errors import ExitCode
 
 if TYPE_CHECKING:
     from ddpdoctor.check.dsconfig.rules import JobFacts
     from ddpdoctor.check.options import CheckOptions
-    from ddpdoctor.report import Report
+    from ddpdoctor.core.report import Report
 
 
 def _bandwidth_table(report) -> None:
@@ -199,8 +199,8 @@ def _environment_that_breaks_torch() -> Report | None:
     import fail (the ranks, and the user's job, would die at start-up)."""
     import os
 
+    from ddpdoctor.core.report import Check, Report
     from ddpdoctor.distenv.judge import import_breakers
-    from ddpdoctor.report import Check, Report
 
     findings = import_breakers(dict(os.environ))
     if not findings:

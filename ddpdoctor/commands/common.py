@@ -8,9 +8,9 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from ddpdoctor import outputs
-from ddpdoctor.errors import DoctorError
-from ddpdoctor.report import Report
+from ddpdoctor.core import outputs
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.report import Report
 
 # a click command's function (or the command), as click.option takes and returns it
 F = TypeVar("F", bound=Callable[..., object])
@@ -100,7 +100,7 @@ class DoctorCommand(click.Command):
 def write_html(report: Report, html_path: str, *, run_dir: str | None = None,
                json_logs: list[str] | None = None) -> None:
     """Write the HTML page; a page that cannot be written raises DoctorError (exit 3)."""
-    from ddpdoctor.html import render_html
+    from ddpdoctor.report import render_html
 
     target = outputs.check("--html", html_path, stdout_ok=False)
     assert target is not None
@@ -118,7 +118,7 @@ def finish(report: Report, json_path: str | None, verbose: bool = False,
     ``after`` prints command-specific detail (e.g. check's bandwidth table) after the view.
     A report that cannot be written raises DoctorError (exit 3).
     """
-    from ddpdoctor.render import render
+    from ddpdoctor.core.render import render
 
     report.finish()
     if json_path != outputs.STDOUT:

@@ -8,10 +8,10 @@ from typing import NoReturn
 import click
 
 from ddpdoctor.commands.common import DoctorCommand, finish, html_option, json_option
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import EXIT_USAGE, Check, Report
 from ddpdoctor.diagnose.reader import ReadStats
-from ddpdoctor.errors import DoctorError
-from ddpdoctor.findings import Finding
-from ddpdoctor.report import EXIT_USAGE, Check, Report
 
 
 @click.command(name="diagnose", cls=DoctorCommand)

@@ -16,12 +16,12 @@ from ddpdoctor.commands.common import (
     html_option,
     json_option,
 )
-from ddpdoctor.errors import DoctorError
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.report import EXIT_USAGE, Check, Report
 from ddpdoctor.plan.fit import best, plan
 from ddpdoctor.plan.memory import OPTIMIZERS, PRECISIONS, STRATEGY_ORDER, Setup
 from ddpdoctor.plan.model import ModelShape, from_module, from_params, from_preset
 from ddpdoctor.plan.units import fmt_bytes, fmt_count, parse_count, parse_size
-from ddpdoctor.report import EXIT_USAGE, Check, Report
 from ddpdoctor.train.config import SIZES
 
 _HELP = """Will it fit, and with which strategy? Predicts, per strategy and per rank, the
@@ -201,7 +201,7 @@ def command(size: str | None, params: int | None, model_spec: str | None, layers
         "gpu_mem": limit, "best": good.strategy if good else None,
         "strategies": [sp.to_dict() for sp in plans]}))
     if limit and good is None:
-        from ddpdoctor.findings import Finding
+        from ddpdoctor.core.findings import Finding
 
         runnable = [sp for sp in plans if sp.ranks]
         low = min(runnable, key=lambda sp: sp.peak, default=None)

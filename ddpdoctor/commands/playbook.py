@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ddpdoctor import outputs
 from ddpdoctor.commands.common import DoctorCommand, html_option, json_option
-from ddpdoctor.errors import DoctorError
-from ddpdoctor.report import EXIT_USAGE
+from ddpdoctor.core import outputs
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.report import EXIT_USAGE
 
 if TYPE_CHECKING:
-    from ddpdoctor.playbook import Playbook
+    from ddpdoctor.core.playbook import Playbook
 
 
 @click.command(name="playbook", cls=DoctorCommand)
@@ -33,7 +33,7 @@ def command(finding_id: str | None, list_: bool, json_path: str | None,
     --json writes the playbook(s) as JSON (a list of {id, title, severity, applies_to,
     sections}), --html as one self-contained page.
     """
-    from ddpdoctor import playbook
+    from ddpdoctor.core import playbook
 
     pbs = [_one(finding_id)] if finding_id and not list_ else playbook.load_all()
     if json_path:
@@ -50,7 +50,7 @@ def command(finding_id: str | None, list_: bool, json_path: str | None,
 
 
 def _one(finding_id: str) -> Playbook:
-    from ddpdoctor import playbook
+    from ddpdoctor.core import playbook
 
     wanted = finding_id.strip().upper()
     try:
@@ -98,7 +98,7 @@ def _write_json(pbs: list[Playbook], path: str) -> None:
 
 
 def _write_html(pbs: list[Playbook], path: str) -> None:
-    from ddpdoctor.html.playbook_page import render_playbooks
+    from ddpdoctor.report.playbook_page import render_playbooks
 
     target = outputs.check("--html", path, stdout_ok=False)
     assert target is not None

@@ -6,10 +6,10 @@ import os
 
 import click
 
-from ddpdoctor import outputs
 from ddpdoctor.commands.common import DoctorCommand, write_html
-from ddpdoctor.errors import DoctorError
-from ddpdoctor.report import EXIT_USAGE
+from ddpdoctor.core import outputs
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.report import EXIT_USAGE
 
 
 @click.command(name="report", cls=DoctorCommand)
@@ -36,7 +36,7 @@ def command(source: str, html_path: str, json_logs: tuple[str, ...],
     Exit code: 0 when the page was written, 2 when SOURCE is not a report or a run
     directory, 3 when the page cannot be written.
     """
-    from ddpdoctor.html.sources import SourceError, load_report
+    from ddpdoctor.report.sources import SourceError, load_report
 
     try:
         report = load_report(source)

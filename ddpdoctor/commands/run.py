@@ -16,8 +16,8 @@ from ddpdoctor.commands.common import (
     reject_unknown_option,
     write_html,
 )
-from ddpdoctor.errors import DoctorError
-from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 
 
 @click.command(name="run", cls=DoctorCommand, context_settings={"ignore_unknown_options": True,
@@ -140,7 +140,7 @@ def _endpoint(text: str | None):  # jobview.keys.Endpoint | None
 
 def _metrics_environment(port: int | None, host: str | None) -> None:
     """The ranks inherit run's environment: the watch in each reads these (watch/config.py)."""
-    from ddpdoctor.contract import METRICS_HOST, METRICS_PORT
+    from ddpdoctor.core.contract import METRICS_HOST, METRICS_PORT
 
     if port is not None:
         os.environ[METRICS_PORT] = str(port)
@@ -152,8 +152,8 @@ def _profile_environment(window: str | None, watch: bool) -> None:
     """--profile reaches every rank's watch through the environment (watch/profile.py)."""
     if window is None:
         return
-    from ddpdoctor.contract import PROFILE
-    from ddpdoctor.profiled import parse_window
+    from ddpdoctor.core.contract import PROFILE
+    from ddpdoctor.core.profiled import parse_window
 
     if not watch:
         raise click.BadParameter("--profile needs --watch (the ranks' watch takes the "

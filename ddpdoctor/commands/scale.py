@@ -22,8 +22,8 @@ from ddpdoctor.commands.common import (
     json_option,
     reject_unknown_option,
 )
-from ddpdoctor.errors import DoctorError
-from ddpdoctor.report import EXIT_USAGE, Check, Report
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.report import EXIT_USAGE, Check, Report
 from ddpdoctor.train.config import SIZES
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from typing import Any, TypeVar, cast
 import click
 
 from ddpdoctor.commands.common import DoctorCommand, FiniteFloat, html_option, write_html
-from ddpdoctor.errors import DoctorError
-from ddpdoctor.report import EXIT_USAGE
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.report import EXIT_USAGE
 from ddpdoctor.train import injections
 from ddpdoctor.train.config import STRATEGIES, check_resume, check_world
 from ddpdoctor.train.options import OPTIONS, Option, configs, to_argv
@@ -114,7 +114,7 @@ def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: A
         raise DoctorError(str(e), EXIT_USAGE) from None
     env = os.environ.copy()
     if html_path:
-        from ddpdoctor.html.train_sources import prepare
+        from ddpdoctor.report.train_sources import prepare
 
         events = prepare(values, env)
     from ddpdoctor.train.launch import torchrun_argv
@@ -133,7 +133,7 @@ def command(nproc: int | None, dry_run: bool, html_path: str | None, **values: A
         # the terminal's SIGINT reached torchrun too; let it tear the ranks down
         rc = proc.wait()
     if html_path:
-        from ddpdoctor.html.train_report import train_report
+        from ddpdoctor.report.train_report import train_report
 
         try:
             write_html(train_report(rc, values["json_log"], events, argv), html_path,

@@ -19,13 +19,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.diagnose import floor
 from ddpdoctor.diagnose.events import Event, EventKind
 from ddpdoctor.diagnose.kb import needles
 from ddpdoctor.diagnose.reader import ReadStats, iter_picked, open_input, rank_from_path
 from ddpdoctor.diagnose.scanner import SCANNER_NEEDLES, LineScanner
 from ddpdoctor.diagnose.triage import triage
-from ddpdoctor.findings import Finding
 
 KEYWORDS: tuple[bytes, ...] = tuple(sorted({n.encode() for n in needles() + SCANNER_NEEDLES
                                              + floor.NEEDLES}))

@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "reallogs"
 LOCKED_DIR = DEFAULT_DIR / "locked"
@@ -93,7 +93,7 @@ def run(case: Case) -> Result:
 
     # The corpus' file names describe the case ("..._rank0_..."): not per-rank log names.
     findings, _ = diagnose_logs([LogInput(str(case.log), rank_from_path=False)])
-    from ddpdoctor.next_step import decide
+    from ddpdoctor.core.next_step import decide
 
     first: Finding | None = findings[0] if findings else None
     return Result(case, first.id if first else "(none)",
@@ -103,7 +103,7 @@ def run(case: Case) -> Result:
 
 
 def _is_error(fid: str) -> bool:
-    from ddpdoctor.catalog import CATALOG
+    from ddpdoctor.core.catalog import CATALOG
 
     return fid in CATALOG and CATALOG[fid].severity == "error"
 

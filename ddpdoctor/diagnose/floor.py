@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ddpdoctor.signames import killed_by
+from ddpdoctor.core.signames import killed_by
 
 
 class Evidence(str, Enum):

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Literal
 
+from ddpdoctor.core.findings import Finding, Severity, format_ranks
 from ddpdoctor.diagnose.events import CASCADE, Event, EventKind
-from ddpdoctor.findings import Finding, Severity, format_ranks
 
 _MAX_LINES = 6
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from ddpdoctor.core.findings import Finding, Severity
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, verdict
 from ddpdoctor.diagnose.kb.bugs import BY_ID, KNOWN_BUGS, KnownBug
-from ddpdoctor.findings import Finding, Severity
 
 
 def version_tuple(text: str) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from ddpdoctor import redact
+from ddpdoctor.core import redact
 from ddpdoctor.diagnose.deadline import READ_DEADLINE_S, DeadlineReader
 from ddpdoctor.diagnose.gunzip import GZIP_MAGIC as _GZIP_MAGIC
 from ddpdoctor.diagnose.gunzip import Gunzip

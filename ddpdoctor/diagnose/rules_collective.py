@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
+from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, fmt, ranks_of, verdict
-from ddpdoctor.findings import format_ranks
 
 _TIMEOUTS = frozenset({K.NCCL_WATCHDOG, K.GLOO_TIMEOUT, K.NCCL_WORK_STATE, K.ERROR_LINE,
                        K.CPP_ABORT, K.EXCEPTION, K.CONN_RESET, K.CONN_CLOSED, K.AGENT_FAILED,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import CASCADE, Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import (
@@ -18,7 +19,6 @@ from ddpdoctor.diagnose.index import (
     used,
     verdict,
 )
-from ddpdoctor.findings import format_ranks
 
 # Signals with a cause of their own (SIGKILL: the OOM killer, SIGBUS: /dev/shm), not a crash
 # in native code.

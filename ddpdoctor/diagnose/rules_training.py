@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, fmt, ranks_of, verdict
-from ddpdoctor.findings import format_ranks
 
 
 def ddp(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from ddpdoctor.core.signames import killed_by
 from ddpdoctor.diagnose import floor
 from ddpdoctor.diagnose.events import Event, EventKind
 from ddpdoctor.diagnose.kb import match_line
 from ddpdoctor.diagnose.kb.signature import Signature
 from ddpdoctor.diagnose.reader import RawLine, split_rank_prefix
-from ddpdoctor.signames import killed_by
 
 _EXCEPTION = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet))"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from ddpdoctor.core.findings import Finding, Severity, format_ranks
 from ddpdoctor.diagnose import (
     known_bugs,
     rules_collective,
@@ -31,7 +32,6 @@ from ddpdoctor.diagnose import (
 )
 from ddpdoctor.diagnose.events import CASCADE, WEAK, Event, EventKind
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, ranks_of, verdict
-from ddpdoctor.findings import Finding, Severity, format_ranks
 
 RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE, rules_versions.PLUGIN_RULE)
                            + rules_env.RULES + (rules_deepspeed.RULE,)

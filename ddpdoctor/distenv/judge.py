@@ -24,11 +24,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpdoctor import redact
+from ddpdoctor.core import redact
+from ddpdoctor.core.findings import Finding, Severity, format_ranks
+from ddpdoctor.core.report import Check
 from ddpdoctor.distenv import table as nccl_vars
 from ddpdoctor.distenv.table import NCCL_PATH_TYPES, Var
-from ddpdoctor.findings import Finding, Severity, format_ranks
-from ddpdoctor.report import Check
 
 FINDING = "ENV_NCCL_CONFIG"
 # A typo is one or two characters off a real name; a lower ratio suggests unrelated names.

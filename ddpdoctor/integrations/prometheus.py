@@ -19,9 +19,9 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
-from ddpdoctor import redact
-from ddpdoctor.contract import METRICS_JOB
-from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.core import redact
+from ddpdoctor.core.contract import METRICS_JOB
+from ddpdoctor.core.findings import Finding, format_ranks
 from ddpdoctor.watch.stream import Sink, StepMetrics
 
 if TYPE_CHECKING:

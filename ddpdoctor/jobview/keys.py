@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddpdoctor.contract import JOBVIEW_PREFIX
+from ddpdoctor.core.contract import JOBVIEW_PREFIX
 
 PREFIX = JOBVIEW_PREFIX
 NODE_COUNT = PREFIX + "nodes"  # store.add counter: a node's index is its ticket

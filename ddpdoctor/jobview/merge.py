@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpdoctor.attach.classify import RankState
 from ddpdoctor.attach.stacks import Frame
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.jobview.snapshot import MAX_FRAMES, Culprit, StackReply, Verdict
 
 if TYPE_CHECKING:

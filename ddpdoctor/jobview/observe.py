@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import time
 
+from ddpdoctor.core.report import Check, Report
 from ddpdoctor.jobview import keys
 from ddpdoctor.jobview.agent import read_nodes
 from ddpdoctor.jobview.merge import decide
 from ddpdoctor.jobview.report import hang_findings
 from ddpdoctor.jobview.snapshot import NodeSnap, Request, StackReply, Verdict
 from ddpdoctor.jobview.store import JobStore, StoreLost
-from ddpdoctor.report import Check, Report
 
 RECHECK_S = 1.0
 STORE_CONNECT_S = 15.0

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import Check, CheckStatus, Report
 from ddpdoctor.jobview.leader import root_cause
 from ddpdoctor.jobview.snapshot import Culprit, Failure, JobSummary, Verdict
-from ddpdoctor.report import Check, CheckStatus, Report
 
 CHECK = "job view"
 GROUP = "run"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from ddpdoctor.contract import TRAIN_MEMORY
+from ddpdoctor.core.contract import TRAIN_MEMORY
 
 if TYPE_CHECKING:
     from torch._C._profiler import _ProfilerEvent

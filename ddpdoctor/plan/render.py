@@ -10,7 +10,7 @@ COLUMNS = ("strategy", "ranks", "weights", "grads", "optimizer", "activations", 
 
 
 def _ranks(ranks: list[int]) -> str:
-    from ddpdoctor.findings import format_ranks
+    from ddpdoctor.core.findings import format_ranks
 
     return format_ranks(ranks)
 

@@ -14,12 +14,12 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ddpdoctor.report import Check, CheckStatus
+from ddpdoctor.core.report import Check, CheckStatus
+from ddpdoctor.core.signames import killed_by
 from ddpdoctor.run.attempts import Attempt, agent_exits
-from ddpdoctor.signames import killed_by
 
 if TYPE_CHECKING:
-    from ddpdoctor.findings import Finding
+    from ddpdoctor.core.findings import Finding
 
 CHECK = "restarts"
 
@@ -100,7 +100,7 @@ def verdict(ends: list[AttemptEnd]) -> tuple[str, CheckStatus]:
 
 def write_logs(run_dir: str, parts: list[list[str]], attempts: list[Attempt]) -> list[str]:
     """``attempt{N}.log`` per attempt; the paths ("" where one could not be written)."""
-    from ddpdoctor.safefile import write_atomic
+    from ddpdoctor.core.safefile import write_atomic
 
     paths = []
     for att, part in zip(attempts, parts, strict=True):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 
-from ddpdoctor.contract import OWN_THREAD_PREFIX
+from ddpdoctor.core.contract import OWN_THREAD_PREFIX
 
 _TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
 # thread names (comm) that are not work: ours, and gloo's event loops as torch 2.13 names

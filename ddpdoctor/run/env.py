@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # RUN_ID is inherited by every process of the job: how run finds them all
-from ddpdoctor.contract import (
+from ddpdoctor.core.contract import (
     EVENTS,
     EVENTS_FILE,
     FR_DIR,

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ddpdoctor.report import Check, Report
+from ddpdoctor.core.report import Check, Report
 
 if TYPE_CHECKING:
     # run's other modules name attach's diagnosis and its parts through here, run's glue
@@ -66,7 +66,7 @@ def diagnose(job_pid: int, no_progress_s: float, last_progress: str, native: boo
 
 def print_diagnosis(report: Report, outcome: HangOutcome) -> None:
     """The report view plus attach's merged stacks (what `ddpdoctor attach` prints)."""
-    from ddpdoctor.render import render
+    from ddpdoctor.core.render import render
 
     render(report)
     d = outcome.diagnosis

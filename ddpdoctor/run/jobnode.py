@@ -21,7 +21,7 @@ from ddpdoctor.jobview.snapshot import Failure, RankSnap, StackReply, Verdict
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ddpdoctor.findings import Finding
+    from ddpdoctor.core.findings import Finding
     from ddpdoctor.jobview.agent import JobView
     from ddpdoctor.jobview.snapshot import JobSummary, Request
     from ddpdoctor.run.hang import HangDiagnosis, RankState

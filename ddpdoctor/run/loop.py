@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ddpdoctor import redact
-from ddpdoctor.report import Report
+from ddpdoctor.core import redact
+from ddpdoctor.core.report import Report
 from ddpdoctor.run import hang as hang_mod
 from ddpdoctor.run import jobnode
 from ddpdoctor.run.looks import Look, look, say

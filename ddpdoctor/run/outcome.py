@@ -12,8 +12,8 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddpdoctor.contract import REPORT_FILE
-from ddpdoctor.report import EXIT_FINDINGS, Check, CheckStatus, Report
+from ddpdoctor.core.contract import REPORT_FILE
+from ddpdoctor.core.report import EXIT_FINDINGS, Check, CheckStatus, Report
 from ddpdoctor.run import triage as triage_mod
 from ddpdoctor.run.hang import GROUP
 from ddpdoctor.run.process import Job
@@ -23,7 +23,7 @@ from ddpdoctor.run.tree import killed_summary
 from ddpdoctor.run.watch_events import merge, watch_findings
 
 if TYPE_CHECKING:
-    from ddpdoctor.findings import Finding
+    from ddpdoctor.core.findings import Finding
     from ddpdoctor.run.env import JobEnv
     from ddpdoctor.run.options import RunOptions
     from ddpdoctor.run.progress import ProgressTracker, RankExit
@@ -41,7 +41,7 @@ def job_exit_code(returncode: int) -> int:
 def _attached(events_path: str, since: float) -> str:
     """What the watch watched (never a silent "nothing found" over no model), and what
     it could not compare."""
-    from ddpdoctor.attachment import read_all
+    from ddpdoctor.core.attachment import read_all
     from ddpdoctor.run.watch_events import describe_attachments, watch_notes
 
     attached = read_all(os.path.dirname(os.path.abspath(events_path)), since)
@@ -284,7 +284,7 @@ def _restarts(result: RunResult, job: Job, rc: int | None) -> None:
 
 
 def _write_copy(report: Report, run_dir: str) -> None:
-    from ddpdoctor.safefile import write_atomic
+    from ddpdoctor.core.safefile import write_atomic
 
     try:
         write_atomic(os.path.join(run_dir, REPORT_NAME), report.to_json() + "\n", 0o600)

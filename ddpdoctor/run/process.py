@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from ddpdoctor.contract import OUTPUT_LOG, RANK_LOG
-from ddpdoctor.errors import DoctorError
-from ddpdoctor.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
+from ddpdoctor.core.contract import OUTPUT_LOG, RANK_LOG
+from ddpdoctor.core.errors import DoctorError
+from ddpdoctor.core.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
+from ddpdoctor.core.safefile import open_regular
 from ddpdoctor.run.tree import die_with_parent, load_prctl
-from ddpdoctor.safefile import open_regular
 
 if TYPE_CHECKING:
     import builtins  # KeptFile counts ``bytes``: the type's own name is shadowed there

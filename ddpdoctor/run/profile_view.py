@@ -3,9 +3,9 @@ per-rank top operators and step split in its data, the trace paths)."""
 
 from __future__ import annotations
 
-from ddpdoctor.findings import format_ranks
-from ddpdoctor.profiled import ProfileWindow, read_all
-from ddpdoctor.report import Check, Report
+from ddpdoctor.core.findings import format_ranks
+from ddpdoctor.core.profiled import ProfileWindow, read_all
+from ddpdoctor.core.report import Check, Report
 
 CHECK = "profile"
 

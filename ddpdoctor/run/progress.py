@@ -20,9 +20,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ddpdoctor import safefile
-from ddpdoctor.oddrank import shared_env
-from ddpdoctor.proctree import HostProcs
+from ddpdoctor.core import safefile
+from ddpdoctor.core.oddrank import shared_env
+from ddpdoctor.core.proctree import HostProcs
 from ddpdoctor.run.background_threads import BackgroundThreads
 from ddpdoctor.run.rendezvous import RankEndpoint, endpoint_of
 

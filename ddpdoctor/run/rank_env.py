@@ -5,7 +5,7 @@ run reads each rank's distributed set-up from ``/proc/PID/environ`` as it sample
 job (run/progress.py). A launch script that gives one rank another network interface,
 another NCCL setting or another rendezvous address makes that rank fail, or the whole job
 hang, with a log line that often carries no rank. Here every variable is compared over
-the node's ranks (ddpdoctor/oddrank.py): a finding about a setting that no rank was
+the node's ranks (ddpdoctor/core/oddrank.py): a finding about a setting that no rank was
 named for gets the odd rank(s) out, and a difference no finding explains is a warning of
 its own. Then every name and value goes through the same table ``check`` uses
 (ddpdoctor/distenv/): ``NCCL_TIMEOUT`` (nothing reads it), ``NCCL_BLOCKING_WAIT`` (renamed
@@ -14,11 +14,11 @@ its own. Then every name and value goes through the same table ``check`` uses
 
 from __future__ import annotations
 
-from ddpdoctor import redact
+from ddpdoctor.core import redact
+from ddpdoctor.core.findings import Finding, format_ranks
+from ddpdoctor.core.oddrank import env_differences, ranks_by_value
+from ddpdoctor.core.report import Check, Report
 from ddpdoctor.distenv import judge
-from ddpdoctor.findings import Finding, format_ranks
-from ddpdoctor.oddrank import env_differences, ranks_by_value
-from ddpdoctor.report import Check, Report
 
 CHECK = "env"
 

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from ddpdoctor.contract import REAPER_FILE, REAPER_SCHEMA
+from ddpdoctor.core.contract import REAPER_FILE, REAPER_SCHEMA
 
 RECORD = REAPER_FILE
 
@@ -108,6 +108,6 @@ def main() -> None:
                         "the reaper ended what was left of the job",
               "killed": [k.to_dict() for k in killed]}
     with contextlib.suppress(OSError):
-        from ddpdoctor.safefile import write_atomic
+        from ddpdoctor.core.safefile import write_atomic
 
         write_atomic(os.path.join(run_dir, RECORD), json.dumps(record, indent=1))

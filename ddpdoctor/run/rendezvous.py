@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 
 
 class _Kind(Protocol):

@@ -14,7 +14,7 @@ from ddpdoctor.run.attempts import Attempts
 from ddpdoctor.run.spawn_ranks import SpawnRanks
 
 if TYPE_CHECKING:
-    from ddpdoctor.report import Report
+    from ddpdoctor.core.report import Report
     from ddpdoctor.run.attempt_report import AttemptEnd
     from ddpdoctor.run.hang import HangOutcome
     from ddpdoctor.run.jobnode import NodeEnd, Verdict

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddpdoctor import redact
-from ddpdoctor.proctree import HostProcs
-from ddpdoctor.report import Report
+from ddpdoctor.core import redact
+from ddpdoctor.core.proctree import HostProcs
+from ddpdoctor.core.report import Report
 from ddpdoctor.run import jobnode
 from ddpdoctor.run.attempts import observe_sample
 from ddpdoctor.run.env import RUN_ID, JobEnv, job_environment, watch_bootstrap_dir

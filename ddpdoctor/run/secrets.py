@@ -20,10 +20,10 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ddpdoctor import redact
+from ddpdoctor.core import redact
 
 if TYPE_CHECKING:
-    from ddpdoctor.report import Report
+    from ddpdoctor.core.report import Report
 
 _MIN_LEN = 4  # shorter values ("1", "yes") would mask ordinary words
 # Up to this many values, one str.find scan each (C speed) beats one pass of the

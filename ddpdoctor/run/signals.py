@@ -15,7 +15,7 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
-from ddpdoctor.signames import signal_name
+from ddpdoctor.core.signames import signal_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable

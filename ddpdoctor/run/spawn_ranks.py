@@ -4,7 +4,7 @@ run's sampler (run/progress.py) numbers a process by the ``RANK`` in its environ
 children of ``torch.multiprocessing.spawn`` have none, so the whole job was one unit and
 a crash or hang named no rank. Each poll, before the sample, this fills the sampler's
 identity cache for every multiprocessing child of the job (and its workers) with the rank
-read from the process itself (``ddpdoctor/rankclaim.py``: the watch's heartbeat for its
+read from the process itself (``ddpdoctor/core/rankclaim.py``: the watch's heartbeat for its
 pid, else py-spy's locals, else mp.spawn's index). A child not yet in its rank function
 (importing torch) has no claim yet and is tried again the next poll; a claim from the
 spawn index alone is provisional for ``_SETTLE_S`` (the function may not have assigned
@@ -18,8 +18,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ddpdoctor.proctree import HostProcs
-from ddpdoctor.rankclaim import RankClaim, RankSource, is_mp_child, resolve
+from ddpdoctor.core.proctree import HostProcs
+from ddpdoctor.core.rankclaim import RankClaim, RankSource, is_mp_child, resolve
 from ddpdoctor.run.progress import Identity
 from ddpdoctor.run.rendezvous import endpoint_of
 

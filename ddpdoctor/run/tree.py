@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ddpdoctor import redact
-from ddpdoctor.proctree import HostProcs
-from ddpdoctor.signames import signal_name
+from ddpdoctor.core import redact
+from ddpdoctor.core.proctree import HostProcs
+from ddpdoctor.core.signames import signal_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.signames import killed_by
 from ddpdoctor.run.progress import RankExit
-from ddpdoctor.signames import killed_by
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ddpdoctor.findings import Finding
+    from ddpdoctor.core.findings import Finding
 
 # attach.classify's kinds, spelled here so this module imports nothing heavy
 _STOPPED = "stopped"

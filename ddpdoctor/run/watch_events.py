@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ddpdoctor.attachment import Attachment
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.attachment import Attachment
+from ddpdoctor.core.findings import Finding
 
 
 def watch_findings(path: str | os.PathLike, since: float = 0.0) -> list[Finding]:

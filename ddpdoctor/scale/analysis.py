@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.scale.measure import RunMeasurement
 
 CAUSE_FINDING = {

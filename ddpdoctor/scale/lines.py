@@ -24,7 +24,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ddpdoctor.contract import SCALE_MODE, SCALE_NPROC, SCALE_RANK_BATCH
+from ddpdoctor.core.contract import SCALE_MODE, SCALE_NPROC, SCALE_RANK_BATCH
 
 MARKER = "ddpdoctor-throughput:"
 UNITS = ("samples/s", "tokens/s")

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ddpdoctor.contract import TRAIN_MEMORY
+from ddpdoctor.core.contract import TRAIN_MEMORY
 from ddpdoctor.train.config import ModelConfig, RunConfig, lr_at
 from ddpdoctor.train.data import Batches, SyntheticTokens, build_loader, sample_indices
 from ddpdoctor.train.injector import Injector

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpdoctor.contract import RANK_LOG
+from ddpdoctor.core.contract import RANK_LOG
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 
 if TYPE_CHECKING:
     from ddpdoctor.watch.context import CheckContext

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch import hang_watchdog, registry
 from ddpdoctor.watch import join as join_hooks
 from ddpdoctor.watch.config import COLLECTIVE_CHECKS, WatchConfig, from_env
@@ -73,7 +73,7 @@ def watch(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
     cfg = from_env(every=every, checks=checks, events_path=events_path, **settings)
     w = Watcher(model, cfg, optimizer, dataloader, sinks=sinks, gather=gather)
     if w.stream.path:
-        from ddpdoctor.attachment import Attachment
+        from ddpdoctor.core.attachment import Attachment
 
         Attachment(w.rank, type(model).__name__, w.wrapper, how, time.time()).write(
             w.stream.path)

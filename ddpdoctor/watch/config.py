@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ddpdoctor import contract as C
+from ddpdoctor.core import contract as C
 
 CHECKS: tuple[str, ...] = (
     "unused", "nonfinite", "desync", "sampler", "straggler", "links", "memory", "device",
@@ -155,7 +155,7 @@ def _port(value: str) -> int:
 
 
 def _window(value: str) -> tuple[int, int]:
-    from ddpdoctor.profiled import parse_window
+    from ddpdoctor.core.profiled import parse_window
 
     return parse_window(value)
 

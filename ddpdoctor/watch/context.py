@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch.config import WatchConfig
 from ddpdoctor.watch.stream import EventStream, StepMetrics
 

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch import train_state
 from ddpdoctor.watch.accumulation import AccumulationCheck
 from ddpdoctor.watch.base import WatchCheck, bit_sum, local

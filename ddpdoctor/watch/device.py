@@ -11,7 +11,7 @@ import socket
 import zlib
 from typing import TYPE_CHECKING
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from ddpdoctor.contract import SERIES_FILE
+from ddpdoctor.core.contract import SERIES_FILE
 
 # the stream and its sinks (watch/stream.py); the old names stay importable
 from ddpdoctor.watch.stream import SCHEMA, DDPDoctorWarning, EventStream

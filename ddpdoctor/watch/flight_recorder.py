@@ -25,9 +25,9 @@ import threading
 from collections.abc import Callable
 from typing import TextIO, TypedDict
 
-from ddpdoctor import safefile
-from ddpdoctor.contract import fr_dump_file, stacks_file
-from ddpdoctor.threadname import name_this_thread
+from ddpdoctor.core import safefile
+from ddpdoctor.core.contract import fr_dump_file, stacks_file
+from ddpdoctor.core.threadname import name_this_thread
 
 log = logging.getLogger("ddpdoctor.watch")
 

@@ -19,9 +19,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, SupportsFloat
 
-from ddpdoctor import safefile
-from ddpdoctor.contract import HEARTBEAT_SCHEMA, heartbeat_file, stacks_file
-from ddpdoctor.threadname import name_this_thread
+from ddpdoctor.core import safefile
+from ddpdoctor.core.contract import HEARTBEAT_SCHEMA, heartbeat_file, stacks_file
+from ddpdoctor.core.threadname import name_this_thread
 from ddpdoctor.watch.events import series_path
 from ddpdoctor.watch.series_file import SeriesRecord, SeriesWriter, Sums, interval
 from ddpdoctor.watch.stream import StepMetrics

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
-from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.core.findings import Finding, format_ranks
 from ddpdoctor.watch.base import WatchCheck
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ import warnings
 from types import ModuleType
 from typing import TYPE_CHECKING, TypedDict
 
-from ddpdoctor.contract import OOM_SNAPSHOT_FILE
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.contract import OOM_SNAPSHOT_FILE
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
 from ddpdoctor.watch.oom_plan import advice_for_watch
 

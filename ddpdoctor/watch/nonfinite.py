@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch.base import WatchCheck, first_tensor, local
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 At the boundary before step START the profiler starts (CPU, and CUDA where there is a
 GPU); at the boundary after step START+STEPS-1 it stops, the trace goes to
 ``profile-rank{R}.json`` beside the events file (open it in Perfetto or chrome://tracing)
-and a summary to ``profile-top-rank{R}.json`` (ddpdoctor/profiled.py): the operators
+and a summary to ``profile-top-rank{R}.json`` (ddpdoctor/core/profiled.py): the operators
 that took the most time of their own, and where the window's steps went by the watch's
 clock (data wait, forward). Steps are optimizer steps, the watch's; the window costs the
 profiler's overhead in those steps only.
@@ -16,8 +16,8 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
-from ddpdoctor.contract import PROFILE_TRACE_FILE
-from ddpdoctor.profiled import OpTime, ProfileWindow
+from ddpdoctor.core.contract import PROFILE_TRACE_FILE
+from ddpdoctor.core.profiled import OpTime, ProfileWindow
 from ddpdoctor.watch.base import WatchCheck
 
 if TYPE_CHECKING:

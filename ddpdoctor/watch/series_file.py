@@ -19,8 +19,8 @@ import logging
 import math
 from dataclasses import asdict, dataclass
 
-from ddpdoctor import safefile
-from ddpdoctor.contract import SERIES_SCHEMA
+from ddpdoctor.core import safefile
+from ddpdoctor.core.contract import SERIES_SCHEMA
 
 log = logging.getLogger("ddpdoctor.watch")
 DEFAULT_CAP = 2000

@@ -25,7 +25,7 @@ import sys
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
 from ddpdoctor.watch.stream import StepMetrics
 

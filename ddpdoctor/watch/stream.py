@@ -23,8 +23,8 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 
-from ddpdoctor.contract import EVENTS_SCHEMA
-from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.core.contract import EVENTS_SCHEMA
+from ddpdoctor.core.findings import Finding, format_ranks
 
 SCHEMA = EVENTS_SCHEMA
 log = logging.getLogger("ddpdoctor.watch")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch.base import WatchCheck
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 from ddpdoctor.check.busbw import algbw_gbps, busbw_gbps
 from ddpdoctor.check.options import CheckOptions
-from ddpdoctor.findings import Finding, format_ranks
-from ddpdoctor.report import Check
+from ddpdoctor.core.findings import Finding, format_ranks
+from ddpdoctor.core.report import Check
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
-from ddpdoctor import redact
 from ddpdoctor.check.options import CheckOptions
+from ddpdoctor.core import redact
+from ddpdoctor.core.findings import Finding, format_ranks
+from ddpdoctor.core.oddrank import odd_ones_out, ranks_by_value
+from ddpdoctor.core.report import Check
 from ddpdoctor.distenv import judge as nccl_env
 from ddpdoctor.distenv import table as nccl_vars
-from ddpdoctor.findings import Finding, format_ranks
-from ddpdoctor.oddrank import odd_ones_out, ranks_by_value
-from ddpdoctor.report import Check
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from ddpdoctor.check.analysis.gpu_health import device_problems
 from ddpdoctor.check.nvml import DeviceInfo, NvmlSnapshot
 from ddpdoctor.check.options import CheckOptions
-from ddpdoctor.findings import Finding
-from ddpdoctor.report import Check
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import Check
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

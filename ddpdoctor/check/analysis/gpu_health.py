@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ddpdoctor.check.nvml import BENIGN_CLOCK_REASONS, DeviceInfo, XidEvent
-from ddpdoctor.findings import Severity
+from ddpdoctor.core.findings import Severity
 
 # Utilization (%) above which the GPU is "under load": PCIe links downshift when idle.
 LOADED_UTIL_PCT = 5

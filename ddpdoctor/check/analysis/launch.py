@@ -16,7 +16,7 @@ from ddpdoctor.check.launcher import (
     LaunchResult,
     RankOutcome,
 )
-from ddpdoctor.findings import Finding, format_ranks
+from ddpdoctor.core.findings import Finding, format_ranks
 
 COLLECTIVE = "COMM_CONNECTIVITY"
 UNRESPONSIVE = "RANK_UNRESPONSIVE"

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.schedule import tier
-from ddpdoctor.findings import Finding, format_ranks
-from ddpdoctor.report import Check
+from ddpdoctor.core.findings import Finding, format_ranks
+from ddpdoctor.core.report import Check
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ddpdoctor.check.options import CheckOptions
-from ddpdoctor.findings import Finding
-from ddpdoctor.report import Check
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import Check
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, TypedDict
 from ddpdoctor.check.analysis.gpu import HostView, host_views
 from ddpdoctor.check.nvml import PairInfo
 from ddpdoctor.check.options import CheckOptions
-from ddpdoctor.findings import Finding
-from ddpdoctor.report import Check
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.report import Check
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

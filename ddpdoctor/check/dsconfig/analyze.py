@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ddpdoctor.check.dsconfig.load import DsFacts
 from ddpdoctor.check.dsconfig.rules import RULES, DsRule, JobFacts, bucket_bytes
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 
 FINDING = "DS_CONFIG_INVALID"
 

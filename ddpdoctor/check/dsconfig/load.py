@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from ddpdoctor.errors import DoctorError, ExitCode
+from ddpdoctor.core.errors import DoctorError, ExitCode
 
 AUTO = "auto"
 _MAX_BYTES = 16 << 20  # a config is a few KiB; a huge file is a wrong path

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ddpdoctor.check.dsconfig.analyze import analyze, summary
 from ddpdoctor.check.dsconfig.load import read
 from ddpdoctor.check.dsconfig.rules import JobFacts
-from ddpdoctor.report import Check, CheckStatus, Report
+from ddpdoctor.core.report import Check, CheckStatus, Report
 
 CHECK = "deepspeed config"
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ddpdoctor.check.dsconfig.load import DsFacts
-from ddpdoctor.findings import Severity
+from ddpdoctor.core.findings import Severity
 
 DS = "https://github.com/deepspeedai/DeepSpeed/blob/v0.19.8/deepspeed/runtime/"
 DOCS = "https://www.deepspeed.ai/docs/config-json/"

@@ -55,8 +55,8 @@ from ddpdoctor.check.launcher.tree import (
     tail,
     watch,
 )
-from ddpdoctor.contract import RANK_PRE_FILE, RANK_RESULT_FILE
-from ddpdoctor.signames import signal_name
+from ddpdoctor.core.contract import RANK_PRE_FILE, RANK_RESULT_FILE
+from ddpdoctor.core.signames import signal_name
 
 
 def default_backend(nproc: int) -> str:

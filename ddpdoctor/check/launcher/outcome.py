@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ddpdoctor.contract import PROGRESS_KEY
+from ddpdoctor.core.contract import PROGRESS_KEY
 
 if TYPE_CHECKING:
     from torch.distributed import Store

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from ddpdoctor import safefile
 from ddpdoctor.check.launcher.outcome import STATUS_ERROR, STATUS_OK, RankContext
-from ddpdoctor.contract import PRE_DONE_KEY, RANK_PRE_FILE, RANK_RESULT_FILE
+from ddpdoctor.core import safefile
+from ddpdoctor.core.contract import PRE_DONE_KEY, RANK_PRE_FILE, RANK_RESULT_FILE
 
 
 def rank_entry(fn: Callable[..., object], args: tuple[object, ...], result_dir: str, backend: str,

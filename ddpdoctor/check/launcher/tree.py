@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpdoctor.check.launcher.outcome import read_progress
-from ddpdoctor.contract import RANK_RESULT_FILE
+from ddpdoctor.core.contract import RANK_RESULT_FILE
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -34,7 +34,7 @@ def _compared_env() -> dict[str, str]:
     """The variables compared across ranks. A secret-looking one (``MASTER_PASSWORD``,
     ``NCCL_..._TOKEN``) leaves the rank as a digest: equal values still compare equal,
     the value itself never travels to the parent or into a report."""
-    from ddpdoctor import redact
+    from ddpdoctor.core import redact
 
     out = {}
     for k, v in os.environ.items():

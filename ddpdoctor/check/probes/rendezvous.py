@@ -11,11 +11,11 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from ddpdoctor import redact
 from ddpdoctor.check.analysis.rendezvous import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
 from ddpdoctor.check.probes.records import PortOwner, RendezvousData
+from ddpdoctor.core import redact
 
 if TYPE_CHECKING:
     from ddpdoctor.check.launcher.outcome import RankContext

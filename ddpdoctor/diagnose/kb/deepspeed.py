@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 
+from ddpdoctor.core.signames import killed_by
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.kb.signature import Example, Signature
-from ddpdoctor.signames import killed_by
 
 _DS = "https://github.com/deepspeedai/DeepSpeed/issues/"
 _REC = "tests/fixtures/deepspeed/"  # recorded from real deepspeed 0.19.8, 2 CPU ranks, gloo

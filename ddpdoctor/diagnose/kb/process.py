@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
+from ddpdoctor.core.signames import killed_by
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.kb.signature import Example, Signature, ints
-from ddpdoctor.signames import killed_by
 
 FIX = "tests/fixtures/logs/"
 _SIZE = r"[\d.]+ ?(?:[KMGT]i?B|bytes|B)"

@@ -26,7 +26,7 @@ def playbook_html(finding_id: str) -> tuple[str, str, str]:
     missing or unreadable one says so instead."""
     from markupsafe import escape
 
-    from ddpdoctor.playbook import PlaybookError, load
+    from ddpdoctor.core.playbook import PlaybookError, load
 
     try:
         pb = load(finding_id)

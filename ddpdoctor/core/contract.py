@@ -2,7 +2,7 @@
 layout and its file names, store keys and schema versions.
 
 The writer and the reader of each name import it from here; docs/design.md ("Contracts") is
-generated from this module (``python -m ddpdoctor.contract``) and tests/test_docs.py checks
+generated from this module (``python -m ddpdoctor.core.contract``) and tests/test_docs.py checks
 that the two agree. Nothing here imports anything heavier than the standard library: the
 watch's sitecustomize and ``--help`` import it.
 """
@@ -141,7 +141,7 @@ CONTRACTS: tuple[Contract, ...] = (
              "a rank's torch.profiler trace of the --profile window"),
     Contract(PROFILE_TOP_FILE, "file", "watch", "run",
              "a rank's top operators and step times of the --profile window "
-             "(ddpdoctor/profiled.py)"),
+             "(ddpdoctor/core/profiled.py)"),
     Contract(METRICS_HOST, "env", "run --metrics-host, user", "watch",
              "address the metrics bind (default 127.0.0.1)"),
     Contract(METRICS_JOB, "env", "user", "watch's Prometheus sink", "the job label"),
@@ -153,7 +153,7 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract(EVENTS_FILE, "file", "watch", "run, report", "one JSON event per line"),
     Contract(SERIES_FILE, "file", "watch", "report", "per-rank step series"),
     Contract(ATTACHED_FILE, "file", "watch", "run", "what a rank's watch watches, and how "
-             "it attached (ddpdoctor/attachment.py)"),
+             "it attached (ddpdoctor/core/attachment.py)"),
     Contract(f"{HEARTBEAT_SUBDIR}/{HEARTBEAT_FILE}", "file", "watch", "run, attach, report",
              "a rank's last step, time, phase"),
     Contract(f"{FR_SUBDIR}/{FR_DUMP_FILE}", "file", "watch", "attach, run, report",

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from ddpdoctor.html import charts_common as cc
-from ddpdoctor.html.blocks import Chart, Section, fragment
-from ddpdoctor.html.series import FrSeqs, Heartbeat
-from ddpdoctor.report import Report
+from ddpdoctor.core.report import Report
+from ddpdoctor.report import charts_common as cc
+from ddpdoctor.report.blocks import Chart, Section, fragment
+from ddpdoctor.report.series import FrSeqs, Heartbeat
 
 
 class StackGroup(TypedDict, total=False):

@@ -6,9 +6,9 @@ import math
 import re
 from typing import TypedDict
 
-from ddpdoctor.html import charts_common as cc
-from ddpdoctor.html.blocks import Chart, Section, fragment
-from ddpdoctor.report import Report
+from ddpdoctor.core.report import Report
+from ddpdoctor.report import charts_common as cc
+from ddpdoctor.report.blocks import Chart, Section, fragment
 
 _LINK = re.compile(r"^(\d+)->(\d+)$")
 _ENV_IDS = ("ENV_VAR_MISMATCH", "ENV_VERSION_MISMATCH")

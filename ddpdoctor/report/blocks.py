@@ -39,6 +39,6 @@ class Section:
 
 def fragment(template: str, **context: object) -> Fragment:
     """Render ``templates/<template>`` (autoescaped) into a Fragment."""
-    from ddpdoctor.html.templating import environment
+    from ddpdoctor.report.templating import environment
 
     return Fragment(Markup(environment().get_template(template).render(**context)))

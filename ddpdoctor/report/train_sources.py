@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from ddpdoctor.contract import EVENTS, EVENTS_FILE, TRAIN_LOG_FILES
+from ddpdoctor.core.contract import EVENTS, EVENTS_FILE, TRAIN_LOG_FILES
 
 
 def prepare(values: dict[str, object], env: dict[str, str]) -> str | None:

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ddpdoctor import contract as C
-from ddpdoctor import safefile
+from ddpdoctor.core import contract as C
+from ddpdoctor.core import safefile
 
 # Command-line marks of a child that Python's multiprocessing started with the "spawn" or
 # "forkserver" method (torch.multiprocessing.spawn uses "spawn").

@@ -6,16 +6,16 @@ from typing import TYPE_CHECKING
 
 from markupsafe import Markup, escape
 
-from ddpdoctor.html.markdown import to_html
+from ddpdoctor.report.markdown import to_html
 
 if TYPE_CHECKING:
-    from ddpdoctor.playbook import Playbook
+    from ddpdoctor.core.playbook import Playbook
 
 
 def render_playbooks(pbs: list[Playbook]) -> str:
     from importlib import resources
 
-    css = (resources.files("ddpdoctor.html") / "templates" / "page.css").read_text()
+    css = (resources.files("ddpdoctor.report") / "templates" / "page.css").read_text()
     parts = [f"<section class='finding'><h2 id='{escape(p.id)}'>{escape(p.id)} · "
              f"{escape(p.title)}</h2><p class='muted'>{escape(p.severity)} · found by "
              f"{escape(', '.join(p.applies_to))}</p>{Markup(to_html(p.body))}</section>"

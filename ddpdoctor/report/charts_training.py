@@ -6,10 +6,10 @@ import math
 import statistics
 from typing import TYPE_CHECKING, cast
 
-from ddpdoctor.contract import SERIES_GLOB
-from ddpdoctor.html import charts_common as cc
-from ddpdoctor.html.blocks import Chart, Section
-from ddpdoctor.html.series import WATCH_STRATEGY, RunSeries, StepSeries, WatchEvent
+from ddpdoctor.core.contract import SERIES_GLOB
+from ddpdoctor.report import charts_common as cc
+from ddpdoctor.report.blocks import Chart, Section
+from ddpdoctor.report.series import WATCH_STRATEGY, RunSeries, StepSeries, WatchEvent
 
 if TYPE_CHECKING:
     from bokeh.models.glyph import Glyph

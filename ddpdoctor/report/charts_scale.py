@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.html import charts_common as cc
-from ddpdoctor.html.blocks import Chart, Section
-from ddpdoctor.report import Report
+from ddpdoctor.core.report import Report
+from ddpdoctor.report import charts_common as cc
+from ddpdoctor.report.blocks import Chart, Section
 
 # (data key, label); the stacked parts of a step, in the order they happen
 _PARTS = (("data_s", "data"), ("compute_s", "forward"), ("straggler_s", "straggler"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
-from ddpdoctor import redact
-from ddpdoctor.catalog import spec
+from ddpdoctor.core import redact
+from ddpdoctor.core.catalog import spec
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddpdoctor.findings import Finding, format_ranks
-from ddpdoctor.report import Report
+from ddpdoctor.core.findings import Finding, format_ranks
+from ddpdoctor.core.report import Report
 
 
 @dataclass

@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpdoctor.contract import FR_DUMP_GLOB, HEARTBEAT_GLOB, SERIES_GLOB
-from ddpdoctor.safefile import open_regular
+from ddpdoctor.core.contract import FR_DUMP_GLOB, HEARTBEAT_GLOB, SERIES_GLOB
+from ddpdoctor.core.safefile import open_regular
 
 # A page keeps this many step columns at most: a 100k-step run still opens instantly.
 MAX_STEPS = 600

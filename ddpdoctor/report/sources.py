@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from ddpdoctor.contract import (
+from ddpdoctor.core.contract import (
     EVENTS,
     EVENTS_FILE,
     FR_SUBDIR,
@@ -16,8 +16,8 @@ from ddpdoctor.contract import (
     SERIES_GLOB,
     TRAIN_LOG_FILES,
 )
-from ddpdoctor.html import series as S
-from ddpdoctor.report import Report
+from ddpdoctor.core.report import Report
+from ddpdoctor.report import series as S
 
 REPORT_NAMES = REPORT_FILES
 EVENTS_NAME = EVENTS_FILE
@@ -83,7 +83,7 @@ def _depth(data: object) -> int:
 
 
 def _report_from_run_dir(run_dir: Path) -> Report:
-    from ddpdoctor.report import Check
+    from ddpdoctor.core.report import Check
     from ddpdoctor.run.watch_events import watch_findings
 
     events = run_dir / EVENTS_NAME

@@ -12,17 +12,18 @@ from typing import TYPE_CHECKING
 
 from markupsafe import Markup, escape
 
-from ddpdoctor import __version__, redact
-from ddpdoctor.html import charts_check, charts_hang, charts_scale, charts_training, diagnose_view
-from ddpdoctor.html.blocks import Chart, Section
-from ddpdoctor.html.markdown import playbook_html
-from ddpdoctor.html.series import RunSeries
-from ddpdoctor.html.templating import environment
-from ddpdoctor.html.verdict import verdict
-from ddpdoctor.report import SCHEMA, Report
+from ddpdoctor import __version__
+from ddpdoctor.core import redact
+from ddpdoctor.core.report import SCHEMA, Report
+from ddpdoctor.report import charts_check, charts_hang, charts_scale, charts_training, diagnose_view
+from ddpdoctor.report.blocks import Chart, Section
+from ddpdoctor.report.markdown import playbook_html
+from ddpdoctor.report.series import RunSeries
+from ddpdoctor.report.templating import environment
+from ddpdoctor.report.verdict import verdict
 
 if TYPE_CHECKING:
-    from ddpdoctor.findings import Finding
+    from ddpdoctor.core.findings import Finding
 
 _SKIP_EVIDENCE = {"check"}
 
@@ -76,7 +77,7 @@ def _bokeh_js() -> str:
 def _css() -> str:
     from importlib import resources
 
-    return (resources.files("ddpdoctor.html") / "templates" / "page.css").read_text()
+    return (resources.files("ddpdoctor.report") / "templates" / "page.css").read_text()
 
 
 def render_page(report: Report, series: RunSeries | None = None) -> str:

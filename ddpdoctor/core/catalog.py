@@ -130,7 +130,7 @@ def spec(finding_id: str) -> FindingSpec:
     try:
         return CATALOG[finding_id]
     except KeyError:
-        raise ValueError(f"unknown finding id {finding_id!r}: add it to ddpdoctor/catalog.py "
+        raise ValueError(f"unknown finding id {finding_id!r}: add it to ddpdoctor/core/catalog.py "
                          f"and write playbooks/{finding_id}.md") from None
 
 
@@ -142,5 +142,5 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-if __name__ == "__main__":  # python -m ddpdoctor.catalog: print the table for docs/design.md
+if __name__ == "__main__":  # python -m ddpdoctor.core.catalog: print the table for docs/design.md
     print(markdown_table())

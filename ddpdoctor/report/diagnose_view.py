@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ddpdoctor.html.blocks import Section, fragment
-from ddpdoctor.report import Report
+from ddpdoctor.core.report import Report
+from ddpdoctor.report.blocks import Section, fragment
 
 
 def sections(report: Report) -> list[Section]:

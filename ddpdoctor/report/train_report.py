@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from ddpdoctor.report import Check, Report
+from ddpdoctor.core.report import Check, Report
 
 
 def train_report(returncode: int, json_log: str, events_path: str | None,
@@ -29,7 +29,7 @@ def train_report(returncode: int, json_log: str, events_path: str | None,
 def _read_summaries(report: Report, json_log: str) -> list[dict]:
     """The trainer's summary records (one per strategy); a log that cannot be read is a
     skipped check on ``report``."""
-    from ddpdoctor.html.series import _read_lines
+    from ddpdoctor.report.series import _read_lines
 
     summaries = []
     try:

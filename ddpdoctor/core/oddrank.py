@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from ddpdoctor import redact
-from ddpdoctor.findings import format_ranks
+from ddpdoctor.core import redact
+from ddpdoctor.core.findings import format_ranks
 
 # The distributed set-up a launch passes to its ranks: the same on every rank of a node
 # (a node's ranks share its network and its library builds). Variables that differ by

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-from ddpdoctor.contract import PROFILE_TOP_FILE, PROFILE_TOP_GLOB
+from ddpdoctor.core.contract import PROFILE_TOP_FILE, PROFILE_TOP_GLOB
 
 SCHEMA = "ddpdoctor.profile/1"
 

@@ -14,10 +14,10 @@ def environment() -> jinja2.Environment:
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("ddpdoctor.html", "templates"),
+        loader=jinja2.PackageLoader("ddpdoctor.report", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True)
-    from ddpdoctor.findings import format_ranks
+    from ddpdoctor.core.findings import format_ranks
 
     env.filters["ranks"] = format_ranks
     env.filters["pretty"] = _pretty

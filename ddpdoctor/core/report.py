@@ -9,11 +9,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from ddpdoctor import redact
-from ddpdoctor.contract import REPORT_SCHEMA
-from ddpdoctor.errors import ExitCode, decide_exit_code
-from ddpdoctor.findings import Finding
-from ddpdoctor.next_step import NextStep, decide
+from ddpdoctor.core import redact
+from ddpdoctor.core.contract import REPORT_SCHEMA
+from ddpdoctor.core.errors import ExitCode, decide_exit_code
+from ddpdoctor.core.findings import Finding
+from ddpdoctor.core.next_step import NextStep, decide
 
 SCHEMA = REPORT_SCHEMA
 
@@ -156,7 +156,7 @@ class Report:
     def write_json(self, path: str | Path) -> None:
         """Write the JSON report through the one output path (``-`` is stdout); a write
         that fails raises DoctorError (exit 3)."""
-        from ddpdoctor import outputs
+        from ddpdoctor.core import outputs
 
         outputs.write(outputs.Target("--json", str(path)),
                       (self.to_json() + "\n").encode("utf-8"))

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpdoctor.errors import DoctorError, ExitCode
+from ddpdoctor.core.errors import DoctorError, ExitCode
 
 STDOUT = "-"
 
@@ -130,7 +130,7 @@ def _write_stdout(data: bytes) -> None:
 
 
 def _write_path(path: str, data: bytes) -> None:
-    from ddpdoctor.safefile import write_atomic
+    from ddpdoctor.core.safefile import write_atomic
 
     _check_links("the report", path, ExitCode.DOCTOR_FAILED)  # planted since it was checked
     real = os.path.realpath(path)  # a symlink the user points at keeps pointing at the file

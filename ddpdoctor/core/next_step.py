@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from ddpdoctor.findings import Finding
+from ddpdoctor.core.findings import Finding
 
 
 class Action(str, Enum):

@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.segment import Segment
 from rich.text import Text
 
-from ddpdoctor.findings import Finding, format_ranks
-from ddpdoctor.report import Report
+from ddpdoctor.core.findings import Finding, format_ranks
+from ddpdoctor.core.report import Report
 
 MARKS = {
     "ok": ("[✓]", "green"),

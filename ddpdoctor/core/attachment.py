@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-from ddpdoctor.contract import ATTACHED_FILE, ATTACHED_GLOB
+from ddpdoctor.core.contract import ATTACHED_FILE, ATTACHED_GLOB
 
 SCHEMA = "ddpdoctor.attached/1"
 
