@@ -19,10 +19,12 @@ from ddpdoctor.attach.attribution import attribute
 from ddpdoctor.attach.classify import (
     COLLECTIVE,
     DATALOADER,
+    EXTENSION_LOCK,
     GONE,
     P2P,
     WAITING,
     RankState,
+    is_building_extension,
 )
 from ddpdoctor.attach.evidence import HangEvidence, of_states
 from ddpdoctor.attach.flight_recorder import PgVerdict
@@ -210,8 +212,25 @@ def _missing(sc: _Scene) -> list[Finding]:
                     evidence=evidence_of(sc.waiters, missing, sc.op, sc.where))]
 
 
+def _stale_extension_lock(sc: _Scene) -> list[Finding]:
+    """Ranks waiting for torch's extension build lock while no rank builds: the lock is
+    a file left by a process killed while building (an earlier run), and they wait for
+    it forever. A rank that builds holds the lock: the others wait for it, rightly."""
+    locked = [s for s in sc.live if s.op == EXTENSION_LOCK]
+    if not locked or sc.waiting or any(is_building_extension(s.frames) for s in sc.live):
+        return []
+    ev = evidence_of([], locked, "", "")
+    ev["fix"] = ("if no other job on this host is building the same extension, delete its "
+                 "`lock` file under TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions/"
+                 "<python>_<cuda>/<extension>/lock) and start again")
+    return [Finding("RANK_UNRESPONSIVE",
+                    f"{culprit_phrase(locked)}: waiting for torch's C++ extension build lock "
+                    "while no rank builds the extension: a stale lock file, left by a process "
+                    "that died while building", ranks=[s.rank for s in locked], evidence=ev)]
+
+
 _STACK_RULES = (_crashed, _stopped_while_none_waits, _p2p_deadlock, _collective_mismatch,
-                _same_op_other_lines, _dataloader, _missing)
+                _same_op_other_lines, _dataloader, _missing, _stale_extension_lock)
 
 
 def _add_rank_guards(findings: list[Finding], ev: HangEvidence) -> None:

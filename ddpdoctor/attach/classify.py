@@ -232,6 +232,30 @@ def _data_verdict(thread: ThreadStack, sc: _Scan, user: Frame | None) -> _Thread
     return None
 
 
+# torch.utils.cpp_extension's build lock: one process builds a JIT extension (DeepSpeed's
+# ops, custom kernels), the others wait on its lock file. A process killed while building
+# leaves the file behind, and every later load waits on it forever.
+_BATON = "torch/utils/file_baton.py"
+EXTENSION_LOCK = "extension build lock"
+# the frames of the process that holds the lock and builds
+_BUILDING = frozenset({"_write_ninja_file_and_build_library", "_run_ninja_build",
+                       "_build_extension_module"})
+
+
+def _lock_verdict(thread: ThreadStack, user: Frame | None) -> _ThreadVerdict | None:
+    frames = thread.frames
+    if not any(f.filename.endswith(_BATON) and _leaf(f.name) == "wait" for f in frames[:3]):
+        return None
+    return _ThreadVerdict(IDLE, EXTENSION_LOCK, user or frames[0],
+                          "waits for torch's C++ extension build lock (FileBaton.wait)",
+                          score=0.75)
+
+
+def is_building_extension(frames: tuple[Frame, ...] | list[Frame]) -> bool:
+    """A thread inside torch's extension build (it holds the build lock)."""
+    return any(_leaf(f.name) in _BUILDING for f in frames)
+
+
 def _wait_verdict(thread: ThreadStack, sc: _Scan, user: Frame | None) -> _ThreadVerdict | None:
     if thread.active:
         return None
@@ -262,7 +286,8 @@ def _classify_thread(thread: ThreadStack) -> _ThreadVerdict:
     sc = _Scan.of(frames)
     user = frames[sc.user_index] if sc.user_index >= 0 else None
     return (_comm_verdict(thread, sc) or _data_verdict(thread, sc, user)
-            or _wait_verdict(thread, sc, user) or _rest_verdict(thread, user))
+            or _lock_verdict(thread, user) or _wait_verdict(thread, sc, user)
+            or _rest_verdict(thread, user))
 
 
 def _dataset_frame(frames: list[Frame]) -> Frame | None:
