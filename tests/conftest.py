@@ -23,6 +23,12 @@ def ddpdoctor_cmd() -> list[str]:
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
+# DeepSpeed's jobs build its CPU ops with torch's extension builder at start-up, under a
+# lock file: a run killed mid-build leaves the lock, and every later build waits on it
+# forever (seen here: the next run's deepspeed tests hung to their deadline). The suite
+# builds into a folder of its own checkout (gitignored): another run's stale lock cannot
+# hang it, and a fresh clone builds once.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".torch_extensions"))
 
 
 def kill_tree(pid: int) -> None:
