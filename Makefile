@@ -43,7 +43,7 @@ test: venv browser
 # among them that still start a process (they belong under `slow`).
 .PHONY: test-quick
 test-quick: venv
-	$(BIN)/python -m pytest -q -ra -m "not slow" -p tests.spawn_report tests
+	$(BIN)/python -m pytest -q -ra -m "not slow" -n 3 -p tests.spawn_report tests
 
 lint: venv
 	$(BIN)/ruff check ddpdoctor tests benchmarks setup.py

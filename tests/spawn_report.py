@@ -51,13 +51,33 @@ def pytest_runtest_protocol(item: pytest.Item,
         _current[0] = None
 
 
+# pytest-xdist runs the tests in worker processes and prints the summary in the controller:
+# each test's count travels in its teardown report, and the controller adds them up.
+_reported: collections.Counter[str] = collections.Counter()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "teardown" and _started.get(item.nodeid):
+        report.user_properties.append(("processes_started", _started[item.nodeid]))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == "processes_started":
+            _reported[report.nodeid] += int(value)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _started:
+    if not _reported:
         return
-    per_file = collections.Counter(nodeid.split("::")[0] for nodeid in _started)
+    per_file = collections.Counter(nodeid.split("::")[0] for nodeid in _reported)
     tr = terminalreporter
     tr.section("tests not marked slow that start a process")
     for path, n in sorted(per_file.items(), key=lambda kv: (-kv[1], kv[0])):
         tr.write_line(f"{n:4d}  {path}")
-    tr.write_line(f"{len(_started)} tests: mark them slow or make them process-free "
+    tr.write_line(f"{len(_reported)} tests: mark them slow or make them process-free "
                   "(docs/development.md, Tests)")
