@@ -86,7 +86,7 @@ def html_option(f: F) -> F:
 
 class DoctorCommand(click.Command):
     """The one way a command ends: its callback returns the exit code (None is 0) or raises
-    DoctorError, whose reason is printed as one line; nothing else calls ``sys.exit``."""
+    DoctorError, whose reason is printed as one line; no command exits the process itself."""
 
     def invoke(self, ctx: click.Context) -> NoReturn:
         try:

@@ -54,7 +54,7 @@ class Finding:
                        redact.deep(redact.keys(self.evidence)), self.severity, self.playbook,
                        self.check)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "id": self.id,
             "severity": self.severity,

@@ -74,7 +74,7 @@ def is_mp_child(cmdline: Sequence[str], parent_cmdline: Sequence[str] = ()) -> b
 
 # -- 1. the process group's rank, as the watch published it -------------------------------
 
-def _read_json(path: str) -> Any:
+def _read_json(path: str) -> tuple[object, float]:
     try:
         fd = safefile.open_regular(path, os.O_RDONLY)  # no link, no FIFO
         with os.fdopen(fd, "rb") as f:

@@ -10,9 +10,12 @@ One place decides what looks secret, for environment variables (``HF_TOKEN``,
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TypeVar, overload
 
 MASK = "***"
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 _SECRET_WORDS = frozenset({
     # Singular on purpose: evidence counts "tokens" (throughput) and names store "keys".
@@ -39,12 +42,12 @@ def is_secret_name(name: str) -> bool:
     return len(words) > 1 and any(w in _SECRET_IN_COMPOUND for w in words)
 
 
-def env_value(name: str, value: Any) -> Any:
+def env_value(name: str, value: _V) -> _V | str:
     """``value``, or MASK when ``name`` looks secret."""
     return MASK if is_secret_name(name) and value not in (None, "") else value
 
 
-def environ(env: dict[str, Any]) -> dict[str, Any]:
+def environ(env: Mapping[str, _V]) -> dict[str, _V | str]:
     """A copy of ``env`` with the values of secret-looking names masked."""
     return {k: env_value(k, v) for k, v in env.items()}
 
@@ -161,7 +164,11 @@ def text(s: str) -> str:
     return "".join(out)
 
 
-def keys(obj: Any) -> Any:
+@overload
+def keys(obj: dict[_K, _V]) -> dict[_K, object]: ...
+@overload
+def keys(obj: object) -> object: ...
+def keys(obj: object) -> object:
     """``obj`` with its dict keys passed through ``text`` (a value can be a key: the env
     comparison's ``ranks_by_value``); ``deep`` does the values."""
     if isinstance(obj, dict):
@@ -171,7 +178,13 @@ def keys(obj: Any) -> Any:
     return obj
 
 
-def deep(obj: Any) -> Any:
+@overload
+def deep(obj: str) -> str: ...
+@overload
+def deep(obj: dict[_K, _V]) -> dict[_K, object]: ...
+@overload
+def deep(obj: object) -> object: ...
+def deep(obj: object) -> object:
     """``obj`` (JSON-like: dicts, lists, strings) with every secret masked.
 
     Dict keys that look secret mask their whole value; strings go through ``text``.

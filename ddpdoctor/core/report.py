@@ -111,13 +111,12 @@ class Report:
         order = {"error": 0, "warning": 1, "info": 2}
         return sorted(self.findings, key=lambda f: order[f.severity])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The JSON report, secrets masked (``scrub``)."""
         self.finish()
-        plain: dict[str, Any] = scrub(self._plain_dict())
-        return plain
+        return scrub(self._plain_dict())
 
-    def _plain_dict(self) -> dict[str, Any]:
+    def _plain_dict(self) -> dict[str, object]:
         return {
             "schema": SCHEMA,
             "command": self.command,
@@ -162,7 +161,7 @@ class Report:
                       (self.to_json() + "\n").encode("utf-8"))
 
 
-def scrub(obj: Any) -> Any:
+def scrub(obj: dict[str, object]) -> dict[str, object]:
     """The catch-all pass every report goes through before it is shown or written: secret
     looking names get ``***`` values, texts that quote a secret assignment or flag are
     masked (``redact``). Probes mask what they know to be secret where they collect it;

@@ -14,7 +14,7 @@ end (or ``with watch(...):``). Importing ddpdoctor does not import this module.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from accelerate.logging import get_logger  # type: ignore[import-untyped]  # ships no hints
 
@@ -23,8 +23,9 @@ from ddpdoctor.integrations.common import Sink, scalars, torch_optimizer, watch_
 if TYPE_CHECKING:
     import torch
     from torch.utils.hooks import RemovableHandle
+    from typing_extensions import Unpack
 
-    from ddpdoctor.integrations.common import BufferSink, Watcher
+    from ddpdoctor.integrations.common import BufferSink, Watcher, WatchSettings
 
 
 class Tracking(Protocol):
@@ -45,7 +46,8 @@ class _Console:
 
 
 def watch(accelerator: Tracking, model: torch.nn.Module, optimizer: object = None,
-          dataloader: object = None, log_every: int = 50, **settings: Any) -> Watcher:
+          dataloader: object = None, log_every: int = 50,
+          **settings: Unpack[WatchSettings]) -> Watcher:
     """Watch a prepared model. ``log_every``: optimizer steps between metric logs
     (findings are logged at once). ``settings``: any ``ddpdoctor.watch()`` setting."""
     handle, buffer = watch_with_sinks(model, optimizer, dataloader, _Console(), settings)

@@ -15,7 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch.stream import Sink, StepMetrics, finding_text
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import torch
 
     # the framework callbacks name the watcher through this file (the layers' one edge)
-    from ddpdoctor.watch.api import Watcher
+    from ddpdoctor.watch.api import Watcher, WatchSettings
 
 PREFIX = "ddpdoctor"
 
@@ -109,16 +109,15 @@ def scalars(found: list[Emitted], records: list[StepMetrics]) -> dict[str, float
     return out
 
 
-# settings: Any, as ddpdoctor.watch() takes them (each typed by its WatchConfig field)
 def watch_with_sinks(model: torch.nn.Module | None, optimizer: object, dataloader: object,
                      console: ConsoleLogger,
-                     settings: dict[str, Any]) -> tuple[Watcher, BufferSink]:
+                     settings: WatchSettings) -> tuple[Watcher, BufferSink]:
     """``ddpdoctor.watch`` with the framework's console in place of Python warnings and
     ``ddpdoctor.watch`` log records (so a finding prints once), and a buffer."""
     from ddpdoctor.watch.api import watch
 
     buffer = BufferSink()
-    opts = {"warn": False, "log": False, **settings}
+    opts: WatchSettings = {"warn": False, "log": False, **settings}
     # the frameworks type the model optional; it is there once training starts
     handle = watch(cast("torch.nn.Module", model), torch_optimizer(optimizer),
                    torch_loaders(dataloader),

@@ -13,7 +13,7 @@ and playbook. Importing ddpdoctor does not import this module (nor transformers)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
@@ -23,8 +23,9 @@ from ddpdoctor.integrations.common import scalars, watch_with_sinks
 if TYPE_CHECKING:
     import torch
     from transformers import Trainer, TrainerControl, TrainerState, TrainingArguments
+    from typing_extensions import Unpack
 
-    from ddpdoctor.integrations.common import BufferSink, Watcher
+    from ddpdoctor.integrations.common import BufferSink, Watcher, WatchSettings
 
 console = hf_logging.get_logger("transformers.ddpdoctor")
 
@@ -32,14 +33,14 @@ console = hf_logging.get_logger("transformers.ddpdoctor")
 class DDPDoctorCallback(TrainerCallback):
     """``settings``: any ``ddpdoctor.watch()`` setting (``every=``, ``checks=``...)."""
 
-    def __init__(self, trainer: Trainer | None = None, **settings: Any) -> None:
+    def __init__(self, trainer: Trainer | None = None, **settings: Unpack[WatchSettings]) -> None:
         self.trainer = trainer
-        self.settings = settings  # Any: ddpdoctor.watch()'s, each typed by its WatchConfig field
+        self.settings: WatchSettings = settings
         self.handle: Watcher | None = None
         self.buffer: BufferSink | None = None
 
     @classmethod
-    def attach(cls, trainer: Trainer, **settings: Any) -> DDPDoctorCallback:
+    def attach(cls, trainer: Trainer, **settings: Unpack[WatchSettings]) -> DDPDoctorCallback:
         """Add a callback bound to ``trainer`` (its logging goes through ``trainer.log``)."""
         cb = cls(trainer, **settings)
         trainer.add_callback(cb)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lightning.pytorch.callbacks import Callback
 
@@ -21,8 +21,9 @@ from ddpdoctor.integrations.common import scalars, watch_with_sinks
 
 if TYPE_CHECKING:
     from lightning.pytorch import LightningModule, Trainer
+    from typing_extensions import Unpack
 
-    from ddpdoctor.integrations.common import BufferSink, Watcher
+    from ddpdoctor.integrations.common import BufferSink, Watcher, WatchSettings
 
 console = logging.getLogger("lightning.pytorch")
 
@@ -30,8 +31,8 @@ console = logging.getLogger("lightning.pytorch")
 class DDPDoctorCallback(Callback):
     """``settings``: any ``ddpdoctor.watch()`` setting (``every=``, ``checks=``...)."""
 
-    def __init__(self, **settings: Any) -> None:
-        self.settings = settings  # Any: ddpdoctor.watch()'s, each typed by its WatchConfig field
+    def __init__(self, **settings: Unpack[WatchSettings]) -> None:
+        self.settings: WatchSettings = settings
         self.handle: Watcher | None = None
         self.buffer: BufferSink | None = None
         self._paused = False

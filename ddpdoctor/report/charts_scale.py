@@ -46,7 +46,7 @@ def breakdown_chart(rows: list[dict[str, Any]]) -> Chart | None:
     if not timed:
         return None
     names = [str(r["world"]) for r in timed]
-    cols: dict[str, list[Any]] = {"world": names}
+    cols: dict[str, list[str] | list[float]] = {"world": names}
     for key, _ in _PARTS:
         cols[key] = [1000 * ((r["breakdown"].get(key) if key in r["breakdown"] else r.get(key))
                              or 0.0) for r in timed]

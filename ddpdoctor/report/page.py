@@ -97,7 +97,7 @@ def render_page(report: Report, series: RunSeries | None = None) -> str:
     world = report.world
     head = [f"{world['world_size']} ranks" if world.get("world_size") else "",
             str(world.get("backend") or ""), f"{report.duration_s or 0:.1f} s",
-            report.to_dict()["started"][:19].replace("T", " ") + " UTC"]
+            str(report.to_dict()["started"])[:19].replace("T", " ") + " UTC"]
     checks = [{"name": c.name, "summary": c.summary, "group": c.group,
                "status": report.check_status(c)} for c in report.checks]
     return environment().get_template("page.html.j2").render(

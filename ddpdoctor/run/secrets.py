@@ -2,7 +2,7 @@
 
 redact.py decides what looks secret by name (``HF_TOKEN``, ``--token X``). run knows more:
 the job's actual secret values (those of secret-named variables in its environment and of
-secret-named flags on its command line). Any of those values that turns up anywhere in
+secret-named flags on its command line). Each of those values that turns up anywhere in
 run's report (a command line read from /proc, a log line quoted as evidence, a process
 name) is masked too, not only where a name announces it.
 
@@ -18,13 +18,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from ddpdoctor.core import redact
 
 if TYPE_CHECKING:
     from ddpdoctor.core.report import Report
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 _MIN_LEN = 4  # shorter values ("1", "yes") would mask ordinary words
 # Up to this many values, one str.find scan each (C speed) beats one pass of the
 # pure-Python automaton; above it the automaton's single pass wins and stays linear.
@@ -126,7 +128,13 @@ def _mask_spans(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(parts)
 
 
-def scrub(obj: Any, secrets: list[str]) -> Any:
+@overload
+def scrub(obj: str, secrets: list[str]) -> str: ...
+@overload
+def scrub(obj: dict[_K, _V], secrets: list[str]) -> dict[_K, object]: ...
+@overload
+def scrub(obj: object, secrets: list[str]) -> object: ...
+def scrub(obj: object, secrets: list[str]) -> object:
     """``redact.deep(obj)`` with every literal secret value masked as well."""
     return _scrub(obj, _masker(secrets))
 
@@ -152,12 +160,24 @@ def _masker(secrets: list[str]) -> Callable[[str], str] | None:
     return _Literals(secrets).mask
 
 
-def _scrub(obj: Any, mask: Callable[[str], str] | None) -> Any:
+@overload
+def _scrub(obj: str, mask: Callable[[str], str] | None) -> str: ...
+@overload
+def _scrub(obj: dict[_K, _V], mask: Callable[[str], str] | None) -> dict[_K, object]: ...
+@overload
+def _scrub(obj: object, mask: Callable[[str], str] | None) -> object: ...
+def _scrub(obj: object, mask: Callable[[str], str] | None) -> object:
     obj = redact.deep(obj)
     return obj if mask is None else _replace(obj, mask)
 
 
-def _replace(obj: Any, mask: Callable[[str], str]) -> Any:
+@overload
+def _replace(obj: str, mask: Callable[[str], str]) -> str: ...
+@overload
+def _replace(obj: dict[_K, _V], mask: Callable[[str], str]) -> dict[_K, object]: ...
+@overload
+def _replace(obj: object, mask: Callable[[str], str]) -> object: ...
+def _replace(obj: object, mask: Callable[[str], str]) -> object:
     if isinstance(obj, str):
         return mask(obj) if len(obj) >= _MIN_LEN else obj
     if isinstance(obj, dict):

@@ -54,7 +54,7 @@ def launcher_index(argv: list[str]) -> int | None:
 
 def with_nproc(argv: list[str], world: int) -> list[str]:
     """A torchrun command with its --nproc-per-node set to ``world`` (inserted if absent).
-    Any other command is returned as is: it reads ``DDPDOCTOR_SCALE_NPROC``."""
+    Every other command is returned as is: it reads ``DDPDOCTOR_SCALE_NPROC``."""
     at = launcher_index(argv)
     if at is None:
         return list(argv)

@@ -14,7 +14,7 @@ import resource
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -35,6 +35,35 @@ if TYPE_CHECKING:
 
 # Per-rank numbers gathered to rank 0 each step, in this order.
 STATS = ("loss", "data_s", "compute_s", "rss_mb", "param_checksum", "index_sum")
+
+
+class _ScalerAndMeter(TypedDict, total=False):
+    loss_scale: float  # with a loss scaler
+    step_skipped: bool
+    comm_bytes: int  # with a comm meter
+    comm_plain_bytes: int
+
+
+class StepRecord(_ScalerAndMeter):
+    """One step's JSON record; ``rank_<stat>``: every rank's STATS, in rank order."""
+
+    event: str
+    strategy: str
+    step: int
+    epoch: int
+    loss: float
+    lr: float
+    grad_norm: float
+    step_time_s: float
+    tokens_per_s: float
+    peak_mem_mb: float
+    indices: list[int]
+    rank_loss: list[float]
+    rank_data_s: list[float]
+    rank_compute_s: list[float]
+    rank_rss_mb: list[float]
+    rank_param_checksum: list[float]
+    rank_index_sum: list[float]
 
 
 def _rss_mb() -> float:
@@ -183,7 +212,7 @@ def _header(run: Run) -> str:
             f"{r.steps} steps" + "".join(f", {e}" for e in extras if e))
 
 
-def one_step(run: Run, step: int) -> dict[str, Any]:
+def one_step(run: Run, step: int) -> StepRecord:
     """Train step ``step``; returns its JSON record (every rank computes it alike)."""
     s, rcfg, device = run.strategy, run.rcfg, run.device
     t0 = time.perf_counter()
@@ -217,26 +246,28 @@ def one_step(run: Run, step: int) -> dict[str, Any]:
 
 
 def _record(run: Run, step: int, idx: torch.Tensor, lr: float, gnorm: float, dt: float,
-            skipped: bool, scale: float) -> dict[str, Any]:
+            skipped: bool, scale: float) -> StepRecord:
     s = run.strategy
     stats = run.gathered.view(run.world, len(STATS)).cpu().tolist()
     rank_losses = [row[0] for row in stats]
     step_loss = sum(rank_losses[r] for r in s.loss_ranks) / len(s.loss_ranks)
     tok_s = run.rcfg.batch_size * run.mcfg.seq * s.dp_world / dt
-    rec: dict[str, Any] = {
+    col: list[list[float]] = [[row[i] for row in stats] for i in range(len(STATS))]
+    rec: StepRecord = {  # the rank_ keys in STATS order
         "event": "step", "strategy": run.name, "step": step, "epoch": run.batches.epoch,
         "loss": step_loss, "lr": lr, "grad_norm": gnorm, "step_time_s": dt,
         "tokens_per_s": tok_s, "peak_mem_mb": _peak_mb(run.device),
         "indices": [int(i) for i in idx.tolist()],
-        **{f"rank_{k}": [row[i] for row in stats] for i, k in enumerate(STATS)}}
+        "rank_loss": col[0], "rank_data_s": col[1], "rank_compute_s": col[2],
+        "rank_rss_mb": col[3], "rank_param_checksum": col[4], "rank_index_sum": col[5]}
     if run.runner.scaler is not None:
-        rec.update(loss_scale=scale, step_skipped=skipped)
+        rec.update({"loss_scale": scale, "step_skipped": skipped})
     if s.comm_meter is not None:
-        rec.update(comm_bytes=s.comm_meter.take(), comm_plain_bytes=s.comm_plain_bytes)
+        rec.update({"comm_bytes": s.comm_meter.take(), "comm_plain_bytes": s.comm_plain_bytes})
     return rec
 
 
-def _step_line(run: Run, rec: dict[str, Any]) -> str:
+def _step_line(run: Run, rec: StepRecord) -> str:
     text = (f"[{run.name}] step {rec['step']:>4}/{run.rcfg.steps}  loss {rec['loss']:.4f}  "
             f"{rec['tokens_per_s']:>9,.0f} tok/s  {rec['step_time_s'] * 1000:7.1f} ms/step  "
             f"peak {rec['peak_mem_mb']:,.0f} MB")
@@ -276,7 +307,7 @@ def train_one(name: str, mcfg: ModelConfig, rcfg: RunConfig, device: torch.devic
     return _summary(run, time.perf_counter() - t_run)
 
 
-def _account(run: Run, rec: dict[str, Any]) -> None:
+def _account(run: Run, rec: StepRecord) -> None:
     if not run.tok_rates:
         run.first_loss = rec["loss"]
     run.last_loss = rec["loss"]

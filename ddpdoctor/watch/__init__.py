@@ -9,26 +9,29 @@ from __future__ import annotations
 import contextlib
 import sys
 import types
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from ddpdoctor.watch.events import DDPDoctorWarning
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Unpack
 
     from ddpdoctor.watch.api import Watcher
+    from ddpdoctor.watch.config import WatchSettings
+    from ddpdoctor.watch.stream import Sink
 
 __all__ = ["watch", "paused", "DDPDoctorWarning", "Watcher"]
 
 
-# Any: the settings go on to api.watch, whose parameters type each of them
 def watch(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-          dataloader: object = None, **kwargs: Any) -> Watcher:
+          dataloader: object = None, *, sinks: Iterable[Sink] = (),
+          **kwargs: Unpack[WatchSettings]) -> Watcher:
     """See :func:`ddpdoctor.watch.api.watch`."""
     from ddpdoctor.watch.api import watch as _watch
 
-    return _watch(model, optimizer, dataloader, **kwargs)
+    return _watch(model, optimizer, dataloader, sinks=sinks, **kwargs)
 
 
 @contextlib.contextmanager
@@ -54,8 +57,10 @@ def __getattr__(name: str) -> type[Watcher]:
 
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Watcher:  # Any: watch()'s arguments
-        return watch(*args, **kwargs)
+    def __call__(self, model: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer | None = None, dataloader: object = None, *,
+                 sinks: Iterable[Sink] = (), **kwargs: Unpack[WatchSettings]) -> Watcher:
+        return watch(model, optimizer, dataloader, sinks=sinks, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableModule

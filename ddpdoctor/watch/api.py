@@ -11,7 +11,7 @@ forward never is, unless no optimizer steps at all). Cross-rank checks meet in o
 asynchronous all_gather every ``every`` steps (watch/exchange.py). Findings, events and
 metrics leave through one stream into sinks (watch/stream.py). ``pause()`` takes every
 hook off until ``resume()`` (evaluation, checkpoint saving: not steps, and not stalls).
-Any failure inside the watcher disables it and is logged; it never raises into the
+A failure inside the watcher disables it and is logged; it never raises into the
 training loop (except a DDPDoctorWarning turned into an error on purpose with ``-W error``).
 """
 
@@ -25,12 +25,18 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ddpdoctor.core.findings import Finding
 from ddpdoctor.watch import hang_watchdog, registry
 from ddpdoctor.watch import join as join_hooks
-from ddpdoctor.watch.config import COLLECTIVE_CHECKS, WatchConfig, from_env
+from ddpdoctor.watch.config import (
+    COLLECTIVE_CHECKS,
+    ConfigSettings,
+    WatchConfig,
+    WatchSettings,
+    from_env,
+)
 from ddpdoctor.watch.exchange import Exchange, release_groups
 from ddpdoctor.watch.hooks import HookSet
 from ddpdoctor.watch.introspect import clean_name, describe, env_int
@@ -41,19 +47,25 @@ from ddpdoctor.watch.stream import EventStream, Sink, StepMetrics
 if TYPE_CHECKING:
     import torch
     from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
 
     from ddpdoctor.watch.context import TimedStep
     from ddpdoctor.watch.sampler import LoaderTap
 
-__all__ = ["watch", "Watcher", "clean_name"]
+__all__ = ["watch", "Watcher", "WatchSettings", "clean_name"]
 log = logging.getLogger("ddpdoctor.watch")
 _WATCHERS: weakref.WeakKeyDictionary[torch.nn.Module, Watcher] = weakref.WeakKeyDictionary()
+
+
+class _Settings(ConfigSettings, total=False):
+    _how: str  # how it attached: said in run's report
+    _gather: bool  # False: no collective (not every rank is here)
 
 
 def watch(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
           dataloader: object = None, every: int | None = None,
           checks: Iterable[str] | str | None = None, events_path: str | None = None,
-          sinks: Iterable[Sink] = (), **settings: Any) -> Watcher:
+          sinks: Iterable[Sink] = (), **settings: Unpack[_Settings]) -> Watcher:
     """Watch ``model`` (plain, DDP, FSDP/FSDP2, with any optimizer incl. ZeRO) in training.
 
     Returns the handle (also a context manager); ``handle.close()`` removes every hook.

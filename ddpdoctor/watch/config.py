@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from ddpdoctor.core import contract as C
 
@@ -113,6 +113,55 @@ class WatchConfig:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, not {value!r}")
+
+
+class ConfigSettings(TypedDict, total=False):
+    """The keyword settings of ``watch()`` that have no parameter of their own there: the
+    WatchConfig fields of the same names and types (keep the two in step)."""
+
+    early_checks: tuple[int, ...]
+    warn: bool
+    log: bool
+    unused_steps: int
+    straggler_abs_s: float
+    straggler_rel: float
+    straggler_fraction: float
+    straggler_min_steps: int
+    data_share: float
+    straggler_samples: int
+    link_bytes: int
+    link_reps: int
+    link_factor: float
+    link_min_excess_s: float
+    link_confirm: int
+    link_every: int
+    link_timeout_s: float
+    nonfinite_output: bool
+    nonfinite_skips: int
+    memory_warmup_steps: int
+    memory_window: int
+    memory_every: int
+    memory_min_growth_mb: float
+    oom_history: bool
+    hang_timeout_s: float
+    heartbeat_dir: str | None
+    heartbeat_interval_s: float
+    fr_dir: str | None
+    fr_signal: str
+    stacks_signal: str
+    collective_timeout_s: float
+    metrics_port: int | None
+    metrics_host: str
+    profile: tuple[int, int] | None
+    extra: dict[str, object]
+
+
+class WatchSettings(ConfigSettings, total=False):
+    """Every ``watch()`` setting, as the integrations pass them on (``None``: not given)."""
+
+    every: int | None
+    checks: Iterable[str] | str | None
+    events_path: str | None
 
 
 def parse_checks(text: str, base: tuple[str, ...] = CHECKS) -> tuple[str, ...]:

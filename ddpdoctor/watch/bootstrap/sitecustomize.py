@@ -2,7 +2,7 @@
 
 It chains to the ``sitecustomize`` it shadows (if any), then, when ``DDPDOCTOR_WATCH=1``,
 installs the zero-code-change watch (nothing is imported until the program imports torch).
-Any failure is swallowed: this file must never break the program it starts.
+Every failure is swallowed: this file must never break the program it starts.
 """
 
 
