@@ -102,6 +102,8 @@ class EventKind(str, Enum):
     FAMILY_RESOLVE = "family_resolve"  # a host name that does not resolve, any raiser
     FAMILY_LIMITS = "family_limits"  # out of file descriptors (errno 24), any raiser
     FAMILY_START = "family_start"  # the script or program to launch does not exist
+    FAMILY_RDZV_ENV = "family_rdzv_env"  # env:// rendezvous without the launcher's variables
+    FAMILY_SAMPLER = "family_sampler"  # a data-parallel loop's sampler is not distributed
     IB_ASYNC = "ib_async"  # "NET/IB : Got async event : port error"
     SIDE_TRACEBACK = "side_traceback"  # a dashboard/logger's traceback (visdom, wandb, ...)
     HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"

@@ -162,7 +162,14 @@ def families(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                              "a process ran out of file descriptors (the open-file limit, "
                              "`ulimit -n`)"),
                             (K.FAMILY_START, "UNRECOGNIZED_FAILURE",
-                             "the launcher could not start what it was told to run")):
+                             "the launcher could not start what it was told to run"),
+                            (K.FAMILY_RDZV_ENV, "ENV_RENDEZVOUS_UNREACHABLE",
+                             "init_process_group's env:// rendezvous lacks a variable a "
+                             "launcher sets (torchrun sets MASTER_ADDR, MASTER_PORT, RANK, "
+                             "WORLD_SIZE; a script run with plain python has none)"),
+                            (K.FAMILY_SAMPLER, "SAMPLER_MISSING",
+                             "the loop calls set_epoch on a sampler that is not a "
+                             "DistributedSampler: every rank reads the whole dataset")):
         evs = [e for e in ix.of(kind) if e.rank not in taken or e.rank is None]
         if evs and not earlier:
             # the job died of it: an error, whatever the id's default (ENV_LIMITS warns)
@@ -234,6 +241,7 @@ RULES = (
     Rule("ib_errors", ib_errors, _NCCL_FALLOUT | {K.NCCL_WATCHDOG, K.IB_ASYNC}),
     Rule("families", families, frozenset({K.EXCEPTION, K.TRACEBACK, K.CPP_ABORT, K.ERROR_LINE,
                                           K.FLOOR, K.FAMILY_RESOLVE, K.FAMILY_LIMITS,
-                                          K.FAMILY_START, K.AGENT_FAILED, K.TORCHRUN_FAILURE,
+                                          K.FAMILY_START, K.FAMILY_RDZV_ENV,
+                                          K.FAMILY_SAMPLER, K.AGENT_FAILED, K.TORCHRUN_FAILURE,
                                           K.DL_WORKER_EXCEPTION, K.SHM_ALLOC})),
 )

@@ -128,10 +128,37 @@ def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:
                             "--log-dir DIR, or the per-rank files) and run diagnose again"})
 
 
+# What a cancelled job's launchers print as they stop its workers: not deaths of their own
+_TEARDOWN_PATTERNS = frozenset({"deepspeed.killing_subprocess"})
+_STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGCONT"})
+
+
+def _bare_cancel(e: Event) -> bool:
+    return e.data.get("pattern") == "slurm.cancelled" and "DUE TO" not in e.text
+
+
+def _cancelled(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    """slurm's `CANCELLED AT T` with no reason is `scancel` (a user, an admin, a workflow
+    that stops a benchmark): the job was stopped, not broken. With only the teardown that
+    follows it (the launchers stopping their workers, SIGTERM), it is said as a warning; a
+    reason (TIME LIMIT, NODE FAILURE, PREEMPTION) or any other failure line is not this."""
+    cancels = [e for e in hits if _bare_cancel(e)]
+    if not cancels or any(not _bare_cancel(e) and e.data.get("pattern") not in _TEARDOWN_PATTERNS
+                          and e.data.get("signal") not in _STOP_SIGNALS for e in hits):
+        return None
+    return verdict(ix, "UNRECOGNIZED_FAILURE", f"the job was cancelled with no reason given "
+                   f"({_q(cancels[0].text, 120)}): stopped by `scancel` (a user, an admin, a "
+                   "workflow), not by a failure that the log shows", cancels,
+                   {"evidence_kind": cancels[0].data["evidence"],
+                    "hint": "if nobody cancelled it: `sacct -j JOBID -o JobID,State,Reason` "
+                            "and the scheduler's log say who did"},
+                   severity="warning")
+
+
 # The families, the cause before its effect.
 FAMILIES: tuple[Callable[[EventIndex, list[Event]], Verdict | None], ...] = (
-    _hardware, _oom, _nonfinite, _bus_error, _killed, _signal_death, _library_error,
-    _exit_code)
+    _cancelled, _hardware, _oom, _nonfinite, _bus_error, _killed, _signal_death,
+    _library_error, _exit_code)
 
 
 def floor(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

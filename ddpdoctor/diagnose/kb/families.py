@@ -45,4 +45,23 @@ SIGNATURES = (
                  "directory", "https://github.com/huggingface/community-events/pull/6"),
          Example("slurmstepd: error: execve(): torchrun: No such file or directory",
                  "https://github.com/CSCfi/pytorch-ddp-examples/issues/1"))),
+    Signature(
+        # init_process_group's env:// rendezvous reads what a launcher sets: a script run
+        # with plain `python`, or a launcher that does not export them, lacks them
+        "family.rendezvous_env_missing", K.FAMILY_RDZV_ENV, "expected, but not set",
+        r"environment variable (?P<variable>\w+) expected, but not set",
+        "ENV_RENDEZVOUS_UNREACHABLE", "torch >= 1.0 (torch.distributed.rendezvous)",
+        (Example("ValueError: Error initializing torch.distributed using env:// rendezvous: "
+                 "environment variable MASTER_ADDR expected, but not set",
+                 "https://github.com/hwang2006/large-scale-lm-tutorials/blob/a7341cb0b52b8556ff"
+                 "bab4bf1bceb98ba85dd150/docs/02_distributed_programming.md?plain=1#L242-L256",
+                 {"variable": "MASTER_ADDR"}),)),
+    Signature(
+        # set_epoch exists on DistributedSampler: a loop that calls it on another sampler
+        # was written for one, and its loader does not split the data between the ranks
+        "family.sampler_not_distributed", K.FAMILY_SAMPLER, "has no attribute 'set_epoch'",
+        r"'(?P<sampler>\w*Sampler)' object has no attribute 'set_epoch'",
+        "SAMPLER_MISSING", "any torch (DistributedSampler.set_epoch)",
+        (Example("AttributeError: 'RandomSampler' object has no attribute 'set_epoch'",
+                 "https://github.com/s3prl/s3prl/issues/195", {"sampler": "RandomSampler"}),)),
 )
