@@ -25,6 +25,7 @@ JOB = str(Path(__file__).parent / "jobview_job.py")
 SLACK_S = 10.0  # the bound: threshold + 10 s
 ATTACH_HANG_MIN_S = 30
 START_S = 120  # the job's start-up, four ranks importing torch on a loaded host
+MONITOR_S = 10  # torchrun's monitor interval (5 s) on each of the two nodes
 
 
 def _node_cmd(k: str, addr: dict, port: int, out: Path, job_args: list[str],
@@ -154,7 +155,10 @@ def test_crash_on_node_b_is_the_root_cause_on_node_a(two_nodes, tmp_path):
     ended = _wait(procs, 120)
     planted = _planted_at(tmp_path, "crash")
     report = _report(tmp_path, "a")
-    assert "a" in ended and ended["a"] - planted <= 10 + SLACK_S, (ended, planted)
+    # torchrun notices a dead worker at its monitor interval (5 s), on node b and then on
+    # node a, before either stops its other workers: measured 20.5 s twice in CI with
+    # three test workers on two cores, against the 10 s + 10 s slack
+    assert "a" in ended and ended["a"] - planted <= 10 + SLACK_S + MONITOR_S, (ended, planted)
     lead = report["findings"][0]
     assert lead["id"] == "RANK_CRASHED" and lead["ranks"] == [3], _outputs(tmp_path)
     assert lead["evidence"]["host"] == "node-b"
