@@ -42,6 +42,8 @@ def test_slow_link_names_the_throttled_rank_after_the_fault(two_nodes, tmp_path)
     # planted at the start of step 4, probed at the end of steps 4 and 5: confirmed at 5
     assert ev["step"] == 5, ev
     assert ev["links_ms"]["1->0"] > 10 * ev["links_ms"]["0->1"]
+    # bandwidth-bound: the bytes beyond an eighth take most of the time (76.6 of 87.7 ms)
+    assert ev["extra_bytes_ms"]["1->0"] > 0.7 * ev["links_ms"]["1->0"], ev
     assert [e["id"] for e in events if e.get("kind") == "finding"] == ["COMM_SLOW_RANK"]
 
 

@@ -9,8 +9,12 @@ a rank's own outgoing data would otherwise queue ahead of the small messages tha
 another link's clock on a slow egress, and make a healthy link look slow. In each round,
 after a barrier, the sender says "ready", the receiver starts its clock and says "go", and
 stops it when the data has landed: a late sender is not counted. The minimum over
-``link_reps`` transfers is kept (contention only ever adds time). Each rank's incoming
-times ride in the all_gather; rank 0 compares every directed link with the median of the
+``link_reps`` transfers is kept (contention only ever adds time). Each transfer of
+``link_bytes`` is followed by one of an eighth of it: a slow link is slow per byte (its
+extra seven eighths take most of the time), while a process starved of CPU on a loaded
+host is late by about the same at any size, so a link counts as slow only when both its
+full time and the time of its extra bytes are slow. Each rank's incoming times ride in
+the all_gather; rank 0 compares every directed link with the median of the
 others of its kind (within a host, or between hosts: loopback beats any NIC), and names
 the rank all slow links leave (egress; else the rank they all reach, ingress) once the
 same verdict held for ``link_confirm`` probes in a row.
@@ -27,6 +31,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
@@ -43,6 +48,19 @@ log = logging.getLogger("ddpdoctor.watch")
 Link = tuple[int, int]  # (sender, receiver)
 # "ready", "go" and the data between one pair: tags keep them apart.
 _READY, _GO, _DATA = 1, 2, 3
+# the second transfer of each rep carries 1/_SMALL of the payload
+_SMALL = 8
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe of every ring link, seen from rank 0 after the all_gather."""
+    full: dict[Link, float]   # seconds for link_bytes
+    extra: dict[Link, float]  # seconds the bytes beyond the small transfer took
+
+    @property
+    def empty(self) -> bool:
+        return not self.full
 
 
 def senders_to(rank: int, world: int) -> list[int]:
@@ -82,6 +100,13 @@ def link_times(rows: list[list[float]], world: int) -> dict[Link, float]:
             if not math.isnan(t):
                 out[(src, dst)] = t
     return out
+
+
+def probe_from_rows(rows: list[list[float]], world: int) -> Probe:
+    """Rows of [full from each sender..., small from each sender...] -> a Probe."""
+    full = link_times([row[:2] for row in rows], world)
+    small = link_times([row[2:4] for row in rows], world)
+    return Probe(full, {k: t - small[k] for k, t in full.items() if k in small})
 
 
 def same_host(link: Link, hosts: list[int] | None) -> bool:
@@ -129,15 +154,28 @@ def culprits(slow: dict[Link, float]) -> tuple[list[int], str] | None:
     return senders, "egress"
 
 
-def verdict(history: list[dict[Link, float]], factor: float, min_excess_s: float,
+def slow_per_byte(probe: Probe, factor: float, min_excess_s: float,
+                  hosts: list[int] | None = None) -> dict[Link, float]:
+    """The links slow at ``link_bytes`` whose extra bytes are slow too: a link's own
+    bandwidth, not a sender or receiver that the scheduler ran late (that adds the same
+    delay to the small transfer, so the extra bytes take no longer than elsewhere)."""
+    slow = slow_links(probe.full, factor, min_excess_s, hosts)
+    if not slow:
+        return slow
+    share = (_SMALL - 1) / _SMALL
+    by_bytes = slow_links(probe.extra, factor, min_excess_s * share, hosts)
+    return {k: t for k, t in slow.items() if k in by_bytes}
+
+
+def verdict(history: list[Probe], factor: float, min_excess_s: float,
             confirm: int, hosts: list[int] | None = None
             ) -> tuple[list[int], str, dict[Link, float]] | None:
     """The last ``confirm`` probes all named the same ranks -> (ranks, direction, slow)."""
     if len(history) < confirm:
         return None
     named = []
-    for times in history[-confirm:]:
-        slow = slow_links(times, factor, min_excess_s, hosts)
+    for probe in history[-confirm:]:
+        slow = slow_per_byte(probe, factor, min_excess_s, hosts)
         c = culprits(slow)
         if c is None:
             return None
@@ -150,13 +188,13 @@ def verdict(history: list[dict[Link, float]], factor: float, min_excess_s: float
 
 class LinksCheck(WatchCheck):
     name = "links"
-    width = 2
+    width = 4  # full time from each of up to 2 senders, then the small transfer's
 
     def attach(self, w: CheckContext) -> None:
         self.group: ProcessGroup | None = None
         self.buffers: tuple[torch.Tensor, ...] = ()
-        self.last: list[float] = [math.nan, math.nan]
-        self.history: list[dict[Link, float]] = []
+        self.last: list[float] = [math.nan] * self.width
+        self.history: list[Probe] = []
         self.reported: set[tuple[int, ...]] = set()
 
     def group_ready(self, w: CheckContext,
@@ -176,7 +214,7 @@ class LinksCheck(WatchCheck):
         self.buffers = (self.payload, self.buf, self.token, self.token_in)
 
     def at_check(self, w: CheckContext, step: int) -> None:
-        self.last = [math.nan, math.nan]
+        self.last = [math.nan] * self.width
         if self.group is None or w.group is None:
             return
         # The first check steps catch a link slow from the start; later, a probe every
@@ -195,37 +233,53 @@ class LinksCheck(WatchCheck):
         import torch.distributed as dist
 
         timeout = timedelta(seconds=w.cfg.link_timeout_s)
-        got: dict[int, float] = {}
+        full: dict[int, float] = {}
+        small: dict[int, float] = {}
         reps = max(1, w.cfg.link_reps)
-        # isend/irecv give None only to a rank outside the group: every rank is in this one
+        n = self.payload.numel()
+        sizes = (self.payload, self.payload[:max(1, n // _SMALL)])
+        bufs = (self.buf, self.buf[:max(1, n // _SMALL)])
         for links in rounds(w.world):
             dist.barrier(group=self.group, async_op=True).wait(timeout=timeout)
             for src, dst in links:
                 if w.rank == src:
                     for _ in range(reps):
-                        ready = cast("Work", dist.isend(self.token, dst, group=self.group,
-                                                        tag=_READY))
-                        cast("Work", dist.irecv(self.token_in, dst, group=self.group,
-                                                tag=_GO)).wait(timeout=timeout)
-                        cast("Work", dist.isend(self.payload, dst, group=self.group,
-                                                tag=_DATA)).wait(timeout=timeout)
-                        ready.wait(timeout=timeout)
+                        for payload in sizes:  # interleaved: one load burst hits both
+                            self._send(payload, dst, timeout)
                 elif w.rank == dst:
-                    best = math.inf
+                    best = [math.inf, math.inf]
                     for _ in range(reps):
-                        data = cast("Work", dist.irecv(self.buf, src, group=self.group,
-                                                       tag=_DATA))
-                        cast("Work", dist.irecv(self.token_in, src, group=self.group,
-                                                tag=_READY)).wait(timeout=timeout)
-                        start = time.perf_counter()
-                        go = cast("Work", dist.isend(self.token, src, group=self.group,
-                                                     tag=_GO))
-                        data.wait(timeout=timeout)
-                        best = min(best, time.perf_counter() - start)
-                        go.wait(timeout=timeout)
-                    got[src] = best
-        times = [got.get(src, math.nan) for src in senders_to(w.rank, w.world)]
-        return times + [math.nan] * (self.width - len(times))
+                        for i, buf in enumerate(bufs):
+                            best[i] = min(best[i], self._receive(buf, src, timeout))
+                    full[src], small[src] = best
+        senders = senders_to(w.rank, w.world)
+        pad = [math.nan] * (2 - len(senders))
+        return ([full.get(s, math.nan) for s in senders] + pad
+                + [small.get(s, math.nan) for s in senders] + pad)
+
+    def _send(self, payload: torch.Tensor, dst: int, timeout: timedelta) -> None:
+        import torch.distributed as dist
+
+        # isend/irecv give None only to a rank outside the group: every rank is in this one
+        ready = cast("Work", dist.isend(self.token, dst, group=self.group, tag=_READY))
+        cast("Work", dist.irecv(self.token_in, dst, group=self.group,
+                                tag=_GO)).wait(timeout=timeout)
+        cast("Work", dist.isend(payload, dst, group=self.group, tag=_DATA)).wait(timeout=timeout)
+        ready.wait(timeout=timeout)
+
+    def _receive(self, buf: torch.Tensor, src: int, timeout: timedelta) -> float:
+        """Seconds from "go" until ``buf`` has landed."""
+        import torch.distributed as dist
+
+        data = cast("Work", dist.irecv(buf, src, group=self.group, tag=_DATA))
+        cast("Work", dist.irecv(self.token_in, src, group=self.group,
+                                tag=_READY)).wait(timeout=timeout)
+        start = time.perf_counter()
+        go = cast("Work", dist.isend(self.token, src, group=self.group, tag=_GO))
+        data.wait(timeout=timeout)
+        took = time.perf_counter() - start
+        go.wait(timeout=timeout)
+        return took
 
     def pack(self, w: CheckContext, step: int) -> torch.Tensor:
         import torch
@@ -233,12 +287,13 @@ class LinksCheck(WatchCheck):
         return torch.tensor(self.last, dtype=torch.float64)
 
     def analyze(self, w: CheckContext, step: int, rows: torch.Tensor) -> list[Finding]:
-        times = link_times(rows.tolist(), w.world)
-        log.debug("ddpdoctor: link probe at step %d: %s", step, times)
-        if not times:
+        probe = probe_from_rows(rows.tolist(), w.world)
+        log.debug("ddpdoctor: link probe at step %d: %s", step, probe)
+        if probe.empty:
             return []
+        times = probe.full
         cfg = w.cfg
-        self.history = (self.history + [times])[-cfg.link_confirm:]
+        self.history = (self.history + [probe])[-cfg.link_confirm:]
         hosts = w.hosts if len(w.hosts) == w.world else None
         found = verdict(self.history, cfg.link_factor, cfg.link_min_excess_s, cfg.link_confirm,
                         hosts)
@@ -264,6 +319,9 @@ class LinksCheck(WatchCheck):
                                         for (s, d), t in sorted(slow.items())},
                       "links_ms": {f"{s}->{d}": round(t * 1e3, 2)
                                    for (s, d), t in sorted(times.items())},
+                      # the time of the bytes beyond an eighth: slow per byte, not late
+                      "extra_bytes_ms": {f"{s}->{d}": round(t * 1e3, 2)
+                                         for (s, d), t in sorted(probe.extra.items())},
                       "slow_link_gbps": round(cfg.link_bytes / slow[worst] / 1e9, 4),
                       "probes_confirmed": cfg.link_confirm,
                       "measured": "gloo send/recv on the host network path"})]
