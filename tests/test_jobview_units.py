@@ -199,12 +199,12 @@ def _sleeping(rank, pid):
     return RankState(rank, pid, "sleeping", "", fr[0], "sleeping", "MainThread", fr)
 
 
-def _replies(busy=(), moved=False):
+def _replies(busy=(), moved=False, **more):
     a = StackReply(0, "node-a", tuple(state_to_dict(s) for s in (_waiting(0, 10),
                                                                  _waiting(1, 11))))
     b = StackReply(1, "node-b", tuple(state_to_dict(s) for s in (_waiting(2, 20),
                                                                  _sleeping(3, 21))),
-                   busy=tuple(busy), moved=moved)
+                   busy=tuple(busy), moved=moved, **more)
     return [a, b]
 
 
@@ -235,6 +235,25 @@ def test_a_culprit_still_working_or_a_job_that_moved_is_not_a_hang():
     moved = decide("h1", _replies(moved=True), [], moved=False)
     assert not moved.confirmed and "progress" in moved.reason
     assert not decide("h1", _replies(), [], moved=True).confirmed
+
+
+def test_a_culprit_its_node_could_not_measure_is_not_a_confirmed_hang():
+    """Its CPU could not be read before and after the recheck: not known to be idle."""
+    replies = [StackReply.from_json(r.to_json()) for r in _replies(unmeasured=(3,))]
+    v = decide("h1", replies, [], moved=False)
+    assert not v.confirmed and "rank(s) 3 could not be measured" in v.reason, v.reason
+
+
+def test_the_verdict_says_what_the_node_saw_its_culprit_do():
+    idle = ("rank 3 used 0.00 s of CPU in 3.0 s",)
+    v = decide("h1", _replies(rechecked=idle), [], moved=False)
+    assert v.confirmed and v.reason.endswith("(rank 3 used 0.00 s of CPU in 3.0 s)"), v.reason
+    working = ("rank 3 used 2.91 s of CPU in 3.0 s (11 of its 11 stacks found it inside a "
+               "native call with the GIL released (a torch op, a kernel): native work, not a "
+               "Python spin)",)
+    v = decide("h1", _replies(busy=[3], rechecked=working), [], moved=False)
+    assert not v.confirmed and "2.91 s of CPU" in v.reason and v.working == (3,), v.reason
+    assert Verdict.from_json(v.to_json()).working == (3,)
 
 
 def test_a_rank_in_a_debugger_on_another_node_is_not_a_hang():

@@ -76,6 +76,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("jobview.merge", "attach.flight_recorder"): _FR,
     ("jobview.merge", "attach.stacks"): _JOB_HANG,
     ("jobview.merge", "run.verdict"): "the job view uses run's hang verdict rules",
+    ("jobview.agent", "run.verdict"): "the job view uses run's hang verdict rules",
     ("plan.fit", "train.config"): _SIZES,
     ("plan.model", "train.config"): _SIZES,
     ("scale.runner", "train.launch"): _SCALE_TRAIN,

@@ -14,7 +14,7 @@ from ddpdoctor.run.memory import MemoryHistory
 from ddpdoctor.run.process import KeptFile
 from ddpdoctor.run.progress import ProcSample, ProgressTracker, TreeSample
 from ddpdoctor.run.secrets import scrub, secret_values
-from ddpdoctor.run.verdict import judge
+from ddpdoctor.run.verdict import SpellMemory, judge, looking_again
 
 
 @dataclass
@@ -204,3 +204,36 @@ def test_a_look_that_found_no_hang_is_followed_by_a_sooner_one_then_by_one_per_t
     # a quarter of the timeout, half, then the timeout: a missed hang is caught within
     # 1.25 x the timeout; a long evaluation is looked at once per timeout after that
     assert [relook_after(8.0, n) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 8.0]
+
+
+# ---- two looks that disagree about one rank at one place: one more look decides
+
+
+def test_a_rank_working_at_the_last_look_is_looked_at_once_more_before_a_hang():
+    """CI (a 2-core host loaded past its cores): the job view's first look found rank 2's
+    evaluation working at jobview_job.py:31; the second, 15 s later, called it idle at the
+    same line and stopped a healthy job. Now the second look asks for a third."""
+    where = "jobview_job.py:31 in _evaluate"
+    memory = SpellMemory()
+    assert memory.look_again(100.0, False, [(2, where)], working=[2]) == []
+    assert memory.look_again(100.0, True, [(2, where)], working=[]) == [2]
+    # the third look agrees with the second: a hang (the rank stopped there)
+    assert memory.look_again(100.0, True, [(2, where)], working=[]) == []
+    text = looking_again("rank 2 is at " + where, [2], where)
+    assert text.endswith(f"but rank 2 was working at {where} at the last look: looking "
+                         "once more before calling it hung")
+
+
+def test_a_spin_or_a_hang_with_no_earlier_work_there_is_confirmed_at_once():
+    memory = SpellMemory()
+    # a first look that confirms: nothing seen before
+    assert memory.look_again(5.0, True, [(1, "spin_job.py:67 in spin_on_flag")], []) == []
+    # working elsewhere before (it moved on, then stopped): no second look
+    assert memory.look_again(9.0, False, [(1, "train.py:40 in evaluate")], [1]) == []
+    assert memory.look_again(9.0, True, [(1, "train.py:88 in forward")], []) == []
+    # a new quiet spell forgets the last one's work
+    assert memory.look_again(9.0, False, [(1, "train.py:88 in forward")], [1]) == []
+    assert memory.look_again(30.0, True, [(1, "train.py:88 in forward")], []) == []
+    # a culprit that was not working (only named) is not remembered
+    assert memory.look_again(40.0, False, [(3, "train.py:5 in f")], [1]) == []
+    assert memory.look_again(40.0, True, [(3, "train.py:5 in f")], []) == []

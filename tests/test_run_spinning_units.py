@@ -13,7 +13,7 @@ import pytest
 
 from ddpdoctor.attach.stacks import Frame, RankStack, ThreadStack
 from ddpdoctor.core.findings import Finding
-from ddpdoctor.run.looks import _working
+from ddpdoctor.run.busy import recheck_of
 from ddpdoctor.run.spinning import (
     SpinVerdict,
     Spot,
@@ -196,6 +196,11 @@ class Reads:
 SPINS = SpinVerdict(True, "spins at train.py:67 in spin_on_flag: the same place in 5 "
                     "stacks over 2.0 s", "train.py:67 in spin_on_flag")
 MOVES = SpinVerdict(False, "its callers changed between reads")
+
+
+def _working(used: dict, reads: Reads, took: float) -> tuple[list[str], dict[int, str]]:
+    seen = recheck_of(sorted(used), {r: (0.0, 0) for r in used}, used, took, reads.verdict)
+    return list(seen.working.values()), dict(seen.spinning)
 
 
 def test_cpu_with_the_same_lines_every_read_is_spinning_not_working():

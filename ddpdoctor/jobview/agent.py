@@ -30,6 +30,7 @@ from ddpdoctor.jobview.snapshot import (
     Verdict,
 )
 from ddpdoctor.jobview.store import JobStore, StoreLost
+from ddpdoctor.run.verdict import SpellMemory, looking_again
 
 INTERVAL_S = 0.5
 FAILURE_POLL_S = 0.1  # one counter read: cheap, and a failure crosses in time
@@ -95,6 +96,7 @@ class JobView:
         self._look: _Look | None = None
         self._next_look = 0.0
         self._ids = itertools.count(1)
+        self._spell = SpellMemory()
         self._known: set[int] = set()
         self._claimed = False
         self.clock = ProgressClock(time.monotonic())
@@ -318,6 +320,11 @@ class JobView:
                     threshold_s=round(look.threshold_s, 1), threshold_how=look.how,
                     steps=tuple(sorted(steps.items())),
                     culprits=tuple(replace(c, step=steps.get(c.rank, -1)) for c in v.culprits))
+        again = self._spell.look_again(look.moved_marker, v.confirmed,
+                                       [(c.rank, c.where) for c in v.culprits], v.working)
+        if again:
+            where = next(c.where for c in v.culprits if c.rank == again[0])
+            v = replace(v, confirmed=False, reason=looking_again(v.reason, again, where))
         st.set(keys.VERDICT, v.to_json())
         self._look = None
         # not confirmed: look again after another full threshold of quiet

@@ -137,11 +137,26 @@ def decide(request_id: str, replies: list[StackReply], missing: list[str],
         v = judge(None, "; ".join(errors) or "no node sent stacks", busy)
     else:
         v = judge(diag, "", busy, traced)
-    reason, confirmed = v.reason, v.confirmed
-    if confirmed and (moved or any(r.moved for r in replies)):
-        reason, confirmed = "the job made progress while its stacks were read", False
+    confirmed, reason = _second_opinion(v.confirmed, v.reason, set(v.culprits), replies,
+                                        moved)
     if confirmed and missing:
         reason = f"{reason} (node(s) {', '.join(missing)} did not answer)"
     return Verdict(request_id, confirmed, reason, culprits_of(diag, v.culprits),
                    tuple(f.to_dict() for f in diag.findings), group_lines(diag),
-                   tuple(sorted({r.host for r in replies})), tuple(missing))
+                   tuple(sorted({r.host for r in replies})), tuple(missing),
+                   working=tuple(sorted(set(v.culprits) & busy)))
+
+
+def _second_opinion(confirmed: bool, reason: str, culprits: set[int],
+                    replies: list[StackReply], moved: bool) -> tuple[bool, str]:
+    """What the nodes saw while they rechecked: progress, or a culprit they could not
+    measure, is no confirmed hang; otherwise the reason says what each culprit did."""
+    said = [line for reply in replies for line in reply.rechecked
+            if any(line.startswith(f"rank {r} ") for r in culprits)]
+    unmeasured = sorted(culprits & {r for reply in replies for r in reply.unmeasured})
+    if confirmed and (moved or any(r.moved for r in replies)):
+        return False, "the job made progress while its stacks were read"
+    if confirmed and unmeasured:  # not known to be idle: never a confirmed hang
+        return False, (f"{reason}; but rank(s) {', '.join(map(str, unmeasured))} could not "
+                       "be measured: not confirmed")
+    return confirmed, f"{reason} ({'; '.join(said)})" if said else reason

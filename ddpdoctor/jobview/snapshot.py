@@ -111,6 +111,10 @@ class StackReply:
     error: str = ""  # why there are no stacks
     traces: tuple[dict, ...] = ()  # attach.flight_recorder.trace_to_dict of its ranks' dumps
     traced: tuple[int, ...] = ()  # pids in a debugger's tracing stop: a person is looking
+    # ranks whose CPU could not be read: not known to be idle, so no hang is confirmed
+    unmeasured: tuple[int, ...] = ()
+    # one line per rank the node watched: what it did (run/busy.py's Recheck.lines)
+    rechecked: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -122,7 +126,9 @@ class StackReply:
             return cls(int(d["node"]), str(d["host"]), tuple(dict(s) for s in d["states"]),
                        tuple(int(r) for r in d.get("busy", ())), bool(d.get("moved")),
                        str(d.get("error", "")), tuple(dict(t) for t in d.get("traces", ())),
-                       tuple(int(p) for p in d.get("traced", ())))
+                       tuple(int(p) for p in d.get("traced", ())),
+                       tuple(int(r) for r in d.get("unmeasured", ())),
+                       tuple(str(line) for line in d.get("rechecked", ())))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"bad stack reply: {e}") from e
 
@@ -151,6 +157,7 @@ class Verdict:
     threshold_s: float = 0.0
     threshold_how: str = ""
     steps: tuple[tuple[int, int], ...] = ()  # (rank, last finished step) where known
+    working: tuple[int, ...] = ()  # culprits a node found working (CPU, I/O) this look
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -167,7 +174,8 @@ class Verdict:
                        tuple(str(n) for n in d.get("missing", ())),
                        float(d.get("no_progress_s", 0)), float(d.get("threshold_s", 0)),
                        str(d.get("threshold_how", "")),
-                       tuple((int(r), int(n)) for r, n in d.get("steps", ())))
+                       tuple((int(r), int(n)) for r, n in d.get("steps", ())),
+                       tuple(int(r) for r in d.get("working", ())))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"bad verdict: {e}") from e
 

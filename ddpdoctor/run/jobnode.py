@@ -24,10 +24,10 @@ if TYPE_CHECKING:
     from ddpdoctor.core.findings import Finding
     from ddpdoctor.jobview.agent import JobView
     from ddpdoctor.jobview.snapshot import JobSummary, Request
+    from ddpdoctor.run.busy import Recheck
     from ddpdoctor.run.hang import HangDiagnosis, RankState
     from ddpdoctor.run.process import Job
     from ddpdoctor.run.progress import Heartbeat, Identity, ProgressTracker
-    from ddpdoctor.run.stack_reads import StackReads
 
 FINAL_WAIT_S = 4.0
 LOST_MARGIN_S = 1.5  # after the job ended: how long to wait for the other nodes' causes
@@ -179,7 +179,7 @@ def answer(job: Job, tracker: ProgressTracker, request: Request, opts: NodeOptio
     d = outcome.diagnosis
     if d is None:
         return StackReply(-1, host, (), error=outcome.error or "no stacks")
-    busy = _busy_ranks(job, d.states, request.recheck_s, d)
+    seen = _recheck(job, d.states, request.recheck_s, d)
     now = time.monotonic()
     tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
     moved = tracker.stalled_for(now) < before
@@ -187,16 +187,19 @@ def answer(job: Job, tracker: ProgressTracker, request: Request, opts: NodeOptio
     from ddpdoctor.run.looks import traced_pids
 
     traces = tuple(trace_to_dict(t) for _, t in sorted(d.fr_traces.items()))
-    return StackReply(-1, host, tuple(state_to_dict(s) for s in d.states), tuple(busy), moved,
-                      traces=traces, traced=tuple(sorted(traced_pids(d))))
+    return StackReply(-1, host, tuple(state_to_dict(s) for s in d.states),
+                      tuple(sorted(seen.working)), moved, traces=traces,
+                      traced=tuple(sorted(traced_pids(d))), unmeasured=seen.unmeasured,
+                      rechecked=seen.lines())
 
 
-def _busy_ranks(job: Job, states: list[RankState], seconds: float,
-                diagnosis: HangDiagnosis | None = None) -> list[int]:
-    """The ranks not waiting that worked while this node watched them ``seconds`` (at
-    least SPIN_WINDOW_S: their stacks are read meanwhile). CPU alone is not work: a rank
-    that burned it on the same lines in every read, with no storage I/O and no native
-    work, spins (run/spinning.py) and is left out, so the leader can name it."""
+def _recheck(job: Job, states: list[RankState], seconds: float,
+             diagnosis: HangDiagnosis | None = None) -> Recheck:
+    """What the ranks not waiting did while this node watched them ``seconds`` (at least
+    SPIN_WINDOW_S: their stacks are read meanwhile; run/busy.py sorts them). CPU alone is
+    not work: a rank that burned it on the same lines in every read, with no storage I/O
+    and no native work, spins (run/spinning.py), so the leader can name it."""
+    from ddpdoctor.run.busy import recheck_of
     from ddpdoctor.run.looks import rank_usage
     from ddpdoctor.run.stack_reads import SPIN_WINDOW_S, StackReads
     from ddpdoctor.run.verdict import GONE_KINDS, WAITING_KINDS
@@ -214,27 +217,7 @@ def _busy_ranks(job: Job, states: list[RankState], seconds: float,
             reads.read(time.monotonic())
         time.sleep(max(0.01, min(0.05 if pids else 0.2, left)))
     took = time.monotonic() - start
-    after = rank_usage(pids)
-    return busy_of(pids, first, after, took, reads)
-
-
-def busy_of(pids: dict[int, int], first: dict[int, tuple[float, int]],
-            after: dict[int, tuple[float, int]], took: float, reads: StackReads) -> list[int]:
-    """Pure: the ranks that worked (CPU or storage I/O over ``took`` s), less those whose
-    stack ``reads`` show spinning with under 256 KiB of I/O (a spin loop writes nothing)."""
-    from ddpdoctor.run.looks import _WORK_IO_BYTES, is_working
-
-    out = []
-    for r in sorted(pids):
-        if r not in first or r not in after:
-            continue
-        cpu, io = after[r][0] - first[r][0], after[r][1] - first[r][1]
-        if not is_working(cpu, io, took):
-            continue
-        if io < _WORK_IO_BYTES and reads.verdict(r).spinning:
-            continue
-        out.append(r)
-    return out
+    return recheck_of(sorted(pids), first, rank_usage(pids), took, reads.verdict)
 
 
 # ---- failures: this node's first failing rank, and the job's root cause

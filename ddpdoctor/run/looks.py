@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ddpdoctor.run import hang as hang_mod
+from ddpdoctor.run.busy import Recheck, recheck_of
 from ddpdoctor.run.progress import BACKGROUND, ProgressTracker, sample_tree
 from ddpdoctor.run.stack_reads import SPIN_WINDOW_S, StackReads
 from ddpdoctor.run.verdict import GONE_KINDS, WAITING_KINDS, HangVerdict, judge
@@ -106,15 +107,6 @@ def look(job: Job, tracker: ProgressTracker, stalled: float, opts: LookOptions,
     return Look(at_s, stalled, tracker.last_what, verdict, headline), outcome
 
 
-# A rank asleep, blocked or stopped uses next to no CPU (measured here: <= ~1% of a
-# core with the watch's threads, right after py-spy read it); one still working, even
-# starved on a host loaded 15x over its cores, got >= 7%. Storage I/O (a checkpoint
-# written to a slow disk) counts as work too. Ranks inside a collective are not asked.
-_WORK_CPU_SHARE = 0.02  # of one core, over the recheck
-_WORK_CPU_MIN_S = 0.03
-_WORK_IO_BYTES = 256 << 10
-
-
 def rank_usage(rank_pids: dict[int, int]) -> dict[int, tuple[float, int]]:
     """CPU seconds and storage bytes (read + written) per rank, its workers included; its
     background threads left out (the watch's heartbeat and the Flight Recorder dump run
@@ -145,11 +137,6 @@ def rank_usage(rank_pids: dict[int, int]) -> dict[int, tuple[float, int]]:
     return out
 
 
-def is_working(cpu_s: float, io_bytes: int, took_s: float) -> bool:
-    """CPU or storage I/O over ``took_s`` seconds that only a working rank shows."""
-    return cpu_s > max(_WORK_CPU_MIN_S, _WORK_CPU_SHARE * took_s) or io_bytes >= _WORK_IO_BYTES
-
-
 def _watched(verdict: HangVerdict, diagnosis: HangDiagnosis | None
              ) -> tuple[list[int], dict[int, int]]:
     """The ranks to watch (the culprits not inside a wait, else every rank not waiting)
@@ -161,43 +148,6 @@ def _watched(verdict: HangVerdict, diagnosis: HangDiagnosis | None
     watched = sorted(set(verdict.culprits) & not_waiting) if set(verdict.culprits) & live \
         else sorted(not_waiting)
     return watched, {s.rank: s.pid for s in states if s.rank in watched and s.pid}
-
-
-def _busy(watched: list[int], before: dict[int, tuple[float, int]],
-          after: dict[int, tuple[float, int]], took: float) -> dict[int, tuple[float, int]]:
-    """The watched ranks that used CPU or did storage I/O: (CPU s, bytes) each."""
-    out = {}
-    for r in watched:
-        if r not in before or r not in after:
-            continue  # reported as unmeasured
-        cpu = after[r][0] - before[r][0]
-        io = after[r][1] - before[r][1]
-        if is_working(cpu, io, took):
-            out[r] = (cpu, io)
-    return out
-
-
-def _used(rank: int, cpu: float, io: int, took: float) -> str:
-    return (f"rank {rank} used {cpu:.2f} s of CPU"
-            + (f" and {io / 1e6:.1f} MB of I/O" if io >= 50_000 else "") + f" in {took:.1f} s")
-
-
-def _working(busy: dict[int, tuple[float, int]], reads: StackReads, took: float
-             ) -> tuple[list[str], dict[int, str]]:
-    """Split the busy ranks: working (storage I/O, or a stack that moved) and spinning
-    (CPU, no I/O, the same lines in every read: run/spinning.py)."""
-    working, spins = [], {}
-    for r, (cpu, io) in sorted(busy.items()):
-        if io >= _WORK_IO_BYTES:
-            working.append(_used(r, cpu, io, took))
-            continue
-        spin = reads.verdict(r)
-        if spin.spinning:
-            spins[r] = (f"rank {r} {spin.reason}, {cpu:.2f} s of CPU in {took:.1f} s, no "
-                        "step and no collective: spinning, not working")
-        else:
-            working.append(f"{_used(r, cpu, io, took)} ({spin.reason})")
-    return working, spins
 
 
 def _recheck(job: Job, tracker: ProgressTracker, verdict: HangVerdict,
@@ -228,27 +178,26 @@ def _recheck(job: Job, tracker: ProgressTracker, verdict: HangVerdict,
     if tracker.stalled_for(now) < quiet_before:
         return HangVerdict(False, f"the job made progress ({tracker.last_what}) while run "
                            "watched it", verdict.culprits, verdict.active)
-    working, spins = _working(_busy(watched, before, after, took), reads, took)
-    if working:
-        return HangVerdict(False, f"{reason}; but {'; '.join(working)}: working, not "
-                           "hung", verdict.culprits, verdict.active)
-    unmeasured = [r for r in watched if r not in before or r not in after]
-    if unmeasured:  # a rank that could not be looked at is not known to be idle
+    seen = recheck_of(watched, before, after, took, reads.verdict)
+    if seen.working:
+        return HangVerdict(False, f"{reason}; but {'; '.join(seen.working.values())}: "
+                           "working, not hung", verdict.culprits, verdict.active,
+                           working=tuple(seen.working))
+    if seen.unmeasured:  # a rank that could not be looked at is not known to be idle
         return HangVerdict(False, f"{reason}; but rank(s) "
-                           f"{', '.join(map(str, unmeasured))} could not be measured: "
+                           f"{', '.join(map(str, seen.unmeasured))} could not be measured: "
                            "not confirmed", verdict.culprits, verdict.active)
-    return _confirmed(verdict, reason, watched, spins, took)
+    return confirmed_by(verdict, reason, seen)
 
 
-def _confirmed(verdict: HangVerdict, reason: str, watched: list[int], spins: dict[int, str],
-               took: float) -> HangVerdict:
+def confirmed_by(verdict: HangVerdict, reason: str, seen: Recheck) -> HangVerdict:
     """The recheck found every blamed rank idle or spinning: say which was which."""
-    idle = [r for r in watched if r not in spins]
-    still = (f" (rank(s) {', '.join(map(str, idle))} idle for {took:.1f} s more)"
-             if idle else "" if spins else f" (unchanged for {took:.1f} s more)")
-    said = "".join(f"; {line}" for line in spins.values())
+    idle = sorted(seen.idle)
+    still = (f" (rank(s) {', '.join(map(str, idle))} idle for {seen.took_s:.1f} s more)"
+             if idle else "" if seen.spinning else f" (unchanged for {seen.took_s:.1f} s more)")
+    said = "".join(f"; {line}" for line in seen.spinning.values())
     return HangVerdict(True, reason + still + said, verdict.culprits, verdict.active,
-                       spins=tuple(spins.values()))
+                       spins=tuple(seen.spinning.values()))
 
 
 def _title(verdict: HangVerdict, diagnosis: HangDiagnosis | None) -> str:

@@ -8,7 +8,7 @@ ranks (no job view, or the view was lost). Either stops the job only on a confir
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ddpdoctor.core import redact
@@ -18,6 +18,7 @@ from ddpdoctor.run import jobnode
 from ddpdoctor.run.looks import Look, look, say
 from ddpdoctor.run.progress import ProgressTracker, read_heartbeats
 from ddpdoctor.run.secrets import scrub_report
+from ddpdoctor.run.verdict import SpellMemory, looking_again
 
 if TYPE_CHECKING:
     from ddpdoctor.run.env import JobEnv
@@ -101,6 +102,7 @@ class Loop:
     next_look: float = 0.0
     warned_for: float = -1.0  # the quiet spell (its start) already warned about
     looks_in_spell: int = 0  # looks that found no hang in the current quiet spell
+    spell_memory: SpellMemory = field(default_factory=SpellMemory)
 
     def heartbeats(self) -> dict[int, Heartbeat]:
         return read_heartbeats(self.jenv.heartbeat_dir, self.wall0)
@@ -167,6 +169,14 @@ class Loop:
                              announce=self.warned_for != spell)
         if seen is None:
             return False  # it ended by itself while being looked at
+        where = {s.rank: s.where for s in getattr(outcome.diagnosis, "states", [])}
+        v = seen.verdict
+        again = self.spell_memory.look_again(spell, v.confirmed,
+                                             [(r, where.get(r, "")) for r in v.culprits],
+                                             v.working)
+        if again:
+            seen.verdict = replace(v, confirmed=False,
+                                   reason=looking_again(v.reason, again, where[again[0]]))
         if seen.verdict.confirmed:
             return self._local_hang(seen, outcome)
         result.looks.append(seen)

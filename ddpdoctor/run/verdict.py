@@ -63,6 +63,7 @@ class HangVerdict:
     # The recheck reads their stacks again (looks.py) before saying either
     busy: tuple[int, ...] = ()
     spins: tuple[str, ...] = ()  # "rank 1 spins at x.py:12 in f: ..." when that confirmed it
+    working: tuple[int, ...] = ()  # busy culprits the recheck found working
 
 
 def _ranks(ranks: list[int] | set[int]) -> str:
@@ -147,6 +148,40 @@ def _stacks(x: _Seen) -> HangVerdict:
         return HangVerdict(False, f"{findings[0].title}; but no rank waits in a "
                            "collective", tuple(culprits), x.act)
     return HangVerdict(True, findings[0].title, tuple(culprits), x.act)
+
+
+@dataclass
+class SpellMemory:
+    """Where each blamed rank was found working, in the current quiet spell.
+
+    Two looks that disagree about one rank at one place (working at the last look, idle
+    or spinning now, its stack on the same line) are noise in one of them: a healthy
+    evaluation read on a host loaded past its cores was called idle once (CI). A hang is
+    then confirmed only by one more look; a rank that really stopped there is stopped one
+    look later, and a rank that keeps working is never stopped."""
+
+    spell: float = -1.0  # when the quiet spell began (its last progress)
+    working_at: dict[int, str] = field(default_factory=dict)
+
+    def look_again(self, spell: float, confirmed: bool, culprits: Sequence[tuple[int, str]],
+                   working: Sequence[int]) -> list[int]:
+        """The culprits (rank, where) whose hang waits for one more look; remembers the
+        working ones of an unconfirmed look."""
+        if spell != self.spell:
+            self.spell, self.working_at = spell, {}
+        if not confirmed:
+            self.working_at.update((r, where) for r, where in culprits
+                                   if r in working and where)
+            return []
+        again = [r for r, where in culprits if where and self.working_at.get(r) == where]
+        for r in again:
+            del self.working_at[r]
+        return again
+
+
+def looking_again(reason: str, ranks: Sequence[int], where: str) -> str:
+    return (f"{reason}; but {_ranks(list(ranks))} was working at {where} at the last look: "
+            "looking once more before calling it hung")
 
 
 _RULES = (_debugged, _stopped, _gone)  # in order; the stacks' findings decide the rest
