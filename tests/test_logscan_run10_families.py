@@ -7,38 +7,31 @@ L3_fail_gloo_cuda_oom_*, G2_deepspeed_launcher_host_alloc_*)."""
 
 from __future__ import annotations
 
-from ddpdoctor.diagnose import LogInput, diagnose_logs
+from logscan_helpers import first_in
 
 _WD = ("[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation "
        "timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={n}, NumelOut={n}, "
        "Timeout(ms)=600000) ran for 600077 milliseconds before timing out.\n")
 
 
-def _first(tmp_path, text: str):
-    log = tmp_path / "job.log"
-    log.write_text(text)
-    findings, _ = diagnose_logs([LogInput(str(log))])
-    return findings[0]
-
-
 def test_watchdogs_at_one_seq_in_different_ops_name_the_odd_rank(tmp_path):
     text = (_WD.format(r=2, seq=4084, op="ALLREDUCE", n=4821568)
             + _WD.format(r=1, seq=4084, op="ALLREDUCE", n=4821568)
             + _WD.format(r=3, seq=4084, op="BROADCAST", n=56623104))
-    f = _first(tmp_path, text)
+    f = first_in(tmp_path, text)
     assert (f.id, f.ranks) == ("HANG_COLLECTIVE_MISMATCH", [3])
     assert "sequence number 4084" in f.title and "BROADCAST" in f.title
 
 
 def test_watchdogs_at_one_seq_with_different_sizes_are_a_mismatch(tmp_path):
-    f = _first(tmp_path, _WD.format(r=0, seq=3437, op="ALLREDUCE", n=4311252)
+    f = first_in(tmp_path, _WD.format(r=0, seq=3437, op="ALLREDUCE", n=4311252)
                + _WD.format(r=1, seq=3437, op="ALLREDUCE", n=1))
     # two ranks, two fingerprints: no minority to name
     assert (f.id, f.ranks) == ("HANG_COLLECTIVE_MISMATCH", [])
 
 
 def test_watchdogs_agreeing_at_one_seq_are_no_mismatch(tmp_path):
-    f = _first(tmp_path, _WD.format(r=0, seq=7, op="ALLREDUCE", n=10)
+    f = first_in(tmp_path, _WD.format(r=0, seq=7, op="ALLREDUCE", n=10)
                + _WD.format(r=1, seq=7, op="ALLREDUCE", n=10))
     assert f.id != "HANG_COLLECTIVE_MISMATCH"
 
@@ -47,13 +40,13 @@ def test_watchdogs_of_different_process_groups_are_not_compared(tmp_path):
     line = ("[rank{r}]:[E ProcessGroupNCCL.cpp:632] [PG {pg} Rank {r}] Watchdog caught "
             "collective operation timeout: WorkNCCL(SeqNum=5, OpType={op}, NumelIn=8, "
             "NumelOut=8, Timeout(ms)=600000) ran for 600100 milliseconds before timing out.\n")
-    f = _first(tmp_path, line.format(r=0, pg=0, op="ALLREDUCE")
+    f = first_in(tmp_path, line.format(r=0, pg=0, op="ALLREDUCE")
                + line.format(r=1, pg=3, op="ALLGATHER"))
     assert f.id != "HANG_COLLECTIVE_MISMATCH"
 
 
 def test_cuda_runtime_out_of_memory_thrown_from_cpp_is_oom(tmp_path):
-    f = _first(tmp_path, "terminate called after throwing an instance of 'c10::Error'\n"
+    f = first_in(tmp_path, "terminate called after throwing an instance of 'c10::Error'\n"
                          "  what():  CUDA error: out of memory\n"
                          "CUDA kernel errors might be asynchronously reported at some other API "
                          "call, so the stacktrace below might be incorrect.\n")
@@ -61,11 +54,11 @@ def test_cuda_runtime_out_of_memory_thrown_from_cpp_is_oom(tmp_path):
 
 
 def test_native_allocators_giving_up_are_host_oom(tmp_path):
-    f = _first(tmp_path, "memory allocation of 2097152 bytes failed\n"
+    f = first_in(tmp_path, "memory allocation of 2097152 bytes failed\n"
                          "[2023-04-16 21:54:13,235] [INFO] [launch.py:428:sigkill_handler] "
                          "Killing subprocess 62215\n")
     assert (f.id, f.severity) == ("OOM", "error")
-    f = _first(tmp_path, "terminate called after throwing an instance of 'std::bad_alloc'\n"
+    f = first_in(tmp_path, "terminate called after throwing an instance of 'std::bad_alloc'\n"
                          "  what():  std::bad_alloc\n")
     assert f.id == "OOM"
 
@@ -73,15 +66,12 @@ def test_native_allocators_giving_up_are_host_oom(tmp_path):
 def test_a_rank_behind_whose_traceback_waits_in_another_collective_is_a_mismatch(tmp_path):
     # batch 10 (N1_collective_count_skew_*): ranks 0 and 4 enqueued up to work 77 and sat in
     # a gloo all_gather; the others timed out in BROADCAST #78
-    log = tmp_path / "job.log"
     src = ("tests/fixtures/reallogs/"
            "N1_collective_count_skew_gloo_vs_nccl_broadcast_hang_8gpu.log")
     lines = open(src).read().splitlines()
     keep = [ln for ln in lines if ln.startswith(("[rank0]: ", "[rank4]: "))
             or "Watchdog caught" in ln or "PG status" in ln]
-    log.write_text("\n".join(keep) + "\n")
-    findings, _ = diagnose_logs([LogInput(str(log))])
-    f = findings[0]
+    f = first_in(tmp_path, "\n".join(keep) + "\n")
     assert (f.id, f.ranks) == ("HANG_COLLECTIVE_MISMATCH", [0, 4])
     assert "rank 0 was in all_gather" in f.title and "BROADCAST #78" in f.title
 
@@ -105,14 +95,14 @@ def test_a_rank_behind_in_the_same_collective_stays_a_missing_rank(tmp_path):
              "0(default_pg) Rank 0] Received a dump signal due to a collective timeout from  "
              "rank 1 and we will try our best to dump the debug info. Last enqueued NCCL "
              "work: 77, last completed NCCL work: 77.\n")
-    f = _first(tmp_path, text)
+    f = first_in(tmp_path, text)
     assert (f.id, f.ranks) == ("HANG_RANK_MISSING_COLLECTIVE", [0])
 
 
 def test_a_launchers_report_of_the_rank_that_crashed_names_its_unprefixed_traceback(tmp_path):
     # batch 11 (O1_composer_*): Composer's launcher names the rank; the traceback has no
     # rank prefix of its own
-    f = _first(tmp_path, "Building trainer...\nTraceback (most recent call last):\n"
+    f = first_in(tmp_path, "Building trainer...\nTraceback (most recent call last):\n"
                          "RuntimeError: Cannot writeback when the parameter shape changes\n"
                          "Expects torch.Size([1769472]) but got torch.Size([2304, 768])\n"
                          "ERROR:composer.cli.launcher:Rank 0 crashed with exit code 1.\n")
@@ -121,5 +111,5 @@ def test_a_launchers_report_of_the_rank_that_crashed_names_its_unprefixed_traceb
 
 
 def test_a_launchers_report_alone_is_that_ranks_crash(tmp_path):
-    f = _first(tmp_path, "ERROR:composer.cli.launcher:Rank 0 crashed with exit code 1.\n")
+    f = first_in(tmp_path, "ERROR:composer.cli.launcher:Rank 0 crashed with exit code 1.\n")
     assert (f.id, f.ranks, f.severity) == ("RANK_CRASHED", [0], "error")

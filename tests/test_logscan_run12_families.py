@@ -6,18 +6,12 @@ is not distributed is a missing DistributedSampler. Lines from the batch's real 
 
 from __future__ import annotations
 
-from ddpdoctor.diagnose import LogInput, diagnose_logs
+from logscan_helpers import findings_in
 
 # the run's own last iteration lines (P1_megatron_benchmark_slurm_cancelled)
 _LOSS = [line + "\n" for line in open(
     "tests/fixtures/reallogs/P1_megatron_benchmark_slurm_cancelled.log").read().splitlines()
     if line.startswith((" iteration      190/", " iteration      200/"))]
-
-
-def _findings(tmp_path, text: str):
-    log = tmp_path / "job.log"
-    log.write_text(text)
-    return diagnose_logs([LogInput(str(log))])[0]
 
 
 def test_a_cancel_with_no_reason_and_its_teardown_is_a_warning(tmp_path):
@@ -26,27 +20,27 @@ def test_a_cancel_with_no_reason_and_its_teardown_is_a_warning(tmp_path):
             "slurmstepd: error: *** STEP 1809562.0 ON r6i5n1 CANCELLED AT "
             "2021-05-23T08:29:53 ***\nKilling subprocess 73026\n"
             "slurmstepd: error: *** JOB 1809562 ON r6i5n1 CANCELLED AT 2021-05-23T08:29:53 ***\n")
-    [f] = _findings(tmp_path, text)
+    [f] = findings_in(tmp_path, text)
     assert (f.id, f.severity) == ("UNRECOGNIZED_FAILURE", "warning")
     assert "cancelled with no reason" in f.title and "sacct" in f.evidence["hint"]
 
 
 def test_a_cancel_for_a_reason_stays_a_failure(tmp_path):
-    [f, *_] = _findings(tmp_path, "slurmstepd: error: *** JOB 18886 ON compute-permanent-"
+    [f, *_] = findings_in(tmp_path, "slurmstepd: error: *** JOB 18886 ON compute-permanent-"
                                   "node-954 CANCELLED AT 2023-11-24T10:25:54 DUE TO TIME "
                                   "LIMIT ***\n")
     assert f.severity == "error"
 
 
 def test_a_cancel_beside_another_failure_is_that_failure(tmp_path):
-    [f, *_] = _findings(tmp_path, "srun: error: gpu001: task 0: Out Of Memory\n"
+    [f, *_] = findings_in(tmp_path, "srun: error: gpu001: task 0: Out Of Memory\n"
                                   "slurmstepd: error: *** STEP 6053.0 ON DEL2212S020 CANCELLED "
                                   "AT 2024-04-23T12:18:08 ***\n")
     assert (f.id, f.severity) == ("OOM", "error")
 
 
 def test_env_rendezvous_without_the_launchers_variables(tmp_path):
-    [f, *_] = _findings(tmp_path, "Traceback (most recent call last):\n"
+    [f, *_] = findings_in(tmp_path, "Traceback (most recent call last):\n"
                                   "ValueError: Error initializing torch.distributed using env:// "
                                   "rendezvous: environment variable MASTER_ADDR expected, but "
                                   "not set\n")
@@ -55,6 +49,6 @@ def test_env_rendezvous_without_the_launchers_variables(tmp_path):
 
 
 def test_set_epoch_on_a_sampler_that_is_not_distributed(tmp_path):
-    [f, *_] = _findings(tmp_path, "AttributeError: 'RandomSampler' object has no attribute "
+    [f, *_] = findings_in(tmp_path, "AttributeError: 'RandomSampler' object has no attribute "
                                   "'set_epoch'\n")
     assert (f.id, f.severity) == ("SAMPLER_MISSING", "error")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from logscan_helpers import findings_of
 
 from ddpdoctor.diagnose import LogInput, diagnose_logs
 
@@ -14,8 +15,7 @@ LOGS = Path(__file__).parent / "fixtures" / "reallogs"
 
 
 def _first(name: str):
-    findings, _ = diagnose_logs([LogInput(str(LOGS / f"{name}.log"), rank_from_path=False)])
-    f = findings[0]
+    f = findings_of(LOGS / f"{name}.log")[0]
     return f.id, f.severity, f.ranks
 
 

@@ -8,15 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from ddpdoctor.diagnose import LogInput, diagnose_logs
+from logscan_helpers import findings_of
 
 LOCKED = Path(__file__).parent / "fixtures" / "reallogs"  # batch J1_, locked when scored
 
 
 def _findings(path: Path):
-    findings, _ = diagnose_logs([LogInput(str(path), rank_from_path=False)])
-    return [(f.id, f.severity) for f in findings]
+    return [(f.id, f.severity) for f in findings_of(path)]
 
 
 @pytest.mark.parametrize("name", [

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from logscan_helpers import findings_of
+
 from ddpdoctor.diagnose import LogInput, diagnose_logs, stackdump
 
 REAL = Path(__file__).parent / "fixtures" / "reallogs"
 
 
 def _first(path: Path):
-    findings, _ = diagnose_logs([LogInput(str(path), rank_from_path=False)])
+    findings = findings_of(path)
     return findings[0] if findings else None
 
 

@@ -6,25 +6,18 @@ URLs in their sidecars, tests/fixtures/reallogs/M1_*)."""
 
 from __future__ import annotations
 
-from ddpdoctor.diagnose import LogInput, diagnose_logs
-
-
-def _first(tmp_path, text: str):
-    log = tmp_path / "job.log"
-    log.write_text(text)
-    findings, _ = diagnose_logs([LogInput(str(log))])
-    return findings[0]
+from logscan_helpers import first_in
 
 
 def test_timeout_at_nccl_work_alone_is_a_collective_timeout(tmp_path):
-    f = _first(tmp_path, "[rank4]:[E114 15:08:00.554388780 ProcessGroupNCCL.cpp:1709] [PG 0 "
+    f = first_in(tmp_path, "[rank4]:[E114 15:08:00.554388780 ProcessGroupNCCL.cpp:1709] [PG 0 "
                          "(default_pg) Rank 4] Timeout at NCCL work: 175, last enqueued NCCL "
                          "work: 175, last completed NCCL work: 174.\n")
     assert (f.id, f.severity) == ("COLLECTIVE_TIMEOUT", "error")
 
 
 def test_a_ranks_traceback_cut_before_its_exception_is_that_ranks_crash(tmp_path):
-    f = _first(tmp_path, "[rank0]: Traceback (most recent call last):\n"
+    f = first_in(tmp_path, "[rank0]: Traceback (most recent call last):\n"
                          '[rank0]:   File "/workspace/examples/llm/molecule_gpt.py", line 194, '
                          "in <module>\n[rank0]:     train(\n"
                          '[rank0]:   File "/workspace/examples/llm/molecule_gpt.py", line 147, '
@@ -35,7 +28,7 @@ def test_a_ranks_traceback_cut_before_its_exception_is_that_ranks_crash(tmp_path
 
 
 def test_torchelastic_error_record_names_its_exception(tmp_path):
-    f = _first(tmp_path, "INFO:torch.distributed.elastic.agent.server.api:[default] "
+    f = first_in(tmp_path, "INFO:torch.distributed.elastic.agent.server.api:[default] "
                          "Rendezvous'ing worker group\n"
                          "ERROR:torch.distributed.elastic.multiprocessing.errors.error_handler:{"
                          '\n  "message": {\n    "message": "RendezvousClosedError: ",\n'

@@ -41,6 +41,22 @@ def test_torchrun_redirects_without_tee_are_a_redirect(tmp_path):
     assert r is not None and not r.paths_name_ranks
 
 
+def test_the_training_scripts_own_flags_are_not_the_launchers(tmp_path):
+    """``--log-dir`` / ``--redirects`` after the script (or after torchrun's ``-m``
+    module) are the script's: no launcher redirect."""
+    script_args = ["--log-dir", "ld", "--redirects", "3"]
+    assert redirect_of(["torchrun", "--nproc-per-node", "2", "train.py", *script_args],
+                       tmp_path) is None
+    assert redirect_of([PY, "-m", "torch.distributed.run", "-m", "pkg.train", *script_args],
+                       tmp_path) is None
+    assert redirect_of(["deepspeed", "train.py", "--enable_each_rank_log", "logs"],
+                       tmp_path) is None
+    # the launcher's own, with the script's after it
+    r = redirect_of(["torchrun", "--log-dir", "ld", "-r", "3", "-m", "pkg.train", "--tee",
+                     "3"], tmp_path)
+    assert r is not None and r.directory == tmp_path / "ld"
+
+
 def test_only_the_files_the_job_wrote_are_read(tmp_path):
     r = redirect_of(["deepspeed", "--enable_each_rank_log", "logs", "t.py"], tmp_path)
     assert r is not None

@@ -233,18 +233,17 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
 def _triage_input(result: RunResult, job: Job) -> tuple[Path, list[RankExit]]:
     """The log and rank exits the job's triage reads: its last attempt's after restarts
     (an earlier attempt's failure is in its own section, not the job's cause)."""
-    sections = getattr(result, "attempt_ends", None)
-    attempts = getattr(result, "attempts", None)
-    if sections and attempts is not None and sections[-1].log:
-        return Path(sections[-1].log), attempts.attempts[-1].exits
+    sections = result.attempt_ends
+    if sections and sections[-1].log:
+        return Path(sections[-1].log), result.attempts.attempts[-1].exits
     assert result.tracker is not None  # the loop leaves it behind whenever the job ran
     return job.copy.combined_path, result.tracker.exits
 
 
 def _spawn_culprit(findings: list[Finding], result: RunResult, log_path: Path) -> None:
     """mp.spawn names the failed child by its process index: the rank run read."""
-    spawn = getattr(result, "spawn", None)
-    if spawn is None or not spawn.children:
+    spawn = result.spawn
+    if not spawn.children:
         return
     from ddpdoctor.run.spawn_ranks import name_spawn_culprit
 
@@ -258,8 +257,8 @@ def _spawn_culprit(findings: list[Finding], result: RunResult, log_path: Path) -
 
 def _restarts(result: RunResult, job: Job, rc: int | None) -> None:
     """One section per attempt of a job that restarted (run/attempt_report.py)."""
-    attempts = getattr(result, "attempts", None)
-    if attempts is None or not attempts.restarted:
+    attempts = result.attempts
+    if not attempts.restarted:
         return
     from ddpdoctor.run import attempt_report as ar
 

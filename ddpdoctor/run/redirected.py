@@ -32,7 +32,7 @@ class Redirect:
 
 
 def _flag(cmd: list[str], *names: str) -> str | None:
-    """The value of the last of ``names`` (``--x V`` or ``--x=V``) before the script."""
+    """The value of the last of ``names`` (``--x V`` or ``--x=V``) in ``cmd``."""
     value = None
     for i, arg in enumerate(cmd):
         for n in names:
@@ -43,32 +43,44 @@ def _flag(cmd: list[str], *names: str) -> str | None:
     return value
 
 
-def _launcher(cmd: list[str]) -> str:
-    """"deepspeed", "torchrun" or "" from the launch command (a path, or ``-m`` module)."""
+def _launcher(cmd: list[str]) -> tuple[str, list[str]]:
+    """("deepspeed" | "torchrun" | "", the launcher's own arguments): a path or ``-m``
+    module in the first words, then its arguments up to the training script (a ``.py``
+    path, or the module after the launcher's own ``-m``/``--module``): the script's own
+    ``--log-dir`` is not the launcher's."""
     for i, arg in enumerate(cmd[:4]):
         name = cmd[i + 1] if arg == "-m" and i + 1 < len(cmd) else Path(arg).name
-        if name in _DEEPSPEED:
-            return "deepspeed"
-        if name in _TORCHRUN:
-            return "torchrun"
-    return ""
+        kind = "deepspeed" if name in _DEEPSPEED else "torchrun" if name in _TORCHRUN else ""
+        if kind:
+            start = i + 2 if arg == "-m" else i + 1
+            return kind, _before_script(cmd[start:])
+    return "", []
+
+
+def _before_script(args: list[str]) -> list[str]:
+    for i, arg in enumerate(args):
+        if arg in ("-m", "--module", "--no-python", "--no_python") and i + 1 < len(args):
+            return args[:i + 1]
+        if not arg.startswith("-") and arg.endswith(".py"):
+            return args[:i]
+    return args
 
 
 def redirect_of(cmd: list[str], cwd: Path) -> Redirect | None:
     """Where ``cmd``'s launcher sends its ranks' output, if it does."""
-    launcher = _launcher(cmd)
+    launcher, own = _launcher(cmd)
     if launcher == "deepspeed":
-        d = _flag(cmd, "--enable_each_rank_log")
+        d = _flag(own, "--enable_each_rank_log")
         if d and d != "None":
             return Redirect(launcher, cwd / d, "*_rank*.log", paths_name_ranks=True)
     if launcher == "torchrun":
-        d = _flag(cmd, "--log-dir", "--log_dir")
-        redirects = _flag(cmd, "--redirects", "-r")
-        tee = _flag(cmd, "--tee", "-t")
+        d = _flag(own, "--log-dir", "--log_dir")
+        redirects = _flag(own, "--redirects", "-r")
+        tee = _flag(own, "--tee", "-t")
         # with --tee the console has every line already: reading the files would count
         # each line twice
         if d and redirects not in (None, "0") and tee in (None, "0"):
-            one_node = _flag(cmd, "--nnodes") in (None, "1", "1:1")
+            one_node = _flag(own, "--nnodes") in (None, "1", "1:1")
             return Redirect(launcher, cwd / d, "**/attempt_*/*/std*.log",
                             paths_name_ranks=one_node)
     return None

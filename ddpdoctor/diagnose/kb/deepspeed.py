@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import re
 
-from ddpdoctor.core.signames import killed_by
 from ddpdoctor.diagnose.events import EventKind as K
-from ddpdoctor.diagnose.kb.signature import Example, Signature
+from ddpdoctor.diagnose.kb.signature import Example, Signature, launcher_exit
 
 _DS = "https://github.com/deepspeedai/DeepSpeed/issues/"
 _REC = "tests/fixtures/deepspeed/"  # recorded from real deepspeed 0.19.8, 2 CPU ranks, gloo
 
 
-def _exit(m: re.Match[str]) -> dict[str, str | int]:
-    code = int(m["exit_code"])
-    out: dict[str, str | int] = {"launcher": "deepspeed"}
-    if code < 0:
-        out["signal"] = killed_by(code) or f"signal {-code}"
+def _exit(m: re.Match[str]) -> dict[str, object]:
+    out = launcher_exit("deepspeed", int(m["exit_code"]))
     if m["local_rank"] == "0":
         # only local rank 0 spawned: the command named is the one that failed. "process"
         # is the field the scanner reads as the rank a launcher's line names (mp.spawn's).

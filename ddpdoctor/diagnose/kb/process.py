@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
-from ddpdoctor.core.signames import killed_by
 from ddpdoctor.diagnose.events import EventKind as K
-from ddpdoctor.diagnose.kb.signature import Example, Signature, ints
+from ddpdoctor.diagnose.kb.signature import Example, Signature, ints, launcher_exit
 
 FIX = "tests/fixtures/logs/"
 _SIZE = r"[\d.]+ ?(?:[KMGT]i?B|bytes|B)"
@@ -22,11 +21,7 @@ def _gpu(m: re.Match[str]) -> dict[str, int]:
 
 
 def _launcher_exit(m: re.Match[str]) -> dict[str, object]:
-    code = int(m["exit_code"])
-    out: dict[str, object] = {"launcher": "composer"}
-    if code < 0:
-        out["signal"] = killed_by(code) or f"signal {-code}"
-    return out
+    return launcher_exit("composer", int(m["exit_code"]))
 
 
 SIGNATURES = (

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ddpdoctor.core.signames import killed_by
 from ddpdoctor.diagnose.events import EventKind
 
 
@@ -78,6 +79,15 @@ class Signature:
 
 def _strip(text: str) -> str:
     return text.strip()
+
+
+def launcher_exit(launcher: str, exit_code: int) -> dict[str, object]:
+    """A launcher's line on a child that ended: which launcher, and the signal a
+    negative code names."""
+    out: dict[str, object] = {"launcher": launcher}
+    if exit_code < 0:
+        out["signal"] = killed_by(exit_code)
+    return out
 
 
 def ints(text: str) -> list[int]:
