@@ -158,3 +158,25 @@ def test_huge_log_streams_in_bounded_memory_and_time(tmp_path):
 RESET_LINES = b"".join(
     b"[rank%d]: RuntimeError: [pair.cc:534] Read error [10.0.0.1]:2345: Connection reset by "
     b"peer\n" % r for r in (0, 1, 2))
+
+
+def test_a_log_with_no_failure_is_not_called_healthy(tmp_path):
+    """A job hung before any timeout writes no error: the last lines are NCCL's init
+    (tests/fixtures/reallogs/G2_broadcast_rank0_only_hang_no_timeout.log, pytorch#88000).
+    diagnose says what it did not find and what to do, not "No issues found!"."""
+    import json
+
+    from click.testing import CliRunner
+
+    from ddpdoctor.cli import main
+
+    log = "tests/fixtures/reallogs/G2_broadcast_rank0_only_hang_no_timeout.log"
+    result = CliRunner().invoke(main, ["diagnose", log])
+    assert result.exit_code == 0, result.output
+    assert "No issues found" not in result.output
+    assert "No failure found in the log. A hang or a slowdown writes none" in result.output
+    assert "ddpdoctor attach" in result.output
+    out = tmp_path / "r.json"
+    CliRunner().invoke(main, ["diagnose", log, "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["findings"] == [] and data["clear"].startswith("No failure found in the log")

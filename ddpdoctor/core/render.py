@@ -198,7 +198,9 @@ def _verdict_line(report: Report) -> Text:
                     "Fix the first error first: later ones are often its fallout.",
                     style="bold red" if errors else "bold yellow")
     notes = sum(f.severity == "info" for f in report.findings)
+    above = f" ({notes} note(s) above, for information)" if notes else ""
+    if report.clear:
+        return Text(f"• {report.clear}{above}", style="bold")
     if notes:  # advice the job printed or a fact worth knowing: not a problem
-        return Text(f"• No issues found ({notes} note(s) above, for information)",
-                    style="bold green")
+        return Text(f"• No issues found{above}", style="bold green")
     return Text("• No issues found!", style="bold green")

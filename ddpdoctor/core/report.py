@@ -58,6 +58,9 @@ class Report:
     doctor_error: str = ""
     # `run` passes the job's own exit code on instead of the findings' verdict.
     exit_override: int | None = None
+    # what a report with no finding may claim, where "No issues found" claims too much: a
+    # log without a failure in it is not a healthy job (a hang leaves no error behind)
+    clear: str = ""
 
     def add(self, finding: Finding, check: str | None = None) -> None:
         """Add a finding; ``check`` names the check line it belongs to unless the finding
@@ -94,7 +97,7 @@ class Report:
         # title): "run --token X" was shown as written.
         copy = Report(redact.text(self.command), world=scrub(self.world), started=self.started,
                       duration_s=self.duration_s, doctor_error=redact.text(self.doctor_error),
-                      exit_override=self.exit_override)
+                      exit_override=self.exit_override, clear=self.clear)
         copy.findings = [f.redacted() for f in self.findings]
         for f in copy.findings:  # keeps naming its check line, whose name is masked below
             f.check = redact.text(f.check)
@@ -132,6 +135,7 @@ class Report:
             "exit_code": self.exit_code,
             "doctor_error": self.doctor_error or None,
             "action": self.next_step().to_dict(),
+            "clear": self.clear or None,
         }
 
     @classmethod
@@ -140,7 +144,8 @@ class Report:
         started = datetime.fromisoformat(data["started"]).timestamp()
         report = cls(data["command"], world=dict(data.get("world", {})), started=started,
                      duration_s=data.get("duration_s"),
-                     doctor_error=data.get("doctor_error") or "")
+                     doctor_error=data.get("doctor_error") or "",
+                     clear=data.get("clear") or "")
         report.findings = [Finding.from_dict(f) for f in data.get("findings", [])]
         for name, probe in data.get("probes", {}).items():
             report.checks.append(Check(name, probe.get("summary", ""),

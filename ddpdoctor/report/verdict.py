@@ -69,4 +69,4 @@ def _verdict(report: Report) -> Verdict:
         return Verdict("error" if errors else "warning",
                        f"{errors} error(s), {warnings} warning(s): {lead}", culprit, line,
                        errors, warnings)
-    return Verdict("ok", "No issues found", "", "", 0, 0)
+    return Verdict("ok", report.clear or "No issues found", "", "", 0, 0)
