@@ -11,7 +11,7 @@ from attach_helpers import TORCH, f, rank, thread
 
 from ddpdoctor.attach import classify as c
 from ddpdoctor.attach.analyze import analyze
-from ddpdoctor.run.verdict import judge
+from ddpdoctor.hang.verdict import judge
 
 DS = "/venv/lib/python3.11/site-packages/deepspeed"
 SCRIPT = "/w/tests/fixtures/deepspeed/ds_train.py"

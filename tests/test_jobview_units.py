@@ -258,7 +258,7 @@ def test_the_verdict_says_what_the_node_saw_its_culprit_do():
 
 def test_a_rank_in_a_debugger_on_another_node_is_not_a_hang():
     """A person stepping through rank 3 under gdb/pdb on node b (tracing stop): its node
-    says so, and the leader must not stop the job (run/verdict.py's rule, job-wide)."""
+    says so, and the leader must not stop the job (hang/verdict.py's rule, job-wide)."""
     a, b = _replies()
     stopped = RankState(3, 21, "stopped", "", None, "stopped", "MainThread", ())
     b = StackReply(1, "node-b", (state_to_dict(_waiting(2, 20)), state_to_dict(stopped)))

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.core.findings import Finding
+from ddpdoctor.hang.verdict import SpellMemory, judge, looking_again
 from ddpdoctor.run.memory import MemoryHistory
 from ddpdoctor.run.process import KeptFile
 from ddpdoctor.run.progress import ProcSample, ProgressTracker, TreeSample
 from ddpdoctor.run.secrets import scrub, secret_values
-from ddpdoctor.run.verdict import SpellMemory, judge, looking_again
 
 
 @dataclass

@@ -13,6 +13,7 @@ import pytest
 
 from ddpdoctor.attach.stacks import Frame, RankStack, ThreadStack
 from ddpdoctor.core.findings import Finding
+from ddpdoctor.hang.verdict import judge
 from ddpdoctor.run.busy import recheck_of
 from ddpdoctor.run.spinning import (
     SpinVerdict,
@@ -21,7 +22,6 @@ from ddpdoctor.run.spinning import (
     sample_of,
     spin_verdict,
 )
-from ddpdoctor.run.verdict import judge
 
 JOB = "/home/u/job/train.py"
 MAIN = (Spot(JOB, "main", 111), Spot(JOB, "<module>", 119))
@@ -246,9 +246,9 @@ def _recheck_with(monkeypatch, stacks_of_read) -> object:
     """Rank 0 waits in all_reduce, rank 1 (pid 11) burns 0.9 s of CPU a second with no
     I/O; each py-spy read of rank 1 returns ``stacks_of_read(i)``."""
     from ddpdoctor.attach import stacks as stacks_mod
+    from ddpdoctor.hang.verdict import HangVerdict
     from ddpdoctor.run import looks
     from ddpdoctor.run.progress import ProgressTracker, TreeSample
-    from ddpdoctor.run.verdict import HangVerdict
 
     t0 = looks.time.monotonic()
     monkeypatch.setattr(looks, "rank_usage", lambda pids: {

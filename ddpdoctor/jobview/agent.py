@@ -19,6 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from ddpdoctor.hang.verdict import SpellMemory, looking_again
 from ddpdoctor.jobview import keys
 from ddpdoctor.jobview.leader import Policy, ProgressClock, should_look, threshold
 from ddpdoctor.jobview.snapshot import (
@@ -30,7 +31,6 @@ from ddpdoctor.jobview.snapshot import (
     Verdict,
 )
 from ddpdoctor.jobview.store import JobStore, StoreLost
-from ddpdoctor.run.verdict import SpellMemory, looking_again
 
 INTERVAL_S = 0.5
 FAILURE_POLL_S = 0.1  # one counter read: cheap, and a failure crosses in time

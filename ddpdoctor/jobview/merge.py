@@ -3,7 +3,7 @@
 Each node classifies its own ranks' stacks (attach's classify, where the source files
 are); the classified states cross the store, and the leader runs attach's analysis once
 over all of them, so the odd one out is found even when it is the only rank on its node.
-The safety rule is run/verdict.judge's: confirmed only when the stacks show a hang
+The safety rule is hang/verdict.judge's: confirmed only when the stacks show a hang
 and the culprits did not work (CPU, I/O) while each node watched them.
 """
 
@@ -50,7 +50,7 @@ def state_of(d: dict[str, Any]) -> RankState:
 
 @dataclass
 class JobDiagnosis:
-    """Duck-types attach's HangDiagnosis for run/verdict.judge."""
+    """Duck-types attach's HangDiagnosis for hang/verdict.judge."""
 
     states: list[RankState]
     findings: list[Finding]
@@ -127,7 +127,7 @@ def group_lines(diag: JobDiagnosis) -> tuple[str, ...]:
 def decide(request_id: str, replies: list[StackReply], missing: list[str],
            moved: bool) -> Verdict:
     """One verdict for the job; ``moved``: the job made progress during the look."""
-    from ddpdoctor.run.verdict import judge
+    from ddpdoctor.hang.verdict import judge
 
     diag = merge_replies(replies)
     busy = {r for reply in replies for r in reply.busy}

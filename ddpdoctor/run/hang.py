@@ -1,4 +1,4 @@
-"""A quiet job: read its stacks (attach); run/verdict.py decides if it is hung."""
+"""A quiet job: read its stacks (attach); hang/verdict.py decides if it is hung."""
 
 from __future__ import annotations
 

@@ -199,10 +199,10 @@ def _recheck(job: Job, states: list[RankState], seconds: float,
     SPIN_WINDOW_S: their stacks are read meanwhile; run/busy.py sorts them). CPU alone is
     not work: a rank that burned it on the same lines in every read, with no storage I/O
     and no native work, spins (run/spinning.py), so the leader can name it."""
+    from ddpdoctor.hang.verdict import GONE_KINDS, WAITING_KINDS
     from ddpdoctor.run.busy import recheck_of
     from ddpdoctor.run.looks import rank_usage
     from ddpdoctor.run.stack_reads import SPIN_WINDOW_S, StackReads
-    from ddpdoctor.run.verdict import GONE_KINDS, WAITING_KINDS
 
     pids = {s.rank: s.pid for s in states
             if s.pid and s.kind not in GONE_KINDS and s.kind not in WAITING_KINDS}

@@ -1,6 +1,6 @@
 """Looking at a quiet job: every rank's stack (attach), each rank's CPU, one verdict.
 
-A quiet spell is only a reason to look; run/verdict.py decides whether what was
+A quiet spell is only a reason to look; hang/verdict.py decides whether what was
 seen is a hang, and the recheck here confirms it: the blamed ranks are watched a few
 seconds more (CPU, storage I/O, their stacks read again). A blamed rank that burns CPU
 on the same lines in every read, with no I/O, spins (run/spinning.py): hung. Each
@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ddpdoctor.hang.verdict import GONE_KINDS, WAITING_KINDS, HangVerdict, judge
 from ddpdoctor.run import hang as hang_mod
 from ddpdoctor.run.busy import Recheck, recheck_of
 from ddpdoctor.run.progress import BACKGROUND, ProgressTracker, sample_tree
 from ddpdoctor.run.stack_reads import SPIN_WINDOW_S, StackReads
-from ddpdoctor.run.verdict import GONE_KINDS, WAITING_KINDS, HangVerdict, judge
 
 if TYPE_CHECKING:
     from collections.abc import Callable

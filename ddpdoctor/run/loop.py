@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from ddpdoctor.core import redact
 from ddpdoctor.core.report import Report
+from ddpdoctor.hang.verdict import SpellMemory, looking_again
 from ddpdoctor.run import hang as hang_mod
 from ddpdoctor.run import jobnode
 from ddpdoctor.run.looks import Look, look, say
 from ddpdoctor.run.progress import ProgressTracker, read_heartbeats
 from ddpdoctor.run.secrets import scrub_report
-from ddpdoctor.run.verdict import SpellMemory, looking_again
 
 if TYPE_CHECKING:
     from ddpdoctor.run.env import JobEnv

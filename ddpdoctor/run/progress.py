@@ -197,7 +197,7 @@ class ProgressTracker:
         # each rank's distributed set-up as its process was first seen (oddrank.py)
         self.rank_env: dict[int, dict[str, str]] = {}
         # unit -> last time it used CPU, heartbeat or not: a quiet rank that still works
-        # (an evaluation, a checkpoint save) is not hung (run/verdict.py)
+        # (an evaluation, a checkpoint save) is not hung (hang/verdict.py)
         self.cpu_last: dict[int, float] = {}
         # rank -> the rendezvous endpoint its process was given (run/rendezvous.py)
         self.endpoints: dict[int, RankEndpoint] = {}
