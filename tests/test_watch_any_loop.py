@@ -4,6 +4,7 @@ compared only where they started equal (watch/desync.py)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -97,8 +98,8 @@ def loops(tmp_path_factory):
     jobs = {j.name: j for j in (
         _job(base, "drift", "handrolled", "drift", nproc=3),
         _job(base, "handrolled", "handrolled", run_args=("--profile", "10:5")),
-        _job(base, "fsdp1-nan", "fsdp1-orig", "nan"),
-        _job(base, "fsdp1", "fsdp1"),
+        _job(base, "fsdp1-nan", "fsdp1", "nan"),
+        _job(base, "fsdp1-orig", "fsdp1-orig"),
         _job(base, "stages", "stages"),
         _job(base, "recompile", "compiled", "recompile"),
         _job(base, "slowback", "ddp", "slowback"),
@@ -122,20 +123,25 @@ def test_hand_rolled_data_parallel_drift_names_the_rank(loops):
 
 @pytest.mark.slow
 @pytest.mark.timeout(260)
-@pytest.mark.parametrize("name", ["handrolled", "fsdp1"])
+@pytest.mark.parametrize("name", ["handrolled", "fsdp1-orig"])
 def test_healthy_loops_are_watched_and_clean(loops, name):
     job = loops[name]
     assert job.returncode == 0, job.output
     assert findings(job.report()) == [], job.output
-    wrapper = "fsdp1" if name == "fsdp1" else "module"
+    wrapper = "fsdp1" if name.startswith("fsdp1") else "module"
     assert f"({wrapper}, attached at the first step of its optimizer" in _watch_line(job)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(260)
 def test_fsdp1_nan_names_the_rank_and_its_shards_are_no_desync(loops):
+    """FSDP1's FlatParameters (no use_orig_params): the watch reads each backward's
+    first gradient on the flat parameter, before the reduce-scatter (first_grad.py)."""
     job = loops["fsdp1-nan"]
-    assert findings(job.report()) == [("GRAD_NONFINITE", [1])], job.output
+    report = job.report()
+    assert findings(report) == [("GRAD_NONFINITE", [1])], job.output
+    [f] = report["findings"]
+    assert "first gradient of the backward" in json.dumps(f), f
 
 
 @pytest.mark.slow

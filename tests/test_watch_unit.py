@@ -757,3 +757,32 @@ def test_accumulation_out_of_step_needs_two_checks_and_names_the_odd_rank():
     assert f.evidence["micro_batches_per_step"] == {"0": 2, "1": 2, "2": 3}
     assert check.look(W, 30, [0, 1, 2], [2, 2, 3]) == []  # said once
     assert "compared only after synchronised steps" in W.sink.record["message"]
+
+
+def test_the_first_gradient_hook_is_used_where_it_sees_the_ranks_own_gradient():
+    """DDP and plain modules, and FSDP1's flat parameters (their tensor hook runs before
+    FSDP's post-backward reduce-scatter); not FSDP1 with use_orig_params, FSDP2 or
+    DTensor parameters."""
+    import torch
+
+    from ddpdoctor.watch.first_grad import FLAT_TAIL, FirstGradient, usable
+
+    plain = [torch.nn.Parameter(torch.ones(3))]
+    flat = torch.nn.Parameter(torch.ones(3))
+    flat._is_flat_param = True  # what torch sets on every FSDP1 FlatParameter
+    assert usable("ddp", plain) and usable("module", plain)
+    assert usable("fsdp1", [flat]) and not usable("fsdp1", plain)  # use_orig_params=True
+    assert not usable("fsdp2", plain) and not usable("ddp", [])
+
+    class Local(torch.nn.Parameter):
+        def to_local(self):
+            return self
+
+    assert not usable("module", [Local(torch.ones(2))])
+    # a flat parameter's gradient is passed on as its last FLAT_TAIL elements
+    seen = []
+    big = torch.nn.Parameter(torch.zeros(FLAT_TAIL + 5))
+    big._is_flat_param = True
+    FirstGradient([("_flat_param", big)], seen.append, lambda fn: fn)
+    (big * 2).sum().backward()
+    assert len(seen) == 1 and seen[0].numel() == FLAT_TAIL and float(seen[0][0]) == 2.0

@@ -15,7 +15,16 @@ this rank's own backward compute. Under DDP the all-reduce overlaps the backward
 every rank's step ends together, so a rank slow in its backward hides there; its own
 backward time does not.
 
-Not for FSDP (a sharded parameter gets its gradient after the reduce-scatter) nor for
+FSDP1 without ``use_orig_params`` too: its model's parameters are FlatParameters, each
+the concatenation of one wrapped unit's parameters. In the backward the flat parameter's
+tensor hook sees this rank's whole unsharded gradient before FSDP's post-backward hook (on
+its AccumulateGrad) reduce-scatters it. What the hook passes on is the gradient's last
+``FLAT_TAIL`` elements (the unit's last parameters, nearest the loss): a NaN loss poisons
+every element, and summing a 70B unit's whole gradient every step would cost more than the
+module hooks it replaces.
+
+Not for FSDP2 or FSDP1 with ``use_orig_params`` (a sharded parameter gets its gradient
+after the reduce-scatter; the original parameters are not in the autograd graph) nor for
 DTensor parameters (tensor parallel): there the watcher keeps its module hooks.
 """
 
@@ -33,10 +42,19 @@ if TYPE_CHECKING:
 GradHook = Callable[["torch.Tensor"], None]
 
 
+FLAT_TAIL = 1 << 16  # elements of a FlatParameter's gradient passed on (256 KiB in fp32)
+
+
+def is_flat(p: torch.Tensor) -> bool:
+    """An FSDP1 FlatParameter (torch marks each with ``_is_flat_param``)."""
+    return bool(getattr(p, "_is_flat_param", False))
+
+
 def usable(wrapper: str, params: list[torch.nn.Parameter]) -> bool:
     """Whether a leaf hook sees a rank's own gradient for this model."""
-    return (wrapper in ("ddp", "module") and bool(params)
-            and not any(callable(getattr(p, "to_local", None)) for p in params))
+    if not params or any(callable(getattr(p, "to_local", None)) for p in params):
+        return False
+    return wrapper in ("ddp", "module") or (wrapper == "fsdp1" and all(map(is_flat, params)))
 
 
 def pick(order: list[int], numel: list[int]) -> int:
@@ -45,6 +63,10 @@ def pick(order: list[int], numel: list[int]) -> int:
     final norm next to it is not)."""
     first = list(dict.fromkeys(order))[:3]
     return min(first, key=lambda i: numel[i])
+
+
+def _tail(on_grad: Callable[[torch.Tensor], None], grad: torch.Tensor) -> None:
+    on_grad(grad.reshape(-1)[-FLAT_TAIL:])
 
 
 class FirstGradient:
@@ -57,7 +79,9 @@ class FirstGradient:
                  on_grad: Callable[[torch.Tensor], None],
                  wrap: Callable[[Callable[..., object]], GradHook],
                  on_last: Callable[[], None] | None = None) -> None:
-        self.named, self.on_grad, self.wrap = named, on_grad, wrap
+        self.named, self.wrap = named, wrap
+        self.on_grad = (partial(_tail, on_grad) if any(is_flat(p) for _, p in named)
+                        else on_grad)
         self.on_last = on_last  # called with no argument when the last gradient arrives
         self.last: int | None = None  # index of the parameter whose gradient comes last
         self.last_hook: GradHook | None = None
