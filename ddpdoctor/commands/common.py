@@ -58,6 +58,10 @@ def _target_checker(option: str, stdout_ok: bool) -> PathCallback:
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
         try:
             outputs.check(option, value, stdout_ok=stdout_ok)
+            if option == "--html" and value is not None:
+                from ddpdoctor.report.deps import require_html
+
+                require_html()
         except DoctorError as e:
             reason = str(e).removeprefix(f"{option}: ").removeprefix(f"{option} ")
             raise click.BadParameter(reason, ctx, param) from None

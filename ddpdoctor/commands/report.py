@@ -49,8 +49,11 @@ def command(source: str, html_path: str, json_logs: tuple[str, ...],
 
 
 def _checked(value: str) -> str:
+    from ddpdoctor.report.deps import require_html
+
     try:
         outputs.check("--html", value, stdout_ok=False)
+        require_html()
     except DoctorError as e:
         raise click.BadParameter(str(e).removeprefix("--html ")) from None
     return value
