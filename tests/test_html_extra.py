@@ -47,8 +47,9 @@ def test_with_the_extra_installed_nothing_is_missing():
 
 
 def test_a_plain_install_pulls_no_page_library():
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
     plain = " ".join(project["dependencies"])
