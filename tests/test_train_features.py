@@ -13,8 +13,7 @@ import math
 from pathlib import Path
 
 import pytest
-
-from ddpdoctor.train.testing import Launch, launch
+from train_helpers import Launch, launch
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from ddpdoctor.train.testing import Launch, launch, py_spy_dump
+from train_helpers import Launch, launch, py_spy_dump
 
 from conftest import run_job
 

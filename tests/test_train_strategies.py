@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from ddpdoctor.train.testing import launch
+from train_helpers import launch
 
 from conftest import run_job
 

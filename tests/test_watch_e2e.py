@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from train_helpers import launch
 
-from ddpdoctor.train.testing import launch
 from ddpdoctor.watch.events import read_events
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ outgoing link, and only after the fault was planted.
 from __future__ import annotations
 
 import pytest
+from train_helpers import launch
 
-from ddpdoctor.train.testing import launch
 from ddpdoctor.watch.events import read_events
 
 from conftest import needs_netns
