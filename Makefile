@@ -35,7 +35,7 @@ browser:
 	  echo "headless Chromium is not installed (apt-get install chromium): the browser tests will be skipped"
 
 test: venv browser
-	$(BIN)/ruff check ddpdoctor tests benchmarks setup.py
+	$(BIN)/ruff check ddpdoctor tests benchmarks tools setup.py
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -ra $(PARALLEL) tests
 
@@ -46,7 +46,7 @@ test-quick: venv
 	$(BIN)/python -m pytest -q -ra -m "not slow" -n 3 -p tests.spawn_report tests
 
 lint: venv
-	$(BIN)/ruff check ddpdoctor tests benchmarks setup.py
+	$(BIN)/ruff check ddpdoctor tests benchmarks tools setup.py
 	$(BIN)/mypy
 
 clean:

@@ -3,15 +3,15 @@
 The corpus (tests/fixtures/reallogs) was collected from public issue threads by people other
 than the authors of the knowledge base; each NAME.log has a sidecar NAME.json with the
 thread's URL and the finding the thread's resolution points to. Run
-``python -m ddpdoctor.diagnose.corpus`` for the same table; docs/diagnose.md shows it
-(``python -m ddpdoctor.diagnose.kbdoc --write`` regenerates it).
+``python -m tools.corpus`` for the same table; docs/diagnose.md shows it
+(``python -m tools.kbdoc --write`` regenerates it).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from ddpdoctor.diagnose import corpus
+from tools import corpus
 
 CASES = corpus.load()
 
@@ -40,12 +40,12 @@ def test_score_at_least_78_percent(results):
 
 
 def test_the_diagnose_page_shows_the_current_score(results):
-    from ddpdoctor.diagnose.kbdoc import CORPUS_BEGIN, CORPUS_END, PAGE
+    from tools.kbdoc import CORPUS_BEGIN, CORPUS_END, PAGE
 
     text = PAGE.read_text()
     shown = text[text.index(CORPUS_BEGIN) + len(CORPUS_BEGIN):text.index(CORPUS_END)].strip()
     assert shown == corpus.table(results), ("docs/diagnose.md's corpus table is stale: run "
-                                            "`python -m ddpdoctor.diagnose.kbdoc --write`")
+                                            "`python -m tools.kbdoc --write`")
 
 
 # Failed jobs whose log holds no failure ddpdoctor can see: NCCL INFO lines of a setting

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpdoctor.diagnose import corpus
 from ddpdoctor.run.progress import RankExit
 from ddpdoctor.run.triage import triage_output
+from tools import corpus
 
 REAL = Path(__file__).parent / "fixtures" / "reallogs"
 

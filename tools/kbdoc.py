@@ -1,8 +1,8 @@
 """The tables of docs/diagnose.md, generated: what diagnose knows (from the knowledge base)
 and how it scores on the real-log corpus.
 
-    python -m ddpdoctor.diagnose.kbdoc            print both tables
-    python -m ddpdoctor.diagnose.kbdoc --write [docs/diagnose.md]   replace them between the markers
+    python -m tools.kbdoc            print both tables
+    python -m tools.kbdoc --write [docs/diagnose.md]   replace them between the markers
 
 ``tests/test_logscan_kbdoc.py`` fails when the page's knowledge-base table is stale.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from ddpdoctor.diagnose.kb import SIGNATURES
 
 # The page that holds both tables (README.md links it).
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "diagnose.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "diagnose.md"
 KB_BEGIN, KB_END = "<!-- kb-table:begin -->", "<!-- kb-table:end -->"
 CORPUS_BEGIN, CORPUS_END = "<!-- corpus-table:begin -->", "<!-- corpus-table:end -->"
 
@@ -41,7 +41,7 @@ def kb_table() -> str:
 
 
 def corpus_table() -> str:
-    from ddpdoctor.diagnose import corpus
+    from tools import corpus
 
     return corpus.table([corpus.run(c) for c in corpus.load()])
 

@@ -1,8 +1,8 @@
 """Score diagnose on the corpus of real public logs (``tests/fixtures/reallogs``).
 
-    python -m ddpdoctor.diagnose.corpus [DIR]     prints the score table (markdown)
+    python -m tools.corpus [DIR]     prints the score table (markdown)
 
-docs/diagnose.md shows the table (``python -m ddpdoctor.diagnose.kbdoc --write`` puts it there).
+docs/diagnose.md shows the table (``python -m tools.kbdoc --write`` puts it there).
 
 Each ``NAME.log`` has a sidecar ``NAME.json`` written from the public thread, not from this
 tool: {"source": URL, "expect": {"id": ID, "ranks": [...] or null}, "failed": true,
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ddpdoctor.core.findings import Finding
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "reallogs"
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "reallogs"
 LOCKED_DIR = DEFAULT_DIR / "locked"
 HEALTHY = "NONE"  # the label of a healthy run
 
