@@ -69,7 +69,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("report.train_report", "run.watch_events"): _WATCH_FILE,
     ("integrations.common", "watch.api"): _SINK,
     ("integrations.common", "watch.stream"): _SINK,
-    ("integrations.prometheus", "watch.stream"): _SINK,
     ("jobview.merge", "attach.analyze"): _JOB_HANG,
     ("jobview.merge", "attach.classify"): _JOB_HANG,
     ("jobview.merge", "attach.evidence"): _JOB_HANG,
@@ -102,15 +101,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("run.triage", "diagnose.events"): _TRIAGE,
     ("run.watch_events", "watch.events"): _WATCH_FILE,
     ("train.loop", "plan.measure"): _MEMORY,
-    ("watch.api", "integrations.prometheus"): "watch(metrics_port=N) serves Prometheus",
     ("watch.flight_recorder", "attach.flight_recorder"): _FR,
     ("watch.oom_plan", "plan"): _MEMORY,
 }
 # Package-level cycles among the modes and the command line that the allowed edges above
 # make today (core is left out: it imports no mode but through the root's lazy exports).
 ALLOWED_PACKAGE_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"watch", "integrations"}): "watch(metrics_port=N) serves Prometheus, and the "
-                                          "framework callbacks are watch() sinks",
     frozenset({"train", "plan"}): "plan sizes the trainer's models, the trainer reports "
                                   "memory with plan's model",
 }

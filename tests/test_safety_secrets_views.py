@@ -144,7 +144,7 @@ def test_watch_sinks_get_the_scrubbed_finding(tmp_path, monkeypatch, caplog):
 
 def test_prometheus_job_label_is_scrubbed(monkeypatch):
     from ddpdoctor.core.contract import METRICS_JOB
-    from ddpdoctor.integrations.prometheus import _job
+    from ddpdoctor.watch.prometheus import _job
 
     monkeypatch.setenv(METRICS_JOB, f"train {SECRETS[9][0]}")
     assert _leaks(_job()) == []

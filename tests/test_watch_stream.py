@@ -95,7 +95,7 @@ def test_prometheus_exposition_names_and_labels():
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from ddpdoctor.integrations.prometheus import PrometheusSink
+    from ddpdoctor.watch.prometheus import PrometheusSink
 
     reg = CollectorRegistry()
     sink = PrometheusSink(reg, host="h1", job="j")
@@ -122,7 +122,7 @@ def test_watch_serves_metrics_on_loopback(tmp_path):
     from torch import nn
 
     import ddpdoctor
-    from ddpdoctor.integrations import prometheus
+    from ddpdoctor.watch import prometheus
 
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -167,7 +167,7 @@ def test_grafana_dashboard_queries_only_exported_metrics():
     import re
     from pathlib import Path
 
-    from ddpdoctor.integrations.prometheus import GAUGES
+    from ddpdoctor.watch.prometheus import GAUGES
 
     exported = {name for name, _, _ in GAUGES.values()} | {
         "ddpdoctor_step", "ddpdoctor_steps_total", "ddpdoctor_findings_total"}

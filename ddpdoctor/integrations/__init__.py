@@ -1,1 +1,1 @@
-"""Framework callbacks and metric exporters for ddpdoctor.watch (each imported on use)."""
+"""Framework callbacks for ddpdoctor.watch (Lightning, HF Trainer, accelerate; each imported on use)."""

@@ -165,7 +165,7 @@ class Watcher(StepHooks):
     def _start_extras(self) -> None:
         cfg = self.cfg
         if cfg.metrics_port is not None:
-            from ddpdoctor.integrations.prometheus import serve_for
+            from ddpdoctor.watch.prometheus import serve_for
 
             serve_for(self)
         if cfg.fr_dir:
