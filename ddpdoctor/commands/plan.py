@@ -20,9 +20,8 @@ from ddpdoctor.core.errors import DoctorError
 from ddpdoctor.core.report import EXIT_USAGE, Check, Report
 from ddpdoctor.plan.fit import best, plan
 from ddpdoctor.plan.memory import OPTIMIZERS, PRECISIONS, STRATEGY_ORDER, Setup
-from ddpdoctor.plan.model import ModelShape, from_module, from_params, from_preset
+from ddpdoctor.plan.model import SIZES, ModelShape, from_module, from_params, from_preset
 from ddpdoctor.plan.units import fmt_bytes, fmt_count, parse_count, parse_size
-from ddpdoctor.train.config import SIZES
 
 _HELP = """Will it fit, and with which strategy? Predicts, per strategy and per rank, the
 weights, gradients, optimizer state, activations, communication buffers and an allocator

@@ -1,1 +1,2 @@
-"""Framework callbacks for ddpdoctor.watch (Lightning, HF Trainer, accelerate; each imported on use)."""
+"""Framework callbacks for ddpdoctor.watch: Lightning, HF Trainer, accelerate (each
+imported on use)."""

@@ -12,9 +12,8 @@ from ddpdoctor.plan.memory import (
     check,
     estimate,
 )
-from ddpdoctor.plan.model import ModelShape, from_params
+from ddpdoctor.plan.model import SIZES, ModelShape, from_params
 from ddpdoctor.plan.units import fmt_bytes
-from ddpdoctor.train.config import SIZES
 
 # What `ddpdoctor train --precision` runs for each precision of the plan.
 _TRAIN_PRECISION = {"mixed": "bf16", "amp": "bf16", "bf16": "bf16", "fp32": "fp32"}

@@ -15,7 +15,14 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ddpdoctor.train.config import SIZES
+# The reference trainer's presets for --size (train/config.py reads them from here: plan
+# sizes the trainer's models without importing the trainer). "tiny" trains in seconds on
+# 2 CPU ranks.
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(layers=2, dim=64, heads=4, seq=32, vocab=128),
+    "small": dict(layers=4, dim=256, heads=8, seq=128, vocab=1024),
+    "medium": dict(layers=12, dim=768, heads=12, seq=512, vocab=8192),
+}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
+# the presets for --size live with plan's model of the reference GPT, which sizes them
+from ddpdoctor.plan.model import SIZES
+
 STRATEGIES: dict[str, str] = {
     "ddp": "DistributedDataParallel: every rank holds the whole model, gradients all-reduced.",
     "fsdp": "FSDP2 fully_shard per transformer block (params, grads, optimizer state sharded).",
@@ -29,12 +32,6 @@ FSDP_STRATEGIES = ("fsdp", "zero2", "zero3", "hsdp", "tp-dp")
 DDP_STRATEGIES = ("ddp", "zero1")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd", "topk")
 
-# Model presets for --size. "tiny" trains in seconds on 2 CPU ranks.
-SIZES: dict[str, dict[str, int]] = {
-    "tiny": dict(layers=2, dim=64, heads=4, seq=32, vocab=128),
-    "small": dict(layers=4, dim=256, heads=8, seq=128, vocab=1024),
-    "medium": dict(layers=12, dim=768, heads=12, seq=512, vocab=8192),
-}
 
 
 @dataclass
