@@ -72,21 +72,31 @@ def _stepped(text: str) -> bool:
 
 
 def _scrape_when_ready(scrape_dir: Path, port: int, texts: dict, deadline: float) -> None:
-    """The job's ranks wait at step 20 (10 s at most) until the file 'scraped' appears:
-    scrape each rank's endpoint until it shows that step, within 8 s of both being ready."""
-    while time.time() < deadline:
-        if all((scrape_dir / f"ready-rank{r}").exists() for r in (0, 1)):
-            until = time.time() + 8
-            for r in (0, 1):
-                url = f"http://127.0.0.1:{port + r}/metrics"
-                while True:
-                    texts[r] = urllib.request.urlopen(url, timeout=10).read().decode()
-                    if _stepped(texts[r]) or time.time() > until:
-                        break
-                    time.sleep(0.2)
-            break
-        time.sleep(0.1)
-    (scrape_dir / "scraped").touch()
+    """The job's ranks wait at step 20 (60 s at most) until the file 'scraped' appears:
+    scrape each rank's endpoint until it shows that step, within 30 s of both being ready
+    (a refused connection is retried: the test then says what it got, never a thread
+    that died)."""
+    try:
+        while time.time() < deadline:
+            if all((scrape_dir / f"ready-rank{r}").exists() for r in (0, 1)):
+                until = time.time() + 30
+                for r in (0, 1):
+                    _scrape(f"http://127.0.0.1:{port + r}/metrics", r, texts, until)
+                break
+            time.sleep(0.1)
+    finally:
+        (scrape_dir / "scraped").touch()
+
+
+def _scrape(url: str, rank: int, texts: dict, until: float) -> None:
+    while True:
+        try:
+            texts[rank] = urllib.request.urlopen(url, timeout=10).read().decode()
+        except OSError:  # URLError: not serving yet, or no longer
+            pass
+        if _stepped(texts.get(rank, "")) or time.time() > until:
+            return
+        time.sleep(0.2)
 
 
 class Runs:
