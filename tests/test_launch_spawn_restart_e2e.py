@@ -9,8 +9,9 @@ Real 2-rank gloo jobs (tests/fixtures/launches/):
   ``ddpdoctor attach`` on the parent: no RANK anywhere, no watch; the rank is read from
   each child's stack locals;
 - ``restart_job.py`` under ``torchrun --max-restarts 1``: rank 1 fails on the first
-  attempt only (the restart helps), or on every attempt (it does not). One section per
-  attempt.
+  attempt only (the restart helps), or on every attempt (it does not), or fails on the
+  first and hangs on the second (the hang of a later attempt is found and named). One
+  section per attempt.
 
 The run jobs go side by side (~40 s on 2 busy cores).
 """
@@ -54,6 +55,8 @@ def runs(tmp_path_factory):
                        args=["--hang-timeout", "6"]),
         "once": RunJob("once", base / "once", _restart("once")),
         "always": RunJob("always", base / "always", _restart("always")),
+        "hang-later": RunJob("hang-later", base / "hang-later", _restart("hang-later"),
+                             args=["--hang-timeout", "6"]),
     }
     run_all(list(jobs.values()), deadline_s=240)
     return jobs
@@ -142,3 +145,24 @@ def test_attach_numbers_multiprocessing_ranks_by_their_locals(tmp_path):
     ranks = _ranks_probe(report)
     assert ranks[1]["pid"] < ranks[0]["pid"]
     assert ranks[1]["rank_source"] == "locals" and "rank=1" in ranks[1]["rank_from"]
+
+
+def test_run_names_a_hang_in_a_later_attempt(runs):
+    """Attempt 0: rank 1 raises; torchrun restarts the group; attempt 1: rank 1 never
+    reaches the all_reduce rank 0 waits in. run follows the new ranks, names the hang and
+    its rank, and stops the job; attempt 0 keeps its own ending."""
+    job = runs["hang-later"]
+    assert job.returncode == 1, job.output
+    report = job.report()
+    assert findings(report)[0] == ("HANG_RANK_MISSING_COLLECTIVE", [1]), job.output
+    probes = report["probes"]
+    first = probes["attempt 0"]["data"]
+    assert (first["rank"], first["exit_code"], first["finding"]) == (1, 1, "RANK_CRASHED")
+    second = probes["attempt 1"]
+    # run's own SIGTERM to the hung ranks is not the attempt's failure
+    assert second["summary"].startswith("attempt 1: stopped by ddpdoctor run (a confirmed "
+                                        "hang): HANG_RANK_MISSING_COLLECTIVE on rank 1"), second
+    assert (second["data"]["rank"], second["data"]["finding"]) == (
+        1, "HANG_RANK_MISSING_COLLECTIVE")
+    assert "SignalException" not in json.dumps(probes["restarts"])
+    assert "stopped" in probes["hang"]["summary"], probes["hang"]

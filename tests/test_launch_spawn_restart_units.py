@@ -23,7 +23,7 @@ from ddpdoctor.core.rankclaim import (
     claim_from_locals,
     is_mp_child,
 )
-from ddpdoctor.run.attempt_report import AttemptEnd, ending, slice_lines, verdict
+from ddpdoctor.run.attempt_report import AttemptEnd, ending, slice_lines, stopped, verdict
 from ddpdoctor.run.attempts import Attempt, Attempts, RankProc, agent_exits
 from ddpdoctor.run.progress import RankExit
 from ddpdoctor.run.spawn_ranks import name_spawn_culprit
@@ -212,3 +212,20 @@ def test_whether_restarting_helped():
     assert status == "error" and "every attempt failed the same way" in line
     line, status = verdict([fail, AttemptEnd(1, False, 0, 1, "OOM")])
     assert status == "error" and "ended differently" in line
+
+
+def test_an_attempt_run_stopped_is_ended_by_its_hang_not_by_run_s_signal():
+    """The last attempt hung and run stopped it: its ranks died of run's SIGTERM (the
+    agent's 'SignalException: got signal 15' in the log), which is not what ended it."""
+    att = _attempt(1, 0, {0: 20, 1: 21})
+    hang = Finding("HANG_RANK_MISSING_COLLECTIVE", "rank 0 waits in all_reduce; rank 1 is "
+                   "at restart_job.py:31", ranks=[1])
+    end = stopped(att, "a confirmed hang", [hang], "a1.log")
+    assert not end.succeeded and (end.rank, end.finding) == (1, "HANG_RANK_MISSING_COLLECTIVE")
+    assert end.summary() == ("attempt 1: stopped by ddpdoctor run (a confirmed hang): "
+                             "HANG_RANK_MISSING_COLLECTIVE on rank 1")
+    line, status = verdict([AttemptEnd(0, False, 1, 1, "RANK_CRASHED"), end])
+    assert status == "error" and "ended differently" in line and "stopped by" in line
+    # stopped with nothing found (a SIGTERM run received): said as such, no rank
+    bare = stopped(att, "SIGTERM received", [], "")
+    assert bare.summary() == "attempt 1: stopped by ddpdoctor run (SIGTERM received)"

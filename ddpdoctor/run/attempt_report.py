@@ -35,6 +35,9 @@ class AttemptEnd:
     finding: str = ""  # the lead finding's id
     title: str = ""
     log: str = ""
+    # run itself ended the attempt ("a confirmed hang", "SIGTERM received"): its ranks'
+    # exits are run's doing, not the attempt's failure
+    stopped_by: str = ""
 
     @property
     def how(self) -> str:
@@ -52,6 +55,9 @@ class AttemptEnd:
             return f"attempt {self.number}: succeeded"
         who = f"rank {self.rank}" if self.rank is not None else "no rank named"
         what = f": {self.finding}" if self.finding else ""
+        if self.stopped_by:
+            on = f" on {who}" if self.rank is not None else ""
+            return f"attempt {self.number}: stopped by ddpdoctor run ({self.stopped_by}){what}{on}"
         return f"attempt {self.number}: ended by {who} ({self.how}){what}"
 
 
@@ -80,6 +86,15 @@ def ending(att: Attempt, lines: list[str], findings: list[Finding], last: bool,
         code = job_rc
     return AttemptEnd(att.number, False, rank, code, lead.id if lead else "",
                       lead.title if lead else "", log)
+
+
+def stopped(att: Attempt, why: str, findings: list[Finding], log: str) -> AttemptEnd:
+    """The attempt run itself ended (pure): its lead finding is why (a confirmed hang's),
+    not the signal run sent its ranks."""
+    lead = findings[0] if findings else None
+    rank = lead.ranks[0] if lead is not None and len(lead.ranks) == 1 else None
+    return AttemptEnd(att.number, False, rank, None, lead.id if lead else "",
+                      lead.title if lead else "", log, stopped_by=why)
 
 
 def verdict(ends: list[AttemptEnd]) -> tuple[str, CheckStatus]:

@@ -271,8 +271,14 @@ def _restarts(result: RunResult, job: Job, rc: int | None) -> None:
     parts = ar.slice_lines(lines, atts)
     logs = ar.write_logs(result.run_dir, parts, atts)
     found, ends = [], []
+    stop = _stopped_by_run(result)
     for i, (att, part, log) in enumerate(zip(atts, parts, logs, strict=True)):
         last = i == len(atts) - 1
+        if last and stop is not None:  # run ended it: the ranks' exits are run's doing
+            why, fs = stop
+            found.append(fs)
+            ends.append(ar.stopped(att, why, fs, log))
+            continue
         fs = (triage_mod.triage_output(Path(log), att.exits, rc or 1)[0]
               if log and not (last and rc == 0) else [])
         found.append(fs)
@@ -280,6 +286,18 @@ def _restarts(result: RunResult, job: Job, rc: int | None) -> None:
     result.attempt_ends = ends
     for check in ar.attempt_checks(ends, atts, found, GROUP):
         result.report.checks.append(check)
+
+
+def _stopped_by_run(result: RunResult) -> tuple[str, list[Finding]] | None:
+    """Why run itself ended the job's last attempt, and the findings that say why."""
+    hang = result.hang
+    if hang is not None and hang.stopped:
+        return "a confirmed hang", list(getattr(hang.diagnosis, "findings", None) or [])
+    if result.teardown:
+        return result.teardown, []
+    if result.interrupted:
+        return "interrupted: Ctrl-C forwarded", []
+    return None
 
 
 def _write_copy(report: Report, run_dir: str) -> None:
