@@ -55,11 +55,11 @@ class Recheck:
     idle: Mapping[int, str] = field(default_factory=dict)
     unmeasured: tuple[int, ...] = ()
 
-    def lines(self, ranks: set[int] | None = None) -> tuple[str, ...]:
-        """One line per rank (of ``ranks``, default all), in rank order."""
+    def lines(self) -> tuple[str, ...]:
+        """One line per watched rank, in rank order."""
         every = {**self.working, **self.spinning, **self.idle,
                  **{r: f"rank {r} could not be measured" for r in self.unmeasured}}
-        return tuple(line for r, line in sorted(every.items()) if ranks is None or r in ranks)
+        return tuple(line for _, line in sorted(every.items()))
 
 
 def recheck_of(watched: list[int], before: Mapping[int, Usage], after: Mapping[int, Usage],
