@@ -418,3 +418,40 @@ def test_triage_names_the_one_rank_that_lost_no_peer_when_all_went_in_one_poll(t
     both.write_text("".join(lines) + "".join(x.replace("[rank0]", "[rank1]") for x in lines
                                              if "Connection closed by peer" in x))
     assert triage_output(both, together, 247)[0][0].ranks == []
+
+
+def test_triage_names_the_rank_that_died_first_by_its_stamped_death(tmp_path):
+    """The CI failure of stop 36: DeepSpeed's launcher ended rank 0 within its 1 s poll
+    after rank 1's SIGKILL, one sample saw both gone, and rank 0 printed no lost peer, so
+    the OOM finding named no rank. The times each process died (run/exit_watch.py) order
+    them wherever the sampler could not."""
+    from ddpdoctor.run.progress import RankExit
+
+    lines = (FIXTURE_DS / "sigkill_second_rank_run_output.log").read_text().splitlines(True)
+    silent = tmp_path / "silent.log"
+    silent.write_text("".join(x for x in lines if not x.startswith("[rank0]")))
+    stamped = [RankExit(0, 4241, 5.0, died=4.7), RankExit(1, 4242, 5.0, died=4.3)]
+    findings, info = triage_output(silent, stamped, 247)
+    assert (findings[0].id, findings[0].ranks) == ("OOM", [1])
+    assert findings[0].evidence["rank_from"] == \
+        "exit times: rank 1 (pid 4242) died 0.40 s before any other rank"
+    assert info["first_exit"]["rank"] == 1
+    # a tie, or one death not stamped, claims nothing
+    for died in ((4.3, 4.3), (None, 4.3)):
+        exits = [RankExit(0, 4241, 5.0, died=died[0]), RankExit(1, 4242, 5.0, died=died[1])]
+        assert triage_output(silent, exits, 247)[0][0].ranks == []
+
+
+def test_the_tracker_takes_a_death_stamped_after_the_poll_that_saw_the_rank_gone():
+    tr = ProgressTracker(0.0)
+    tr.update(0.0, 0, sample(0.0, (11, 0, 0), (12, 1, 0)))
+    gone = sample(1.0, (10, None, 0))
+    gone.died = {12: 0.4}
+    tr.update(1.0, 0, gone)
+    assert [(e.rank, e.died) for e in tr.exits] == [(0, None), (1, 0.4)]
+    assert first_exit(tr.exits) is None
+    later = sample(2.0, (10, None, 0))
+    later.died = {12: 0.4, 11: 0.9}
+    tr.update(2.0, 0, later)
+    assert [(e.rank, e.died) for e in tr.exits] == [(0, 0.9), (1, 0.4)]
+    assert first_exit(tr.exits).rank == 1

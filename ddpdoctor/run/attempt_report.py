@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ddpdoctor.core.report import Check, CheckStatus
 from ddpdoctor.core.signames import killed_by
 from ddpdoctor.run.attempts import Attempt, agent_exits
+from ddpdoctor.run.triage import first_exit
 
 if TYPE_CHECKING:
     from ddpdoctor.core.findings import Finding
@@ -81,7 +82,7 @@ def ending(att: Attempt, lines: list[str], findings: list[Finding], last: bool,
     if rank is None and lead is not None and len(lead.ranks) == 1:
         rank = lead.ranks[0]
     if rank is None and att.exits:
-        rank = att.exits[0].rank
+        rank = (first_exit(att.exits) or att.exits[0]).rank
     if code is None and last:
         code = job_rc
     return AttemptEnd(att.number, False, rank, code, lead.id if lead else "",

@@ -57,7 +57,8 @@ class Attempts:
         self._exited: set[int] = set()  # ranks whose process went away (no-variable case)
 
     def observe(self, now: float, lines: int, procs: list[RankProc],
-                max_restarts: int | None = None) -> None:
+                max_restarts: int | None = None, died: dict[int, float] | None = None
+                ) -> None:
         live = {p.pid for p in procs}
         for p in procs:
             if p.pid not in self._where:
@@ -68,6 +69,9 @@ class Attempts:
             if rank is not None:
                 att.exits.append(RankExit(rank, pid, now))
                 self._exited.add(rank)
+        for att in self.attempts:  # a death is stamped by another thread: maybe later
+            for e in att.exits:
+                e.died = e.died if e.died is not None else (died or {}).get(e.pid)
         self._live = live
 
     def _add(self, now: float, lines: int, p: RankProc, max_restarts: int | None) -> None:
@@ -146,4 +150,4 @@ def observe_sample(attempts: Attempts, sample: object, now: float, lines: int,
         count, max_restarts = restart_count(p.pid, cache)
         most = max_restarts if max_restarts is not None else most
         procs.append(RankProc(p.pid, p.rank, count))
-    attempts.observe(now, lines, procs, most)
+    attempts.observe(now, lines, procs, most, getattr(sample, "died", None))

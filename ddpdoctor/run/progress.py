@@ -63,6 +63,8 @@ class Identity:
 class TreeSample:
     time: float
     procs: list[ProcSample] = field(default_factory=list)
+    # pid -> monotonic time its process died, stamped as it happened (run/exit_watch.py)
+    died: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,13 @@ class RankExit:
     rank: int
     pid: int
     time: float  # monotonic, when the sampler first saw it gone
+    died: float | None = None  # monotonic, when it died, where run/exit_watch.py saw it
+
+
+def _died(pids: set[int], died: dict[int, float]) -> float | None:
+    """When a rank went away: its last process's death, known only if each was stamped."""
+    times = [died[p] for p in pids if p in died]
+    return max(times) if times and len(times) == len(pids) else None
 
 
 class ProgressTracker:
@@ -234,9 +243,6 @@ class ProgressTracker:
         """Units (ranks, or JOB) that used CPU within the last ``window`` seconds."""
         return {u for u, t in self.cpu_last.items() if now - t <= window}
 
-    def first_exit(self) -> RankExit | None:
-        return self.exits[0] if self.exits else None
-
     def _moved(self, now: float, what: str, rank: int | None) -> None:
         self.last_progress = now
         self.last_what = what
@@ -279,5 +285,8 @@ class ProgressTracker:
         for rank, pids in self._rank_pids.items():
             if rank not in live and rank not in gone_already:
                 self.exits.append(RankExit(rank, min(pids), now))
+        for e in self.exits:  # a death is stamped by another thread: maybe a poll later
+            if e.died is None and e.rank not in live:
+                e.died = _died(self._rank_pids.get(e.rank, set()), sample.died)
         for rank, pids in live.items():
             self._rank_pids.setdefault(rank, set()).update(pids)

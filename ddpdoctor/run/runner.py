@@ -22,13 +22,14 @@ from ddpdoctor.core.report import Report
 from ddpdoctor.run import jobnode
 from ddpdoctor.run.attempts import observe_sample
 from ddpdoctor.run.env import RUN_ID, JobEnv, job_environment, watch_bootstrap_dir
+from ddpdoctor.run.exit_watch import ExitWatch
 from ddpdoctor.run.loop import Loop, Node
 from ddpdoctor.run.memory import MemoryHistory
 from ddpdoctor.run.options import RunOptions as RunOptions  # its old home's name
 from ddpdoctor.run.outcome import build_report
 from ddpdoctor.run.outcome import job_exit_code as job_exit_code  # its old home's name
 from ddpdoctor.run.process import Job, JobStartError
-from ddpdoctor.run.progress import ProgressTracker, sample_tree
+from ddpdoctor.run.progress import ProgressTracker, TreeSample, sample_tree
 from ddpdoctor.run.reaper import Reaper
 from ddpdoctor.run.redirected import redirect_of
 from ddpdoctor.run.result import RunResult as RunResult  # its old home's name
@@ -139,15 +140,19 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: JobEnv, opts
     node = node or Node(None)
     loop = Loop(job, sigs, result, jenv, opts, tracker, node, wall0)
     restart_counts: dict[int, tuple[int | None, int | None]] = {}
+    exit_watch = ExitWatch()
     try:
         while True:
             if job.poll() is not None or sigs.teardown:
+                if job.poll() and not sigs.teardown:
+                    _last_sample(job, loop, exit_watch, result, tracker, restart_counts)
                 break
             now = time.monotonic()
             host = HostProcs.read()  # one walk of the host's processes a poll
             # ranks no launcher numbered (mp.spawn): their real rank, before the sample
             result.spawn.fill(job.pid, host, loop.rank_cache)
             sample = sample_tree(job.pid, now, loop.rank_cache, host)
+            _stamp_deaths(exit_watch, sample)
             observe_sample(result.attempts, sample, now, job.copy.lines, restart_counts)
             tree.scan(host)
             tree.reap(job.pid)
@@ -167,10 +172,31 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: JobEnv, opts
     finally:
         # the one cleanup path, whatever ended the loop (an error in run included)
         node.stopping_at = time.monotonic()
+        exit_watch.close()
         _end_job(job, tree, sigs, result, opts)
     result.interrupted = sigs.interrupts
     result.teardown = sigs.teardown
     result.tracker = tracker
+
+
+def _stamp_deaths(exit_watch: ExitWatch, sample: TreeSample) -> None:
+    """Watch each rank process from its first sample on; hand the sample the deaths seen."""
+    for p in sample.procs:
+        if p.rank is not None and p.top and not p.zombie:
+            exit_watch.watch(p.pid, p.created)
+    sample.died = exit_watch.deaths()
+
+
+def _last_sample(job: Job, loop: Loop, exit_watch: ExitWatch, result: RunResult,
+                 tracker: ProgressTracker, restart_counts: dict) -> None:
+    """The job failed between two polls: its ranks' exits, with the times they died, so
+    triage can name the rank that went first though the sampler saw them all go at once."""
+    exit_watch.settle(3.0)
+    now = time.monotonic()
+    sample = sample_tree(job.pid, now, loop.rank_cache)
+    _stamp_deaths(exit_watch, sample)
+    observe_sample(result.attempts, sample, now, job.copy.lines, restart_counts)
+    tracker.update(now, job.copy.lines, sample)
 
 
 def _end_job(job: Job, tree: JobTree, sigs: RunSignals, result: RunResult,

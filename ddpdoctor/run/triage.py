@@ -37,10 +37,20 @@ def _first_interval(exits: list[RankExit]) -> list[RankExit]:
     return [e for e in exits if abs(e.time - exits[0].time) < 1e-6] if exits else []
 
 
+def _first_died(tied: list[RankExit]) -> RankExit | None:
+    """Among ranks one sample saw gone together, the one whose death was stamped strictly
+    before every other's (run/exit_watch.py); None where a time is missing or tied."""
+    if len(tied) < 2 or any(e.died is None for e in tied):
+        return None
+    order = sorted(tied, key=lambda e: e.died or 0.0)
+    return order[0] if (order[0].died or 0.0) < (order[1].died or 0.0) else None
+
+
 def first_exit(exits: list[RankExit]) -> RankExit | None:
-    """The rank that went away first, if only one went in the first sampling interval."""
+    """The rank that went away first: the only one gone in the first sampling interval,
+    or among those, the one whose process died first."""
     tied = _first_interval(exits)
-    return tied[0] if len(tied) == 1 else None
+    return tied[0] if len(tied) == 1 else _first_died(tied)
 
 
 def _only_non_victim(exits: list[RankExit], events: Sequence[Event]) -> RankExit | None:
@@ -56,6 +66,11 @@ def _only_non_victim(exits: list[RankExit], events: Sequence[Event]) -> RankExit
 
 
 def _how_found(first: RankExit, exits: list[RankExit]) -> str:
+    tied = _first_interval(exits)
+    if len(tied) > 1 and _first_died(tied) is first:
+        gap = min((e.died or 0.0) for e in tied if e is not first) - (first.died or 0.0)
+        return (f"exit times: rank {first.rank} (pid {first.pid}) died {gap:.2f} s before "
+                "any other rank")
     if first_exit(exits) is first:
         return f"process sampling: rank {first.rank} (pid {first.pid}) exited first"
     return (f"process sampling: rank {first.rank} (pid {first.pid}) went with the others, "
