@@ -121,6 +121,35 @@ def nccl_config(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return out
 
 
+# Interfaces a container runtime, VM bridge, overlay network or VPN makes on one host: no
+# path to another node. NCCL takes every interface it finds unless NCCL_SOCKET_IFNAME says.
+_VIRTUAL_IFACE = re.compile(
+    r"^(?:docker\d*|br-[0-9a-f]+|veth\w*|virbr\d*|cni\d*|flannel[.\w]*|cali\w+|vxlan[.\w]*"
+    r"|lxcbr\d*|lxdbr\d*|podman\d*|tun\d*|tap\w*|kube-\w+|weave|tailscale\d*|wg\d*|zt\w+"
+    r"|CloudflareWARP)$")
+
+
+def nccl_ifaces(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A connection NCCL could not make, from a host whose NCCL listed container or
+    virtual interfaces beside a real one: the socket transport tried those."""
+    failed = ix.of(K.NCCL_SYSTEM, K.NCCL_SOCKET)
+    listed = ix.of(K.NCCL_IFACES)
+    if not failed or not listed:
+        return []
+    names = list(dict.fromkeys(n for e in listed for n in e.typed("interfaces", list)))
+    virtual = [n for n in names if _VIRTUAL_IFACE.match(n)]
+    real = [n for n in names if n not in virtual and n != "lo"]
+    if not virtual or not real:
+        return []
+    shown = ", ".join(virtual[:3]) + (f" and {len(virtual) - 3} more" if len(virtual) > 3 else "")
+    title = (f"NCCL could not connect, and its sockets use {len(names)} interfaces, "
+             f"{len(virtual)} of them container or virtual ({shown}) that reach no other node: "
+             f"set NCCL_SOCKET_IFNAME={real[0]} (the interface the nodes share)")
+    return [verdict(ix, "ENV_NCCL_CONFIG", title, failed + listed[:2],
+                    {"interfaces": names, "virtual": virtual, "setting": "NCCL_SOCKET_IFNAME"},
+                    ranks=[])]
+
+
 def ib_errors(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     ib = ix.of(K.IB_COMPLETION)
     if not ib:
@@ -238,6 +267,7 @@ RULES = (
     Rule("gpu_health", gpu_health, _NCCL_FALLOUT | {K.CUDA_ILLEGAL}),
     Rule("nccl_config", nccl_config, _NCCL_FALLOUT | {K.CONN_REFUSED, K.NCCL_SOCKET,
                                                        K.CONNECT_TIMEOUT, K.GLOO_TIMEOUT}),
+    Rule("nccl_ifaces", nccl_ifaces, _NCCL_FALLOUT | {K.NCCL_SOCKET, K.NCCL_IFACES}),
     Rule("ib_errors", ib_errors, _NCCL_FALLOUT | {K.NCCL_WATCHDOG, K.IB_ASYNC}),
     Rule("families", families, frozenset({K.EXCEPTION, K.TRACEBACK, K.CPP_ABORT, K.ERROR_LINE,
                                           K.FLOOR, K.FAMILY_RESOLVE, K.FAMILY_LIMITS,

@@ -265,6 +265,21 @@ SIGNATURES = (
                  {"plugin": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so"})),
         extra=lambda m: {"plugin": "internal" if m["missing"] else m["loaded"] or m["path"]}),
     Signature(
+        # The interfaces NCCL's socket transport (and its bootstrap) use, one line, or
+        # wrapped one entry a line where a log was pasted: nodes reach each other only
+        # through an interface they share (rules_env.nccl_ifaces).
+        "nccl.socket_interfaces", K.NCCL_IFACES, "<0>",
+        r"^(?:.*\b(?:NET/Socket|Bootstrap) ?: Using)?\s*(?P<list>(?:\[\d+\][\w.@-]+:\S+<\d+>"
+        r"\s*)+)$",
+        "ENV_NCCL_CONFIG", "NCCL >= 2.4",
+        (Example("ip-172-31-92-218:4760:4826 [0] NCCL INFO NET/Socket : Using [0]ens5:"
+                 "172.31.92.218<0> [1]vethe2e6725:fe80::4811:8aff:fe89:315f%vethe2e6725<0>",
+                 "https://github.com/pytorch/pytorch/issues/68893",
+                 {"interfaces": ["ens5", "vethe2e6725"]}),
+         Example("[12]veth6163fba:fe80::b878:6cff:fe52:abe2%veth6163fba<0> ",
+                 "https://github.com/NVIDIA/nccl/issues/697", {"interfaces": ["veth6163fba"]})),
+        extra=lambda m: {"interfaces": re.findall(r"\[\d+\]([\w.@-]+):", m["list"])}),
+    Signature(
         "nccl.version", K.VERSION, "NCCL version",
         r"NCCL version (?P<nccl>\d+\.\d+\.\d+)", "KNOWN_UPSTREAM_BUG", "all",
         (Example("NCCL version 2.19.3+cuda12.3", "https://github.com/NVIDIA/nccl/issues/1240",
