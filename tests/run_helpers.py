@@ -54,6 +54,17 @@ def kill_tree(pid: int) -> None:
         pass
 
 
+def free_deepspeed_shm(cmd: list[str]) -> None:
+    """DeepSpeed's CPU all-reduce leaves its shared-memory buffers (66 MiB a rank, named
+    for the job's master port) in /dev/shm when its ranks are killed: 256 of them filled
+    17 GB of this machine's RAM over some sessions, and CI's pytest workers died."""
+    port = next((cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == "--master_port"), None)
+    if port is None:
+        return
+    for leftover in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"):
+        leftover.unlink(missing_ok=True)
+
+
 @dataclass
 class RunJob:
     name: str
@@ -105,6 +116,7 @@ class RunJob:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        free_deepspeed_shm(self.cmd)
 
     @property
     def output(self) -> str:

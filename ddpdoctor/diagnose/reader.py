@@ -65,6 +65,8 @@ class RawLine:
     lineno: int
     text: str
     truncated: bool = False
+    # the line after it (its start): a line a paste or a terminal wrapped ends there
+    cont: str = ""
 
 
 @dataclass
@@ -321,11 +323,15 @@ class Prefilter:
         lineno = base_lineno
         counted_to = 0
         pos = 0
-        for ln in lines:
+        for i, ln in enumerate(lines):
             if ln in hits:
                 lineno += buf.count(b"\n", counted_to, pos)
                 counted_to = pos
-                yield self._line(buf[pos:pos + len(ln)], lineno, stats, max_line, final)
+                line = self._line(buf[pos:pos + len(ln)], lineno, stats, max_line, final)
+                if i + 1 < len(lines):
+                    after = pos + len(ln) + 1
+                    line.cont = _text(buf[after:after + min(len(lines[i + 1]), _CONT_BYTES)])
+                yield line
             pos += len(ln) + 1
 
     def _line(self, raw: bytes, lineno: int, stats: ReadStats, max_line: int,
@@ -338,8 +344,14 @@ class Prefilter:
             raw = raw[lo:lo + max_line]
             stats.truncated_lines += not final
         stats.picked += 1
-        text = raw.replace(b"\x00", b"").decode("utf-8", errors="replace")
-        # A secret known by its shape (a JWT, an AWS key id) is masked as it is read: the
-        # rules cut titles and quotes to a width, and a cut secret no longer has its shape
-        # when the report is scrubbed ("AKIASEKRET7EXA ..." reached the title).
-        return RawLine(lineno, redact.shapes(text), truncated)
+        return RawLine(lineno, _text(raw), truncated)
+
+
+_CONT_BYTES = 400
+
+
+def _text(raw: bytes) -> str:
+    # A secret known by its shape (a JWT, an AWS key id) is masked as it is read: the
+    # rules cut titles and quotes to a width, and a cut secret no longer has its shape
+    # when the report is scrubbed ("AKIASEKRET7EXA ..." reached the title).
+    return redact.shapes(raw.replace(b"\x00", b"").decode("utf-8", errors="replace"))

@@ -322,6 +322,14 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if w:
         ev["collective"] = {k: w[0].data[k] for k in ("op", "seq", "timeout_ms", "ran_ms")
                             if k in w[0].data}
+    seqs = {e.get_int("seq") for e in w} - {None}
+    if seqs == {1}:
+        # not one collective ever completed: no rank is late, the GPUs never exchanged data
+        ev["hint"] = ("the first collective never completed on any rank: the path between "
+                      "the GPUs does not work. On one node, peer-to-peer between GPUs (IOMMU "
+                      "or ACS on, a consumer GPU, a VM): try NCCL_P2P_DISABLE=1 and check "
+                      "`nvidia-smi topo -p2p r`; across nodes, the network (NCCL_SOCKET_IFNAME, "
+                      "NCCL_IB_DISABLE=1 to test without InfiniBand)")
     op = f" ({w[0].data['op']} #{w[0].data['seq']})" if w and "op" in w[0].data else ""
     return [verdict(ix, "COLLECTIVE_TIMEOUT", f"a collective timed out on rank {fmt(evs) or '?'}"
                     f"{op}; the logs name no culprit", evs, ev, ranks=[])]

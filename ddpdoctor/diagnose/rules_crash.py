@@ -47,8 +47,12 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """Fatal Python error / segmentation fault / exit 139: a crash in native code."""
     if earlier:
         return []
+    # NCCL's watchdog takes the process down with SIGABRT after a timeout, by design
+    # ("To avoid data inconsistency, we are taking the entire process down"): the timeout's
+    # rules explain that abort
+    own = (*_OWN_RULE, "SIGABRT") if ix.of(K.NCCL_WATCHDOG) else _OWN_RULE
     bad = ix.of(K.FATAL_PYTHON, K.SEGFAULT) or [
-        e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") not in (None, *_OWN_RULE)]
+        e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") not in (None, *own)]
     if not bad:
         return []
     e = bad[0]
@@ -115,7 +119,10 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         explained.add(e.rank)
     if out or earlier:
         return out
-    exits = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("exit_code")]
+    # a launcher's unranked "exits with -6" after a watchdog timeout is that abort too
+    aborted = bool(ix.of(K.NCCL_WATCHDOG))
+    exits = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("exit_code")
+             and not (aborted and e.get_int("exit_code") == -6)]
     return [_bare_exit(ix, exits[0])] if exits else []
 
 

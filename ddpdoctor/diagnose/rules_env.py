@@ -150,6 +150,16 @@ def nccl_ifaces(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                     ranks=[])]
 
 
+def no_p2p(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A library refused to run: the GPUs of this node cannot talk peer-to-peer."""
+    said = ix.of(K.NO_P2P)
+    if not said:
+        return []
+    d = said[0].data
+    return [verdict(ix, "TOPO_NO_P2P", str(d["what"]), said, {"fix": d["fix"]}, ranks=[],
+                    severity="error")]
+
+
 def ib_errors(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     ib = ix.of(K.IB_COMPLETION)
     if not ib:
@@ -267,6 +277,7 @@ RULES = (
     Rule("gpu_health", gpu_health, _NCCL_FALLOUT | {K.CUDA_ILLEGAL}),
     Rule("nccl_config", nccl_config, _NCCL_FALLOUT | {K.CONN_REFUSED, K.NCCL_SOCKET,
                                                        K.CONNECT_TIMEOUT, K.GLOO_TIMEOUT}),
+    Rule("no_p2p", no_p2p, _NCCL_FALLOUT),
     Rule("nccl_ifaces", nccl_ifaces, _NCCL_FALLOUT | {K.NCCL_SOCKET, K.NCCL_IFACES}),
     Rule("ib_errors", ib_errors, _NCCL_FALLOUT | {K.NCCL_WATCHDOG, K.IB_ASYNC}),
     Rule("families", families, frozenset({K.EXCEPTION, K.TRACEBACK, K.CPP_ABORT, K.ERROR_LINE,

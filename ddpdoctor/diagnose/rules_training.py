@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypedDict
 
 from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, fmt, ranks_of, verdict
+from ddpdoctor.diagnose.kb.process import size_bytes
 
 
 def ddp(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -244,17 +246,63 @@ def _cuda_oom(ix: EventIndex, cuda: list[Event]) -> list[Verdict]:
     if sizes.get("total_capacity"):
         msg += (f" on GPU {sizes.get('gpu', '?')} ({sizes.get('free', '?')} free of "
                 f"{sizes['total_capacity']})")
-    others = cuda[0].get_int("other_processes", 0)
-    if others >= 2:
-        # Many processes hold memory on one GPU: ranks touch a GPU that is not theirs
-        # (a CUDA context each), not a model too big for the card.
+    holder, mine, others = memory_holders(cuda[0].data)
+    gpu = sizes.get("gpu", "?")
+    if holder == "stray":
+        # Many processes hold the same small amount on one GPU: the CUDA contexts of ranks
+        # that touch a GPU not theirs, not a model too big for the card.
         return [verdict(
-            ix, "GPU_DEVICE_MAPPING", f"{others} other processes hold memory on GPU "
-            f"{sizes.get('gpu', '?')}, so it ran out ({msg}): each rank must use only its "
-            "own GPU", cuda, {**sizes, "other_processes": others,
-                              "fix": "torch.cuda.set_device(LOCAL_RANK) before any CUDA call"
-                                     "; no .cuda()/torch.device('cuda') without an index"})]
-    return [verdict(ix, "OOM", msg, cuda, {**sizes, "kind": "CUDA"})]
+            ix, "GPU_DEVICE_MAPPING", f"{len(others)} other processes hold "
+            f"{_gib(others[0])} each on GPU {gpu} (a CUDA context each), so it ran out "
+            f"({msg}): each rank must use only its own GPU", cuda,
+            {**sizes, "other_processes": len(others),
+             "fix": "torch.cuda.set_device(LOCAL_RANK) before any CUDA call; no "
+                    ".cuda()/torch.device('cuda') without an index"})]
+    if holder == "others":
+        held = ", ".join(_gib(b) for b in others[:4]) + (", ..." if len(others) > 4 else "")
+        return [verdict(
+            ix, "GPU_MEMORY_OCCUPIED", f"other processes hold {_gib(sum(others))} of GPU "
+            f"{gpu} ({held}) against this process's {_gib(mine)}, so it ran out ({msg}): "
+            "another job or service shares this GPU", cuda,
+            {**sizes, "other_processes": len(others),
+             "fix": "free the GPU (nvidia-smi shows who holds it) or give the job GPUs no "
+                    "one else uses (CUDA_VISIBLE_DEVICES)"}, severity="error")]
+    ev: dict[str, object] = {**sizes, "kind": "CUDA"}
+    if others:
+        ev["other_processes"] = len(others)
+    return [verdict(ix, "OOM", msg, cuda, ev)]
+
+
+_CONTEXT_MAX = 2 * 2**30  # a CUDA context and a little: what a stray rank leaves on a GPU
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def memory_holders(d: Mapping[str, object]) -> tuple[str, int, list[int]]:
+    """Who held a GPU that ran out, from the allocator's message: "mine" (this process
+    holds most), "stray" (processes with one small, equal amount each: other ranks' CUDA
+    contexts) or "others" (other workloads); with this process's bytes and the others'."""
+
+    raw = d.get("others_bytes")
+    others = [b for b in raw if isinstance(b, int)] if isinstance(raw, list) else []
+    mine = d.get("in_use_bytes")
+    if not isinstance(mine, int):
+        ours = size_bytes(str(d.get("allocated_by_pytorch") or "")) or 0
+        # before "this process has" was printed (torch < 2.2) the list held this process
+        # too: the smallest entry that holds what PyTorch allocated here
+        fits = [b for b in others if ours and b >= ours]
+        if fits:
+            others.remove(min(fits))
+        elif not ours and len(others) == 1:
+            return "mine", others[0], []  # one process listed and nothing else: maybe us
+        mine = min(fits) if fits else ours
+    if not others or mine >= sum(others):
+        return "mine", mine, others
+    if len(others) >= 2 and max(others) <= min(_CONTEXT_MAX, int(1.1 * min(others))):
+        return "stray", mine, others
+    return "others", mine, others
 
 
 def _allocator_oom(ix: EventIndex, cpu: list[Event]) -> list[Verdict]:

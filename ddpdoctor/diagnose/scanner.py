@@ -103,7 +103,7 @@ class LineScanner:
             frames.append((fm["file"], int(fm["line"]), fm["fn"]))
             del frames[:-_MAX_FRAMES]
             return
-        matches = list(match_line(stripped))
+        matches = list(match_line(stripped, line.cont))
         exc = (_EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
                or _RECORDED_EXCEPTION.match(stripped))
         exc_data: dict[str, object] = {}

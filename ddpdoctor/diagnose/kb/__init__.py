@@ -34,13 +34,18 @@ SIGNATURES: tuple[Signature, ...] = (bugs.SIGNATURES + c10d.SIGNATURES + nccl.SI
                                      + stacks.SIGNATURES)
 
 
-def match_line(body: str) -> Iterator[tuple[Signature, dict[str, object]]]:
-    """Every signature that matches ``body``; fallback wordings only when nothing else did."""
+def match_line(body: str, cont: str = ""
+               ) -> Iterator[tuple[Signature, dict[str, object]]]:
+    """Every signature that matches ``body``; fallback wordings only when nothing else did.
+    ``cont``, the next line: a signature whose needle ``body`` holds but whose text runs
+    past its end (a paste or terminal wrapped it) is matched on the two joined."""
     matched = False
     for sig in SIGNATURES:
         if sig.fallback:
             continue
         data = sig.match(body)
+        if data is None and cont.strip() and any(n in body for n in sig.needles):
+            data = sig.match(f"{body.rstrip()} {cont.strip()}")
         if data is not None:
             matched = True
             yield sig, data

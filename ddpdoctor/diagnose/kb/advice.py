@@ -2,7 +2,8 @@
 
 DDP's reducer says when find_unused_parameters=True found nothing unused (an extra autograd
 traversal every iteration); Lightning says when a DataLoader's workers may starve the
-step. They are facts about speed, never a failure: diagnose reports them as info, after
+step; RCCL says when the IOMMU is not in passthrough (GPU peer-to-peer can hang). They
+are facts about speed or set-up, never a failure by themselves: diagnose reports them as info, after
 any error, and a log that holds only these is healthy.
 """
 
@@ -67,4 +68,15 @@ SIGNATURES: tuple[Signature, ...] = (
                  "https://github.com/archinetai/audio-diffusion-pytorch-trainer/issues/6",
                  {"strategy": "ddp_spawn", "advice": "DATALOADER_BOTTLENECK"}),),
         extra=_advises("DATALOADER_BOTTLENECK")),
+    Signature(
+        # RCCL: peer-to-peer DMA between AMD GPUs hangs unless the IOMMU is in passthrough
+        "rccl.iommu_not_passthrough", K.ADVICE, 'Missing "iommu=pt"',
+        r'NCCL WARN Missing "iommu=pt" from kernel command line',
+        "TOPO_NO_P2P", "RCCL (ROCm)",
+        (Example('> supllm:402:402 [0] /longer_pathname_so_that_rpms_can_support_packaging_the'
+                 '_debug_info_for_all_os_profiles/src/out/ubuntu-22.04/22.04/build/rccl/hipify/'
+                 'src/init.cc:179 NCCL WARN Missing "iommu=pt" from kernel command line which '
+                 'can lead to system instablity or hang!',
+                 "https://github.com/ROCm/vllm/issues/390", {"advice": "TOPO_NO_P2P"}),),
+        extra=_advises("TOPO_NO_P2P")),
 )

@@ -280,6 +280,18 @@ SIGNATURES = (
                  "https://github.com/NVIDIA/nccl/issues/697", {"interfaces": ["veth6163fba"]})),
         extra=lambda m: {"interfaces": re.findall(r"\[\d+\]([\w.@-]+):", m["list"])}),
     Signature(
+        # accelerate refuses to start multi-GPU work on RTX 3090 / 40xx without P2P/IB off
+        # (accelerate/state.py, check_cuda_p2p_ib_support)
+        "accelerate.no_p2p", K.NO_P2P, "communication broadband via P2P",
+        r"doesn't support faster communication broadband via P2P or IB",
+        "TOPO_NO_P2P", "accelerate >= 0.26",
+        (Example("NotImplementedError: Using RTX 3090 or 4000 series doesn't support faster "
+                 "communication broadband via P2P or IB. Please set `NCCL_P2P_DISABLE=\"1\"` "
+                 "and `NCCL_IB_DISABLE=\"1\" or use `accelerate launch` which will do this "
+                 "automatically.", "https://github.com/zai-org/ChatGLM3/issues/536"),),
+        extra=lambda m: {"what": "accelerate: this GPU model has no P2P/IB between cards",
+                         "fix": "NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1, or `accelerate launch`"}),
+    Signature(
         "nccl.version", K.VERSION, "NCCL version",
         r"NCCL version (?P<nccl>\d+\.\d+\.\d+)", "KNOWN_UPSTREAM_BUG", "all",
         (Example("NCCL version 2.19.3+cuda12.3", "https://github.com/NVIDIA/nccl/issues/1240",

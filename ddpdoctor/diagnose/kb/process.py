@@ -11,12 +11,32 @@ FIX = "tests/fixtures/logs/"
 _SIZE = r"[\d.]+ ?(?:[KMGT]i?B|bytes|B)"
 
 
-def _gpu(m: re.Match[str]) -> dict[str, int]:
+_UNIT = {"B": 1, "bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+         "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+def size_bytes(text: str) -> int | None:
+    """``"19.88 GiB"`` -> bytes, as PyTorch's caching allocator prints sizes."""
+    m = re.fullmatch(r"([\d.]+) ?(\w+)", text.strip())
+    if m is None or m[2] not in _UNIT:
+        return None
+    try:
+        return int(float(m[1]) * _UNIT[m[2]])
+    except ValueError:
+        return None
+
+
+def _gpu(m: re.Match[str]) -> dict[str, object]:
     gpu = m["gpu"] or m["gpu_old"]
-    out = {"gpu": int(gpu)} if gpu else {}
-    others = len(re.findall(r"Process \d+ has [\d.]+ \w+ memory in use", m.string))
-    if others:
-        out["other_processes"] = others
+    out: dict[str, object] = {"gpu": int(gpu)} if gpu else {}
+    # each other process on the GPU and what it holds: who took the memory (rules_training)
+    held = [size_bytes(x) for x in re.findall(r"Process \d+ has ([\d.]+ \w+) memory in use",
+                                              m.string)]
+    if held:
+        out["other_processes"] = len(held)
+        out["others_bytes"] = [b for b in held if b is not None]
+    if m["in_use"] and (mine := size_bytes(m["in_use"])) is not None:
+        out["in_use_bytes"] = mine
     return out
 
 
