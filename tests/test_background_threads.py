@@ -22,8 +22,8 @@ from ddpdoctor.core.contract import OWN_THREAD_PREFIX
 from ddpdoctor.core.threadname import name_this_thread
 from ddpdoctor.run.background_threads import BackgroundThreads
 from ddpdoctor.run.busy import is_working
-from ddpdoctor.run.looks import rank_usage
 from ddpdoctor.run.progress import ProgressTracker, sample_tree
+from ddpdoctor.run.watch_ranks import rank_usage
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux")
 

@@ -259,7 +259,7 @@ def test_the_nodes_recheck_reads_stacks_and_leaves_the_spinner_out(monkeypatch):
     with the GIL released (an evaluation), rank 3 waits in a collective (not watched)."""
     from ddpdoctor.attach import stacks as stacks_mod
     from ddpdoctor.attach.stacks import Frame, RankStack, ThreadStack
-    from ddpdoctor.run import jobnode, looks, stack_reads
+    from ddpdoctor.run import jobnode, looks, stack_reads, watch_ranks
 
     job_file = "/job/train.py"
 
@@ -282,7 +282,7 @@ def test_the_nodes_recheck_reads_stacks_and_leaves_the_spinner_out(monkeypatch):
 
     t0 = looks.time.monotonic()
     monkeypatch.setattr(stack_reads, "SPIN_WINDOW_S", 1.0)  # reads every 0.1 s: >= 6
-    monkeypatch.setattr(looks, "rank_usage", lambda pids: {
+    monkeypatch.setattr(watch_ranks, "rank_usage", lambda pids: {
         r: (0.9 * (looks.time.monotonic() - t0), 0) for r in pids})
     monkeypatch.setattr(stacks_mod, "collect_stacks",
                         lambda targets, native=False, timeout=5.0, py_spy=None:

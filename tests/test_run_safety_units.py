@@ -100,7 +100,7 @@ def test_recheck_measures_ranks_by_their_pids_not_a_rank_variable():
     """mp.spawn ranks carry no RANK: the recheck measures the pids the stacks matched."""
     import os
 
-    from ddpdoctor.run.looks import rank_usage
+    from ddpdoctor.run.watch_ranks import rank_usage
 
     usage = rank_usage({3: os.getpid(), 4: 2**22 + 12345})  # a pid that does not exist
     assert set(usage) == {3} and usage[3][0] > 0

@@ -247,11 +247,11 @@ def _recheck_with(monkeypatch, stacks_of_read) -> object:
     I/O; each py-spy read of rank 1 returns ``stacks_of_read(i)``."""
     from ddpdoctor.attach import stacks as stacks_mod
     from ddpdoctor.hang.verdict import HangVerdict
-    from ddpdoctor.run import looks
+    from ddpdoctor.run import looks, watch_ranks
     from ddpdoctor.run.progress import ProgressTracker, TreeSample
 
     t0 = looks.time.monotonic()
-    monkeypatch.setattr(looks, "rank_usage", lambda pids: {
+    monkeypatch.setattr(watch_ranks, "rank_usage", lambda pids: {
         r: (0.9 * (looks.time.monotonic() - t0), 0) for r in pids})
     monkeypatch.setattr(looks, "sample_tree", lambda pid, now, cache: TreeSample(now))
     reads = iter(range(1000))

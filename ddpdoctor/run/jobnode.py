@@ -200,24 +200,13 @@ def _recheck(job: Job, states: list[RankState], seconds: float,
     not work: a rank that burned it on the same lines in every read, with no storage I/O
     and no native work, spins (run/spinning.py), so the leader can name it."""
     from ddpdoctor.hang.verdict import GONE_KINDS, WAITING_KINDS
-    from ddpdoctor.run.busy import recheck_of
-    from ddpdoctor.run.looks import rank_usage
-    from ddpdoctor.run.stack_reads import SPIN_WINDOW_S, StackReads
+    from ddpdoctor.run.stack_reads import SPIN_WINDOW_S
+    from ddpdoctor.run.watch_ranks import watch_ranks
 
     pids = {s.rank: s.pid for s in states
             if s.pid and s.kind not in GONE_KINDS and s.kind not in WAITING_KINDS}
     seconds = max(seconds, SPIN_WINDOW_S) if pids else seconds
-    first = rank_usage(pids)
-    start = time.monotonic()
-    # a tight torch loop (an evaluation: ``x = torch.tanh(x @ w)``) stays on two lines
-    # like a spin; most of its reads find it in a kernel with the GIL released: work
-    reads = StackReads(pids, diagnosis, start, native_is_work=True)
-    while (left := seconds - (time.monotonic() - start)) > 0 and job.poll() is None:
-        if reads.due(time.monotonic()):
-            reads.read(time.monotonic())
-        time.sleep(max(0.01, min(0.05 if pids else 0.2, left)))
-    took = time.monotonic() - start
-    return recheck_of(sorted(pids), first, rank_usage(pids), took, reads.verdict)
+    return watch_ranks(job, sorted(pids), pids, diagnosis, seconds)
 
 
 # ---- failures: this node's first failing rank, and the job's root cause

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from ddpdoctor.hang.verdict import GONE_KINDS, WAITING_KINDS, HangVerdict, judge
 from ddpdoctor.run import hang as hang_mod
-from ddpdoctor.run.busy import Recheck, recheck_of
-from ddpdoctor.run.progress import BACKGROUND, ProgressTracker, sample_tree
-from ddpdoctor.run.stack_reads import SPIN_WINDOW_S, StackReads
+from ddpdoctor.run.busy import Recheck
+from ddpdoctor.run.progress import ProgressTracker, sample_tree
+from ddpdoctor.run.stack_reads import SPIN_WINDOW_S
+from ddpdoctor.run.watch_ranks import watch_ranks
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -107,36 +108,6 @@ def look(job: Job, tracker: ProgressTracker, stalled: float, opts: LookOptions,
     return Look(at_s, stalled, tracker.last_what, verdict, headline), outcome
 
 
-def rank_usage(rank_pids: dict[int, int]) -> dict[int, tuple[float, int]]:
-    """CPU seconds and storage bytes (read + written) per rank, its workers included; its
-    background threads left out (the watch's heartbeat and the Flight Recorder dump run
-    asked for, gloo's event loops).
-
-    Keyed by the pids the stack analysis matched to ranks, not by a RANK variable: ranks
-    started by mp.spawn or a plain script carry none, and must still be measured.
-    """
-    import psutil
-
-    out: dict[int, tuple[float, int]] = {}
-    for rank, pid in rank_pids.items():
-        try:
-            root = psutil.Process(pid)
-            procs = [root, *root.children(recursive=True)]
-        except (psutil.Error, OSError):
-            continue
-        cpu, moved = 0.0, 0
-        for p in procs:
-            try:
-                t = p.cpu_times()
-                cpu += t.user + t.system - BACKGROUND.cpu_s(p.pid)
-                io = p.io_counters()
-                moved += io.read_bytes + io.write_bytes
-            except (psutil.Error, AttributeError, OSError):
-                continue
-        out[rank] = (cpu, moved)
-    return out
-
-
 def _watched(verdict: HangVerdict, diagnosis: HangDiagnosis | None
              ) -> tuple[list[int], dict[int, int]]:
     """The ranks to watch (the culprits not inside a wait, else every rank not waiting)
@@ -159,26 +130,17 @@ def _recheck(job: Job, tracker: ProgressTracker, verdict: HangVerdict,
     moves, or storage I/O) and nothing else moved. None: the job ended meanwhile."""
     watched, pids = _watched(verdict, diagnosis)
     reason = _title(verdict, diagnosis)
-    before = rank_usage(pids)
-    start = time.monotonic()
     # a rank mostly inside a native call with the GIL released (a tight loop of tensor
     # ops) is working, not spinning: never stop a healthy job for it (spinning.py)
-    reads = StackReads(pids, diagnosis, start, native_is_work=True)
-    while (left := seconds - (time.monotonic() - start)) > 0:
-        if job.poll() is not None:
-            return None
-        if reads.due(time.monotonic()):
-            reads.read(time.monotonic())
-        time.sleep(max(0.01, min(0.05, left)))
-    after = rank_usage(pids)
-    took = time.monotonic() - start
+    seen = watch_ranks(job, watched, pids, diagnosis, seconds)
+    if job.poll() is not None:
+        return None
     now = time.monotonic()
     quiet_before = tracker.stalled_for(now)
     tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
     if tracker.stalled_for(now) < quiet_before:
         return HangVerdict(False, f"the job made progress ({tracker.last_what}) while run "
                            "watched it", verdict.culprits, verdict.active)
-    seen = recheck_of(watched, before, after, took, reads.verdict)
     if seen.working:
         return HangVerdict(False, f"{reason}; but {'; '.join(seen.working.values())}: "
                            "working, not hung", verdict.culprits, verdict.active,
