@@ -138,6 +138,14 @@ def test_spawn_culprit_maps_the_process_index_to_the_rank():
     named = Finding("OOM", "t", ranks=[0])
     name_spawn_culprit([named], text, {0: 1}, {})
     assert named.ranks == [0]  # a rank the triage named stays
+    # mp.spawn's own words beat the order the processes died in (run/exit_watch.py)
+    timed = Finding("RANK_CRASHED", "t", ranks=[0],
+                    evidence={"rank_from": "exit times: rank 0 (pid 5) died 0.02 s before"})
+    name_spawn_culprit([timed], text, {0: 1}, {})
+    assert timed.ranks == [1] and "index 0, which is rank 1" in timed.evidence["rank_from"]
+    timed.evidence["rank_from"] = "exit times: rank 0 (pid 5) died 0.02 s before"
+    name_spawn_culprit([timed], text, {}, {})
+    assert timed.evidence["rank_from"].startswith("exit times")
 
 
 # -- attempts -------------------------------------------------------------------------------

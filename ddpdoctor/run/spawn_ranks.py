@@ -152,8 +152,11 @@ _SPAWN_FAILED = re.compile(r"(?:-- Process|process) (\d+) terminated with "
 def name_spawn_culprit(findings: list, log_text: str, index_to_rank: dict[int, int],
                        claims: dict[int, RankClaim]) -> None:
     """The lead finding that names no rank gets the rank of the child mp.spawn says failed
-    (pure): "-- Process 0 terminated" is index 0, which the read claims map to a rank."""
-    if not findings or findings[0].ranks:
+    (pure): "-- Process 0 terminated" is index 0, which the read claims map to a rank.
+    mp.spawn's own words also beat a rank triage took from the order the processes died."""
+    timed = str(findings[0].evidence.get("rank_from", "")).startswith(
+        ("exit times", "process sampling")) if findings else False
+    if not findings or (findings[0].ranks and not timed):
         return
     m = _SPAWN_FAILED.search(log_text)
     if m is None:
@@ -162,6 +165,8 @@ def name_spawn_culprit(findings: list, log_text: str, index_to_rank: dict[int, i
     rank = index_to_rank.get(index)
     lead = findings[0]
     if rank is None:
+        if timed:
+            return  # the order the processes died still names one
         lead.evidence["rank_from"] = (f"mp.spawn names process index {index}; its rank "
                                       "could not be read from the process")
         return
