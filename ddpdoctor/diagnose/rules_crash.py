@@ -19,6 +19,7 @@ from ddpdoctor.diagnose.index import (
     used,
     verdict,
 )
+from ddpdoctor.diagnose.rules_floor import is_teardown
 
 # Signals with a cause of their own (SIGKILL: the OOM killer, SIGBUS: /dev/shm), not a crash
 # in native code.
@@ -64,6 +65,43 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return [verdict(ix, "RANK_CRASHED", f"{'rank ' + fmt(bad) if fmt(bad) else 'a process'} "
                     f"crashed in native code: {what}", bad, ev | ({"where": frames[0]}
                                                                if frames else {}))]
+
+
+# Where a process that waits is interrupted: a collective, a store, a launcher or a loader
+# waiting on its children, a sleep. A job stopped there may have been hung.
+_WAITING = re.compile(r"/distributed/|/c10d|/multiprocessing/|threading\.py|selectors\.py|"
+                      r"queue\.py|subprocess\.py|socket\.py|popen_\w+\.py|/elastic/|"
+                      r"in (?:sleep|wait|join|recv|accept|get)\b")
+
+
+def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """The first failure in the log is a KeyboardInterrupt raised in the job's own work (not
+    inside a distributed wait): Ctrl-C or a SIGINT stopped a job that was running, and
+    what follows (the launcher's teardown, its own errors in its interrupt handler) is that
+    stop. Said as a warning: stopped, not broken. Interrupted inside a collective or a
+    store wait is a hang someone stopped: the other rules read it."""
+    if earlier:
+        return []
+    # Traceback headers of interleaved ranks and the launcher's teardown come first
+    first = next((e for e in ix.events if e.is_failure and e.kind not in (K.TRACEBACK, K.TEARDOWN)
+                  and not (e.kind is K.FLOOR and is_teardown(e))), None)
+    if first is None or first.kind is not K.EXCEPTION or \
+            first.get_str("exception", "").split(":")[0].strip() != "KeyboardInterrupt":
+        return []
+    where = first.get_str("where")
+    if not where or _WAITING.search(where):
+        return []  # interrupted where it waited, or nobody knows where: maybe a hang
+    at = f" at {_short(where)}"
+    stopped = [e for e in ix.of(K.EXCEPTION)
+               if e.get_str("exception", "").startswith("KeyboardInterrupt")]
+    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the job was interrupted (KeyboardInterrupt"
+                    f"{at}, on {len(stopped)} process(es)): Ctrl-C or a SIGINT stopped it in "
+                    "its own work, not a failure the log shows", stopped,
+                    {"hint": "if nobody stopped it, the scheduler or a wrapper sent SIGINT "
+                             "(a preemption, a time limit): its log says which; if it had "
+                             "stopped making progress first, it hung: `ddpdoctor attach` on "
+                             "the next hang names where each rank waits"},
+                    ranks=[], severity="warning")]
 
 
 def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -255,6 +293,7 @@ def _short(where: str) -> str:
 RULES = (
     Rule("cuda_crash", cuda_crash, _CRASH_FALLOUT),
     Rule("native_crash", native_crash, _CRASH_FALLOUT),
+    Rule("interrupted", interrupted, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK}),
     Rule("exceptions", exceptions, _CRASH_FALLOUT | CASCADE),
     Rule("dead_ranks", dead_ranks, _CRASH_FALLOUT | CASCADE),
 )

@@ -129,8 +129,13 @@ def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:
 
 
 # What a cancelled job's launchers print as they stop its workers: not deaths of their own
-_TEARDOWN_PATTERNS = frozenset({"deepspeed.killing_subprocess"})
-_STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGCONT"})
+TEARDOWN_PATTERNS = frozenset({"deepspeed.killing_subprocess"})
+STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGCONT"})
+
+
+def is_teardown(e: Event) -> bool:
+    """A launcher stopping its workers (a floor line), not a death of their own."""
+    return e.data.get("pattern") in TEARDOWN_PATTERNS or e.data.get("signal") in STOP_SIGNALS
 
 
 def _bare_cancel(e: Event) -> bool:
@@ -143,8 +148,7 @@ def _cancelled(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     follows it (the launchers stopping their workers, SIGTERM), it is said as a warning; a
     reason (TIME LIMIT, NODE FAILURE, PREEMPTION) or any other failure line is not this."""
     cancels = [e for e in hits if _bare_cancel(e)]
-    if not cancels or any(not _bare_cancel(e) and e.data.get("pattern") not in _TEARDOWN_PATTERNS
-                          and e.data.get("signal") not in _STOP_SIGNALS for e in hits):
+    if not cancels or any(not _bare_cancel(e) and not is_teardown(e) for e in hits):
         return None
     return verdict(ix, "UNRECOGNIZED_FAILURE", f"the job was cancelled with no reason given "
                    f"({_q(cancels[0].text, 120)}): stopped by `scancel` (a user, an admin, a "
@@ -165,6 +169,8 @@ def floor(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if any(v.finding.severity == "error" for v in earlier):
         return []
     hits = list(ix.of(K.FLOOR))
+    if earlier:  # a stop a rule already said (an interrupt): the launcher's teardown is it
+        hits = [e for e in hits if not is_teardown(e)]
     for family in FAMILIES:
         found = family(ix, hits)
         if found is not None:
