@@ -31,9 +31,14 @@ def test_deaths_are_stamped_in_the_order_they_happen_before_any_reap():
         for p in procs:
             watch.watch(p.pid, psutil.Process(p.pid).create_time())
         procs[1].send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while watch.pending > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watch.pending == 1  # the other still runs
         time.sleep(0.3)
         procs[0].send_signal(signal.SIGTERM)
         watch.settle(10.0)
+        assert watch.pending == 0
         died = watch.deaths()
         # neither was reaped yet (zombies of this test): the pidfd fired at death
         assert all(psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE for p in procs)

@@ -76,11 +76,17 @@ class ExitWatch:
                 self._fds.pop(fd, None)
             os.close(fd)
 
+    @property
+    def pending(self) -> int:
+        """Watched processes not seen to die yet."""
+        with self._lock:
+            return len(self._fds)
+
     def settle(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) for the watched processes still alive to die: a
         launcher that exits has just ended its other ranks, and their times order them."""
         deadline = time.monotonic() + timeout
-        while self._fds and time.monotonic() < deadline:
+        while self.pending and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def deaths(self) -> dict[int, float]:

@@ -192,6 +192,8 @@ def _last_sample(job: Job, loop: Loop, exit_watch: ExitWatch, result: RunResult,
     """The job failed between two polls: its ranks' exits, with the times they died, so
     triage can name the rank that went first though the sampler saw them all go at once."""
     exit_watch.settle(3.0)
+    if exit_watch.pending or not exit_watch.active:
+        return  # a rank outlived its launcher (or deaths are not seen): no exits made up
     now = time.monotonic()
     sample = sample_tree(job.pid, now, loop.rank_cache)
     _stamp_deaths(exit_watch, sample)
