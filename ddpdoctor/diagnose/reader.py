@@ -45,6 +45,8 @@ _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27))
 # `[default1]:` (--tee / --local-ranks-filter: role name + local rank).
 # torchx: `[trainer3]:`, `[trainer0|0]:` (role + replica).
 _RANK_PREFIX = re.compile(r"\[(?:rank|default|trainer)(\d+)(?:\|\d+)?\]:[ ]?")
+# Lightning's rank_prefixed_message: "[rank: 1] ..." (its launcher names a child's local rank)
+_LIGHTNING_PREFIX = re.compile(r"\[rank: (\d+)\] ")
 # srun --label (-l): every line of task N starts "N: "; a task is a rank under srun
 _SRUN_LABEL = re.compile(r" {0,4}(\d{1,5}): (?=\S)")
 # Ray's actor prefixes (Ray Train, Ray-launched Megatron/OpenRLHF workers): `(worker6,
@@ -100,15 +102,15 @@ def rank_from_path(path: str) -> int | None:
 
 def split_rank_prefix(text: str) -> tuple[int | None, str]:
     """``"[rank1]: ValueError: x"`` -> ``(1, "ValueError: x")``; no prefix -> ``(None, text)``.
-    Ray's actor prefix is taken off too (its rank, where it names one), and srun's
-    ``--label`` prefix (``"1: ValueError: x"``, the task number).
+    Ray's actor prefix is taken off too (its rank, where it names one), Lightning's
+    (``"[rank: 1] ..."``) and srun's ``--label`` prefix (``"1: ValueError: x"``, the task).
 
     The prefix may follow a pid or timestamp that some launchers and log collectors add, so
     it is looked for near the start of the line, not only at column 0.
     """
     m = _RANK_PREFIX.search(text, 0, 64)
     if m is None:
-        label = _SRUN_LABEL.match(text)
+        label = _LIGHTNING_PREFIX.match(text) or _SRUN_LABEL.match(text)
         if label is not None:
             return int(label.group(1)), text[label.end():]
         ray = _RAY_PREFIX.match(text)

@@ -103,6 +103,12 @@ def nccl_config(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         elif configured[0].typed("config", str).startswith("GLOO"):
             title = ("gloo could not resolve this host's name to a local address and used "
                      "loopback, so other nodes cannot reach it: set GLOO_SOCKET_IFNAME")
+        elif d.get("plugin_failed"):
+            net = env.get("NCCL_NET")
+            title = ("NCCL could not initialize any network plugin"
+                     + (f" (NCCL_NET={net})" if net else "") + ": NCCL_NET names a transport "
+                     "this NCCL cannot load (IB, Socket or a plugin's name; SHM is none), or "
+                     "the installed plugin (libnccl-net.so) fails: unset NCCL_NET or fix it")
         elif env_ifname and d["config"] == "NCCL_SOCKET_IFNAME":
             title = (f"NCCL_SOCKET_IFNAME={env_ifname} matches no usable interface on this "
                      "host: set it to an existing interface (ip -br addr)")

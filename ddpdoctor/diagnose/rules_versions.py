@@ -62,5 +62,24 @@ def nccl_plugins_differ(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Ve
                     "or none", evs, {"nccl_net_plugins": hosts}, ranks=[])]
 
 
+def driver_mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """NVML says the loaded NVIDIA kernel driver is not its library's version."""
+    bad = ix.of(K.DRIVER_MISMATCH)
+    if not bad:
+        return []
+    hosts = sorted({m["host"] for e in bad if (m := _HOST.match(e.text))})
+    ranks = sorted({e.rank for e in bad if e.rank is not None})
+    who = (", ".join(hosts) if hosts else
+           f"the node of rank {', '.join(map(str, ranks))}" if ranks else "a node")
+    return [verdict(ix, "ENV_VERSION_MISMATCH", f"the NVIDIA kernel driver on {who} is not "
+                    "the version of its user-space library (Driver/library version mismatch: "
+                    "a driver upgraded without a reboot): NVML and NCCL cannot start there",
+                    bad, {"fix": "reboot the node (or unload and reload the nvidia kernel "
+                                 "modules); `nvidia-smi` says the same until then"})]
+
+
 RULE = Rule("nccl_versions_differ", nccl_versions_differ, frozenset({K.VERSION}))
 PLUGIN_RULE = Rule("nccl_plugins_differ", nccl_plugins_differ, frozenset({K.NCCL_NET}))
+DRIVER_RULE = Rule("driver_mismatch", driver_mismatch, frozenset({
+    K.NCCL_SYSTEM, K.NCCL_DETAIL, K.NCCL_WARN, K.EXCEPTION, K.ERROR_LINE, K.PROCESS_EXIT,
+    K.NCCL_REMOTE, K.CPP_ABORT}))

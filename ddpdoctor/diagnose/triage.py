@@ -33,7 +33,8 @@ from ddpdoctor.diagnose import (
 from ddpdoctor.diagnose.events import CASCADE, WEAK, Event, EventKind
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, ranks_of, verdict
 
-RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE, rules_versions.PLUGIN_RULE)
+RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE, rules_versions.PLUGIN_RULE,
+                            rules_versions.DRIVER_RULE)
                            + rules_env.RULES + (rules_deepspeed.RULE,)
                            + rules_training.RULES + rules_collective.RULES + rules_crash.RULES
                            + rules_collective.ALONE[:1] + rules_crash.ALONE[:1]

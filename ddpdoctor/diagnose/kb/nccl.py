@@ -292,6 +292,26 @@ SIGNATURES = (
         extra=lambda m: {"what": "accelerate: this GPU model has no P2P/IB between cards",
                          "fix": "NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1, or `accelerate launch`"}),
     Signature(
+        # NCCL_NET names a transport NCCL cannot load (SHM is no NET plugin), or the
+        # network plugin installed fails: no rank can build a communicator
+        "nccl.no_net_plugin", K.NET_CONFIG, "Failed to initialize any NET plugin",
+        r"Failed to initialize any NET plugin", "ENV_NCCL_CONFIG", "NCCL >= 2.19",
+        (Example("[2026-06-21 21:35:22] gpu005:2319245:2319245 [0] plugin/net.cc:379 NCCL WARN "
+                 "Failed to initialize any NET plugin",
+                 "https://github.com/Ryukijano/agentic_converstations/blob/85853bcb3212254d923"
+                 "fb7d024222b68ff80fd52/helix_conv/RF-DETR%20Ablation%20Plotting.md"),),
+        extra=lambda m: {"config": "NCCL_NET", "plugin_failed": True}),
+    Signature(
+        # the NVIDIA kernel driver and its user-space library differ (a driver upgraded
+        # without a reboot): NVML, and NCCL through it, cannot start on that node
+        "nvml.driver_library_mismatch", K.DRIVER_MISMATCH, "Driver/library version mismatch",
+        r"(?P<call>\w+\(\)) failed: Driver/library version mismatch|Driver/library version "
+        r"mismatch", "ENV_VERSION_MISMATCH", "NVIDIA driver (NVML)",
+        (Example("[rank0]: nvmlInit_v2() failed: Driver/library version mismatch",
+                 "https://github.com/facebookresearch/dinov2/blob/93aad6083b64e9dc88bf98beb124"
+                 "920ffeb5e85f/distillation/wandb/run-20250111_100401-ad7kn56z/files/output.log",
+                 {"call": "nvmlInit_v2()"}),)),
+    Signature(
         "nccl.version", K.VERSION, "NCCL version",
         r"NCCL version (?P<nccl>\d+\.\d+\.\d+)", "KNOWN_UPSTREAM_BUG", "all",
         (Example("NCCL version 2.19.3+cuda12.3", "https://github.com/NVIDIA/nccl/issues/1240",

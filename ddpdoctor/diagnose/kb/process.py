@@ -44,6 +44,10 @@ def _launcher_exit(m: re.Match[str]) -> dict[str, object]:
     return launcher_exit("composer", int(m["exit_code"]))
 
 
+def _lightning_exit(m: re.Match[str]) -> dict[str, object]:
+    return launcher_exit("lightning", int(m["exit_code"]))
+
+
 SIGNATURES = (
     Signature(
         "dataloader.killed_by_signal", K.DL_KILLED, "is killed by signal",
@@ -359,6 +363,18 @@ SIGNATURES = (
                  "https://github.com/mosaicml/llm-foundry/issues/215",
                  {"process": 0, "exit_code": 1}),),
         convert={"process": int, "exit_code": int}, extra=_launcher_exit),
+    Signature(
+        # Lightning's own launcher (ddp strategy, no torchrun) watching the ranks it started;
+        # its "[rank: N]" prefix is the dead child's local rank (reader.py)
+        "lightning.child_terminated", K.PROCESS_EXIT, "Child process with PID",
+        r"Child process with PID (?P<pid>\d+) terminated with code (?P<exit_code>-?\d+)",
+        "RANK_CRASHED", "lightning >= 2.1 (_ChildProcessObserver)",
+        (Example("[rank: 1] Child process with PID 4056289 terminated with code -9. Forcefully "
+                 "terminating all other processes to avoid zombies 🧟",
+                 "https://github.com/facebookresearch/dinov2/blob/93aad6083b64e9dc88bf98beb124"
+                 "920ffeb5e85f/distillation/wandb/run-20250109_163517-3hvlu4xf/files/output.log",
+                 {"pid": 4056289, "exit_code": -9, "signal": "SIGKILL"}),),
+        convert={"pid": int, "exit_code": int}, extra=_lightning_exit),
     Signature(
         "deepspeed.loss_scale_min", K.LOSS_NAN, "loss scale already at minimum",
         r"Current loss scale already at minimum - cannot decrease scale anymore",
