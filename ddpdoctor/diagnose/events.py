@@ -56,6 +56,7 @@ class EventKind(str, Enum):
     NET_CONFIG = "net_config"  # an interface / address setting that cannot work
     VERSION = "version"  # informational: "NCCL version 2.19.3"
     NCCL_NET = "nccl_net"  # informational: the network plugin / transport a process uses
+    NCCL_COMM_INIT = "nccl_comm_init"  # informational: "ncclCommInitRank... commId X - Init START"
     DRIVER_MISMATCH = "driver_mismatch"  # NVML: the kernel driver and its library differ
     NO_P2P = "no_p2p"  # a library says GPUs of this node cannot use peer-to-peer
     NCCL_IFACES = "nccl_ifaces"  # informational: "NET/Socket : Using [0]eth0:10.0.0.1<0> ..."
@@ -141,7 +142,7 @@ WEAK = frozenset({EventKind.NCCL_WARN, EventKind.SIDE_TRACEBACK})
 # Facts that say nothing went wrong by themselves.
 INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESYNC_HEADER,
                            EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET,
-                           EventKind.NCCL_IFACES,
+                           EventKind.NCCL_IFACES, EventKind.NCCL_COMM_INIT,
                            EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER,
                            EventKind.LOSS_VALUE})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -10,6 +11,11 @@ from typing import Literal
 from ddpdoctor.core.findings import Finding, Severity, format_ranks
 from ddpdoctor.diagnose.events import CASCADE, Event, EventKind
 
+# Frames where a process waits: a collective, a store, a launcher or a loader waiting on its
+# children, a sleep. A process stopped or failing there was waiting for another.
+WAITING_FRAME = re.compile(r"/distributed/|/c10d|/multiprocessing/|threading\.py|selectors\.py|"
+                           r"queue\.py|subprocess\.py|socket\.py|popen_\w+\.py|/elastic/|"
+                           r"in (?:sleep|wait|join|recv|accept|get)\b")
 _MAX_LINES = 6
 
 

@@ -7,7 +7,15 @@ import re
 from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
-from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, fmt, ranks_of, verdict
+from ddpdoctor.diagnose.index import (
+    WAITING_FRAME,
+    EventIndex,
+    Rule,
+    Verdict,
+    fmt,
+    ranks_of,
+    verdict,
+)
 
 _TIMEOUTS = frozenset({K.NCCL_WATCHDOG, K.GLOO_TIMEOUT, K.NCCL_WORK_STATE, K.ERROR_LINE,
                        K.CPP_ABORT, K.EXCEPTION, K.CONN_RESET, K.CONN_CLOSED, K.AGENT_FAILED,
@@ -313,6 +321,9 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                         ranks=p)]
     if not evs:
         return []
+    crashed = _crashed_before(ix, evs)
+    if crashed is not None:
+        return [crashed]
     w = ix.of(K.NCCL_WATCHDOG)
     ev: dict[str, object] = {"hint": "no rank in these logs failed first: a rank is hung, slower, "
                           "or calls a different collective; rerun with TORCH_DISTRIBUTED_DEBUG="
@@ -333,6 +344,61 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     op = f" ({w[0].data['op']} #{w[0].data['seq']})" if w and "op" in w[0].data else ""
     return [verdict(ix, "COLLECTIVE_TIMEOUT", f"a collective timed out on rank {fmt(evs) or '?'}"
                     f"{op}; the logs name no culprit", evs, ev, ranks=[])]
+
+
+def _crashed_before(ix: EventIndex, timeouts: list[Event]) -> Verdict | None:
+    """A Python traceback whose exception line was lost (cut, or run into another rank's
+    output) that ends in work, not in a wait, from a process other than those that timed
+    out: that process failed and the others waited for it until their timeout."""
+    waiting = {e.rank for e in timeouts if e.rank is not None}
+    for tb in ix.of(K.TRACEBACK):
+        raised = tb.get_str("raised_at")
+        later = any(e.source == tb.source and e.lineno < tb.lineno for e in timeouts)
+        if not raised or WAITING_FRAME.search(raised) or tb.rank in waiting or later:
+            continue
+        who = f"rank {tb.rank}" if tb.rank is not None else "a process"
+        return verdict(ix, "RANK_CRASHED", f"{who} failed at {raised} (its traceback's "
+                       "exception line is not in the log) before rank "
+                       f"{fmt(timeouts) or '?'} timed out waiting for it: the timeout is its "
+                       "fallout", [tb, *timeouts],
+                       {"where": raised, "hint": "the failed process's exception line was cut "
+                        "or mixed into another rank's output: its own log file (torchrun "
+                        "--log-dir, --tee 3) has it"},
+                       ranks=[tb.rank] if tb.rank is not None else [])
+    return None
+
+
+_NCCL_PROC = re.compile(r"(?P<proc>[A-Za-z0-9][\w.\-]*:\d+):\d+ \[\d+\] NCCL INFO")
+
+
+def stale_communicator(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A process that starts a communicator under the unique id of one it started before,
+    while another starts a new id: it joined an old communicator (its process group made
+    twice, e.g. by a library; a stale store) and the others wait in the new one. Every
+    ncclCommInitRank of a healthy job gets a fresh id. Only with a failure in the log."""
+    starts = ix.of(K.NCCL_COMM_INIT)
+    if len(starts) < 3 or not any(e.is_failure for e in ix.events):
+        return []
+    ids: dict[str, list[tuple[str, Event]]] = {}
+    for e in starts:
+        m = _NCCL_PROC.search(e.text)
+        key = m["proc"] if m else f"rank {e.typed('nccl_rank', int)}"
+        ids.setdefault(key, []).append((e.typed("comm_id", str), e))
+    stale = [seq[-1][1] for seq in ids.values()
+             if len(seq) > 1 and seq[-1][0] in {i for i, _ in seq[:-1]}]
+    everyone = [i for seq in ids.values() for i, _ in seq]
+    fresh = [seq[-1][1] for seq in ids.values() if everyone.count(seq[-1][0]) == 1]
+    if not stale or not fresh:
+        return []
+    bad = sorted({e.typed("nccl_rank", int) for e in stale})
+    new = sorted({e.typed("nccl_rank", int) for e in fresh})
+    return [verdict(ix, "HANG_COLLECTIVE_MISMATCH", f"rank {format_ranks(bad)} started a "
+                    f"communicator again under the id of one it had ({stale[0].data['comm_id']}) "
+                    f"while rank {format_ranks(new)} started a new one "
+                    f"({fresh[0].data['comm_id']}): the ranks do not create the same process "
+                    "groups in the same order (one initialised twice, e.g. by a library, or a "
+                    "group made on some ranks only)", [*stale, *fresh],
+                    {"stale_comm_id": stale[0].data["comm_id"]}, ranks=bad)]
 
 
 def stack_dump(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -383,6 +449,9 @@ def store_barrier(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]
 
 
 RULES = (
+    Rule("stale_communicator", stale_communicator, _TIMEOUTS | {
+        K.NCCL_REMOTE, K.NCCL_DETAIL, K.NCCL_SOCKET, K.CONN_REFUSED, K.EXCEPTION, K.ERROR_LINE,
+        K.NCCL_WARN, K.NCCL_SYSTEM}),
     Rule("stack_dump", stack_dump),
     Rule("store_barrier", store_barrier),
     Rule("mismatch", mismatch, _TIMEOUTS | {K.NCCL_WARN, K.NCCL_DETAIL}),

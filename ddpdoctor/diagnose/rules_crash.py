@@ -9,6 +9,7 @@ from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import CASCADE, Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import (
+    WAITING_FRAME,
     EventIndex,
     Rule,
     Verdict,
@@ -67,13 +68,6 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                                                                if frames else {}))]
 
 
-# Where a process that waits is interrupted: a collective, a store, a launcher or a loader
-# waiting on its children, a sleep. A job stopped there may have been hung.
-_WAITING = re.compile(r"/distributed/|/c10d|/multiprocessing/|threading\.py|selectors\.py|"
-                      r"queue\.py|subprocess\.py|socket\.py|popen_\w+\.py|/elastic/|"
-                      r"in (?:sleep|wait|join|recv|accept|get)\b")
-
-
 def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """The first failure in the log is a KeyboardInterrupt raised in the job's own work (not
     inside a distributed wait): Ctrl-C or a SIGINT stopped a job that was running, and
@@ -89,7 +83,7 @@ def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             first.get_str("exception", "").split(":")[0].strip() != "KeyboardInterrupt":
         return []
     where = first.get_str("where")
-    if not where or _WAITING.search(where):
+    if not where or WAITING_FRAME.search(where):
         return []  # interrupted where it waited, or nobody knows where: maybe a hang
     at = f" at {_short(where)}"
     stopped = [e for e in ix.of(K.EXCEPTION)

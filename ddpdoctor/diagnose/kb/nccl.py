@@ -312,6 +312,20 @@ SIGNATURES = (
                  "920ffeb5e85f/distillation/wandb/run-20250111_100401-ad7kn56z/files/output.log",
                  {"call": "nvmlInit_v2()"}),)),
     Signature(
+        # each communicator a rank starts, with the unique id its ranks must share: ranks
+        # that start one communicator under different ids never meet (rules_collective)
+        "nccl.comm_init_start", K.NCCL_COMM_INIT, "Init START",
+        r"ncclCommInitRank\w* comm (?P<comm>0x[0-9a-f]+) rank (?P<nccl_rank>\d+) nranks "
+        r"(?P<nranks>\d+) .*commId (?P<comm_id>0x[0-9a-f]+) - Init START",
+        "HANG_COLLECTIVE_MISMATCH", "NCCL >= 2.19 (commId on the Init START line)",
+        (Example("vae-bc5a469e-2296-0:10209:10243 [1] NCCL INFO ncclCommInitRankConfig comm "
+                 "0x650f7526ddc0 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 200000 commId "
+                 "0x56bea185a98d5193 - Init START",
+                 "https://github.com/tcwalther/bugreport-mosaicml-streaming-lightning-torchrun/"
+                 "blob/main/README.md",
+                 {"nccl_rank": 1, "nranks": 2, "comm_id": "0x56bea185a98d5193"}),),
+        convert={"nccl_rank": int, "nranks": int}),
+    Signature(
         "nccl.version", K.VERSION, "NCCL version",
         r"NCCL version (?P<nccl>\d+\.\d+\.\d+)", "KNOWN_UPSTREAM_BUG", "all",
         (Example("NCCL version 2.19.3+cuda12.3", "https://github.com/NVIDIA/nccl/issues/1240",
