@@ -35,3 +35,15 @@ def test_an_error_before_the_interrupt_still_leads(tmp_path):
                if x.startswith("[rank0]: torch.OutOfMemoryError"))
     lead = findings_in(tmp_path, oom + LOG.read_text())[0]
     assert lead.id == "GPU_MEMORY_OCCUPIED" and lead.severity == "error"
+
+
+def test_only_a_stop_makes_the_launchers_teardown_its_own(tmp_path):
+    """A routine fp16 skip (a warning) beside the launcher killing its workers: the
+    teardown still says a worker died (an error), only an interrupt explains it."""
+    teardown = "".join(x for x in LOG.read_text().splitlines(True) if "Killing subprocess" in x)
+    skip = ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to "
+            "32768.0\n{'loss': 2.3153, 'grad_norm': inf, 'learning_rate': 8e-07, "
+            "'epoch': 0.1}\n{'loss': 2.2711, 'grad_norm': 1.93, 'learning_rate': 8e-07, "
+            "'epoch': 0.2}\n")
+    found = findings_in(tmp_path, skip + teardown)
+    assert any(f.severity == "error" for f in found), found

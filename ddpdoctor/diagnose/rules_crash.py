@@ -91,7 +91,8 @@ def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the job was interrupted (KeyboardInterrupt"
                     f"{at}, on {len(stopped)} process(es)): Ctrl-C or a SIGINT stopped it in "
                     "its own work, not a failure the log shows", stopped,
-                    {"hint": "if nobody stopped it, the scheduler or a wrapper sent SIGINT "
+                    {"stopped_by": "SIGINT (KeyboardInterrupt)",
+                     "hint": "if nobody stopped it, the scheduler or a wrapper sent SIGINT "
                              "(a preemption, a time limit): its log says which; if it had "
                              "stopped making progress first, it hung: `ddpdoctor attach` on "
                              "the next hang names where each rank waits"},

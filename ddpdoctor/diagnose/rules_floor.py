@@ -169,7 +169,8 @@ def floor(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if any(v.finding.severity == "error" for v in earlier):
         return []
     hits = list(ix.of(K.FLOOR))
-    if earlier:  # a stop a rule already said (an interrupt): the launcher's teardown is it
+    if any(v.finding.evidence.get("stopped_by") for v in earlier):
+        # a stop a rule already said (an interrupt): the launcher's teardown is that stop
         hits = [e for e in hits if not is_teardown(e)]
     for family in FAMILIES:
         found = family(ix, hits)
