@@ -101,6 +101,14 @@ def test_slow_ranks_straggler_and_data_bottleneck():
     noisy = [(0.05, 0.001, 0.01 + 0.002 * (i % 2)) for i in range(8)]
     assert slow_ranks({0: noisy, 1: list(reversed(noisy))}, 0.02, 0.25, 0.6, 3, 0.3) == []
     assert slow_ranks({0: fast[:2], 1: slow[:2]}, 0.02, 0.25, 0.6, 3, 0.3) == []
+    # a loaded host left rank 1 behind by ~23 ms in two of three 59 ms steps (CI beside a
+    # 2-rank job, the healthy watch e2e run): two blips are no straggler; three in a row are
+    steady = [(0.059, 0.0, 0.012, 0.010)] * 3
+    blips = [(0.059, 0.0, 0.035, 0.022), (0.059, 0.0, 0.012, 0.010), (0.059, 0.0, 0.035, 0.022)]
+    assert slow_ranks({0: steady, 1: blips}, 0.02, 0.25, 0.6, 3, 0.3) == []
+    behind = [(0.059, 0.0, 0.035, 0.022)] * 3
+    assert slow_ranks({0: steady, 1: behind}, 0.02, 0.25, 0.6, 3, 0.3)[0][:2] == \
+        ("STRAGGLER", [1])
 
 
 def test_memory_growth_rule():
