@@ -49,12 +49,9 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """Fatal Python error / segmentation fault / exit 139: a crash in native code."""
     if earlier:
         return []
-    # NCCL's watchdog takes the process down with SIGABRT after a timeout, by design
-    # ("To avoid data inconsistency, we are taking the entire process down"): the timeout's
-    # rules explain that abort
-    own = (*_OWN_RULE, "SIGABRT") if ix.of(K.NCCL_WATCHDOG) else _OWN_RULE
     bad = ix.of(K.FATAL_PYTHON, K.SEGFAULT) or [
-        e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") not in (None, *own)]
+        e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") not in (None, *_OWN_RULE)
+        and not _watchdog_abort(ix, e)]
     if not bad:
         return []
     e = bad[0]
@@ -66,6 +63,14 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return [verdict(ix, "RANK_CRASHED", f"{'rank ' + fmt(bad) if fmt(bad) else 'a process'} "
                     f"crashed in native code: {what}", bad, ev | ({"where": frames[0]}
                                                                if frames else {}))]
+
+
+def _watchdog_abort(ix: EventIndex, e: Event) -> bool:
+    """NCCL's watchdog takes the process down with SIGABRT after a timeout, by design ("To
+    avoid data inconsistency, we are taking the entire process down"): in a log with a
+    watchdog timeout, an exit by SIGABRT (-6), ranked or a launcher's, is the timeout's."""
+    return bool(ix.of(K.NCCL_WATCHDOG)) and (e.data.get("signal") == "SIGABRT"
+                                             or e.get_int("exit_code") == -6)
 
 
 def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -152,10 +157,8 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         explained.add(e.rank)
     if out or earlier:
         return out
-    # a launcher's unranked "exits with -6" after a watchdog timeout is that abort too
-    aborted = bool(ix.of(K.NCCL_WATCHDOG))
     exits = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("exit_code")
-             and not (aborted and e.get_int("exit_code") == -6)]
+             and not _watchdog_abort(ix, e)]
     return [_bare_exit(ix, exits[0])] if exits else []
 
 

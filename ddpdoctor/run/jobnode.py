@@ -213,7 +213,7 @@ def _recheck(job: Job, states: list[RankState], seconds: float,
 
 def local_failure(job: Job, tracker: ProgressTracker, returncode: int | None
                   ) -> Failure | None:
-    from ddpdoctor.run.triage import triage_output
+    from ddpdoctor.run.triage import BY_SAMPLING, triage_output
 
     first = tracker.exits[0] if tracker.exits else None
     if first is None and not returncode:
@@ -224,7 +224,7 @@ def local_failure(job: Job, tracker: ProgressTracker, returncode: int | None
     if not findings:
         return None
     lead = findings[0]
-    if returncode is None and str(lead.evidence.get("source", "")).startswith("process "):
+    if returncode is None and str(lead.evidence.get("source", "")).startswith(BY_SAMPLING):
         return None  # a rank exited while the job runs and its output names no error yet:
         # a rank that finished, not a failure (the job's exit code decides at the end)
     rank = lead.ranks[0] if lead.ranks else (first.rank if first else None)

@@ -154,8 +154,9 @@ def name_spawn_culprit(findings: list, log_text: str, index_to_rank: dict[int, i
     """The lead finding that names no rank gets the rank of the child mp.spawn says failed
     (pure): "-- Process 0 terminated" is index 0, which the read claims map to a rank.
     mp.spawn's own words also beat a rank triage took from the order the processes died."""
-    timed = str(findings[0].evidence.get("rank_from", "")).startswith(
-        ("exit times", "process sampling")) if findings else False
+    from ddpdoctor.run.triage import rank_from_exits
+
+    timed = bool(findings) and rank_from_exits(findings[0])
     if not findings or (findings[0].ranks and not timed):
         return
     m = _SPAWN_FAILED.search(log_text)

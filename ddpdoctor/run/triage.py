@@ -37,6 +37,15 @@ def _first_interval(exits: list[RankExit]) -> list[RankExit]:
     return [e for e in exits if abs(e.time - exits[0].time) < 1e-6] if exits else []
 
 
+# how _how_found starts a rank taken from the order the rank processes went away
+BY_EXIT_TIMES, BY_SAMPLING = "exit times", "process sampling"
+
+
+def rank_from_exits(finding: Finding) -> bool:
+    """The finding's rank came from the order the processes went, not from the log."""
+    return str(finding.evidence.get("rank_from", "")).startswith((BY_EXIT_TIMES, BY_SAMPLING))
+
+
 def _first_died(tied: list[RankExit]) -> RankExit | None:
     """Among ranks one sample saw gone together, the one whose death was stamped strictly
     before every other's (run/exit_watch.py); None where a time is missing or tied."""
@@ -69,11 +78,11 @@ def _how_found(first: RankExit, exits: list[RankExit]) -> str:
     tied = _first_interval(exits)
     if len(tied) > 1 and _first_died(tied) is first:
         gap = min((e.died or 0.0) for e in tied if e is not first) - (first.died or 0.0)
-        return (f"exit times: rank {first.rank} (pid {first.pid}) died {gap:.2f} s before "
-                "any other rank")
+        return (f"{BY_EXIT_TIMES}: rank {first.rank} (pid {first.pid}) died {gap:.2f} s "
+                "before any other rank")
     if first_exit(exits) is first:
-        return f"process sampling: rank {first.rank} (pid {first.pid}) exited first"
-    return (f"process sampling: rank {first.rank} (pid {first.pid}) went with the others, "
+        return f"{BY_SAMPLING}: rank {first.rank} (pid {first.pid}) exited first"
+    return (f"{BY_SAMPLING}: rank {first.rank} (pid {first.pid}) went with the others, "
             "and it alone reported no lost peer")
 
 
@@ -121,5 +130,5 @@ def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
             f"{exit_description(returncode)}; its output names no cause",
             ranks=[first.rank],
             evidence={"pid": first.pid, "job_exit": returncode,
-                      "source": "process sampling (no error line in the output)"})]
+                      "source": f"{BY_SAMPLING} (no error line in the output)"})]
     return findings, info
