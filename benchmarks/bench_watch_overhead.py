@@ -122,10 +122,15 @@ def main() -> None:
     p.add_argument("--control", action="store_true",
                    help="A/A test: the watch stays paused on the 'watched' steps too")
     p.add_argument("--raw", default=None, help="write the per-block times (JSON) here")
+    p.add_argument("--json", default=None,
+                   help="write the pooled summary (step_ms, overhead, low, high, ...) here")
     p.add_argument("--loop", choices=("ddp", "handrolled", "fsdp1"), default="ddp",
                    help="how the ranks keep replicas (with torchrun): DDP; a hand-rolled "
                         "loop that all-reduces and averages each gradient after backward; "
                         "FSDP1 (FullyShardedDataParallel)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: the model on this rank's GPU, NCCL between ranks, and each "
+                        "step ends with a synchronize so its GPU work is in its time")
     args = p.parse_args()
 
     import torch
@@ -136,8 +141,12 @@ def main() -> None:
 
     torch.set_num_threads(1)
     distributed = "RANK" in os.environ
+    cuda = args.device == "cuda"
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else None
+    if device is not None:
+        torch.cuda.set_device(device)
     if distributed:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank() if distributed else 0
     world = dist.get_world_size() if distributed else 1
 
@@ -145,20 +154,22 @@ def main() -> None:
     layers: list[nn.Module] = []
     for _ in range(args.layers):
         layers += [nn.Linear(args.dim, args.dim), nn.GELU()]
-    model: nn.Module = nn.Sequential(*layers, nn.Linear(args.dim, 1))
+    model: nn.Module = nn.Sequential(*layers, nn.Linear(args.dim, 1)).to(device or "cpu")
     if distributed and args.loop == "ddp":
-        model = nn.parallel.DistributedDataParallel(model)
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device] if device is not None else None)
     elif distributed and args.loop == "fsdp1":
         from torch.distributed.fsdp import FullyShardedDataParallel
 
-        model = FullyShardedDataParallel(model, device_id=torch.device("cpu"))
+        model = FullyShardedDataParallel(model, device_id=device or torch.device("cpu"))
     elif distributed:
         for prm in model.parameters():
             dist.broadcast(prm.data, 0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     by_hand = distributed and args.loop == "handrolled"
     gen = torch.Generator().manual_seed(rank)
-    batches = [torch.randn(args.batch, args.dim, generator=gen) for _ in range(8)]
+    batches = [torch.randn(args.batch, args.dim, generator=gen).to(device or "cpu")
+               for _ in range(8)]
 
     def step(i: int) -> None:
         # one batch per block of four: watched and unwatched steps see the same data
@@ -169,6 +180,8 @@ def main() -> None:
                 prm.grad /= world
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if cuda:  # the step's GPU work in its time (both sides alike)
+            torch.cuda.synchronize()
 
     def run() -> tuple[Blocks, int]:
         handle = ddpdoctor.watch(model, opt, checks=args.checks)
@@ -212,7 +225,8 @@ def main() -> None:
     for i in range(args.warmup):  # allocator pools, DDP buckets, optimizer state
         step(i)
     if rank == 0:
-        print(f"{world} rank(s), {args.loop if distributed else 'one process'}, "
+        print(f"{world} rank(s) on {torch.cuda.get_device_name() if cuda else 'CPU'}, "
+              f"{args.loop if distributed else 'one process'}, "
               f"{args.layers}x{args.dim} MLP, batch {args.batch}, "
               f"{args.steps} timed steps per run (half watched), checks: "
               f"{args.checks or 'the defaults'}"
@@ -252,6 +266,10 @@ def main() -> None:
         if args.raw:
             with open(args.raw, "w") as f:
                 json.dump(raw, f)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({**s, "findings": findings, "control": args.control,
+                           "device": torch.cuda.get_device_name() if cuda else "cpu"}, f)
     if distributed:
         dist.destroy_process_group()
 

@@ -2,7 +2,7 @@
 
 It has the real module's constants and NVMLError classes and the call signatures and return
 shapes of the real functions (structs with attributes, bytes bus ids, milliwatts, the
-remapped-rows tuple), so ``ddpdoctor.check.nvml.read_snapshot`` runs its real parsing code on it.
+remapped-rows tuple), so ``ddpdoctor.nvml.read_snapshot`` runs its real parsing code on it.
 A field that is None with a reason in the snapshot's ``errors`` raises the NVMLError of that
 reason, as the driver did when it was recorded.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-from ddpdoctor.check.nvml import P2P_STATUSES, TOPOLOGY_LEVELS
+from ddpdoctor.nvml import P2P_STATUSES, TOPOLOGY_LEVELS
 
 _ERROR_CODES = {text: code for code, text in pynvml.NVMLError._errcode_to_string.items()}
 _LEVELS = {name: level for level, name in TOPOLOGY_LEVELS.items()}

@@ -56,6 +56,10 @@ CASES = [
       "logdir_exception/job42/attempt_0/1/stderr.log"], "RANK_CRASHED", [1], ["RANK_CRASHED"]),
     (["recorded/nccl_watchdog_desync.log"], "COLLECTIVE_TIMEOUT", [3], ["COLLECTIVE_TIMEOUT"]),
     (["recorded/cuda_oom.log"], "OOM", [2], ["OOM"]),
+    # recorded on an H200 by `make gpu-verify` (docs/gpu-verified.md)
+    (["recorded/cuda_oom_nvidia_h200.log"], "OOM", [0], ["OOM"]),
+    (["recorded/nccl_duplicate_gpu_nvidia_h200.log"], "GPU_DEVICE_MAPPING", [0, 1],
+     ["GPU_DEVICE_MAPPING"]),
     (["cpu_oom.log"], "OOM", [1], ["OOM"]),
     (["recorded/host_oom_train.log", "recorded/host_oom_dmesg.txt"], "OOM", [1], ["OOM"]),
     (["recorded/host_oom_train.log"], "OOM", [1], ["OOM"]),

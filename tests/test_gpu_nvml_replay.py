@@ -1,4 +1,4 @@
-"""ddpdoctor.check.nvml's NVML-reading code on a fake pynvml that replays the recorded fixtures."""
+"""ddpdoctor.nvml's NVML-reading code on a fake pynvml that replays the recorded fixtures."""
 
 import sys
 
@@ -7,7 +7,7 @@ import pytest
 from gpu_fake_pynvml import make_fake
 from gpu_fixtures import NAMES, load, per_rank
 
-from ddpdoctor.check import nvml
+from ddpdoctor import nvml
 from ddpdoctor.check.analysis import gpu
 from ddpdoctor.check.probes import gpu as gpu_probe
 from ddpdoctor.check.probes import topology as topology_probe

@@ -250,11 +250,14 @@ def test_findings_of_an_events_file(tmp_path):
         core.finding(core.findings_in_events(tmp_path / "absent.jsonl"), "OOM")
 
 
-def test_step_times_and_overhead():
-    recs = [{"event": "step", "step_time_s": t} for t in (9.0, 5.0, 0.2, 0.4)]
-    assert core.mean_step_s(recs + [{"event": "summary"}]) == pytest.approx(0.3)
-    assert core.overhead(0.33, 0.3) == pytest.approx(0.1)
-    assert core.overhead(None, 0.3) is None
+def test_bench_numbers_from_the_benchmarks_summary():
+    # the H200's 8x4096 line of bench-watch-overhead.txt, as the benchmark's --json holds it
+    n = core.bench_numbers({"step_ms": 19.72, "overhead": 0.0010, "low": 0.0008,
+                            "high": 0.0013, "cpu_us": -184.2, "check_extra": 0.066,
+                            "findings": 0})
+    assert n == {"bench_step_ms": 19.72, "watch_overhead": 0.001, "watch_overhead_low": 0.0008,
+                 "watch_overhead_high": 0.0013, "watch_cpu_us_per_step": -184,
+                 "check_step_extra": 0.066}
 
 
 # --- steps on recorded output (ctx.run faked: no processes) ---------------------------
@@ -280,6 +283,73 @@ def _step(name: str) -> Step:
     return next(s for s in gpu_verify.STEPS if s.name == name)
 
 
+H200 = Path(__file__).parent / "fixtures" / "gpu_verify" / "h200-2026-11-27"
+
+
+def _h200_trainer(bench_high: float = 0.0013):
+    """Plays the H200 run: the trainer's JSON logs, the series file, the benchmark."""
+    def answer(cmd, env):
+        if "train" in cmd:
+            jlog = Path(cmd[cmd.index("--json-log") + 1])
+            if "--strategy" in cmd:
+                jlog.write_text((H200 / "train-strategies.jsonl").read_text())
+            elif "--watch" in cmd:
+                jlog.write_text((H200 / "train-watched.jsonl").read_text())
+                Path(env["DDPDOCTOR_EVENTS"]).with_name("watch-series-rank0.jsonl").write_text(
+                    (H200 / "watch-series-rank0.jsonl").read_text())
+            else:
+                jlog.write_text((H200 / "train-plain.jsonl").read_text())
+            return 0, "", ""
+        if "bench_watch_overhead.py" in " ".join(cmd):
+            Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps(
+                {"step_ms": 19.72, "overhead": 0.0010, "low": 0.0008, "high": bench_high,
+                 "cpu_us": -184.2, "check_extra": 0.066}))
+            return 0, "", ""
+        if cmd[1] == "-c" and "get_device_capability" in cmd[2]:   # the workspace probe
+            return 0, (H200 / "workspace.out").read_text(), ""
+        return 0, json.dumps(NVML) + "\n", ""   # the NVML reader
+    return answer
+
+
+def test_strategies_step_on_the_h200_run_with_cublas_workspaces(tmp_path):
+    ctx = Recorded(session(tmp_path), _step("train_strategies"), _h200_trainer())
+    gpu_verify.step_strategies(ctx)
+    n = ctx.numbers
+    assert n["workspace_measured"]["first_thread"] == 32 * 2**20 + 16 * 2**10
+    assert n["workspace_predicted"] == 2 * 32 * 2**20
+    for name in gpu_verify.ONE_GPU_STRATEGIES:
+        assert abs(n[name]["plan_peak_error"]) < 0.15, name
+        assert n[name]["plan_states_error"] == 0
+
+
+def test_strategies_step_without_the_workspaces_fails_as_the_first_h200_run_did(tmp_path,
+                                                                              monkeypatch):
+    import ddpdoctor.plan.workspace as ws
+
+    monkeypatch.setattr(ws, "MATMUL_THREADS", 0)   # plan as it was before: -40% on ddp
+    ctx = Recorded(session(tmp_path), _step("train_strategies"), _h200_trainer())
+    with pytest.raises(StepFailed, match="plan off the measured max_memory_allocated"):
+        gpu_verify.step_strategies(ctx)
+    assert ctx.numbers["ddp"]["plan_peak_error"] == pytest.approx(-0.4046, abs=1e-3)
+
+
+def test_watch_overhead_step_on_the_h200_run(tmp_path):
+    ctx = Recorded(session(tmp_path), _step("watch_overhead"), _h200_trainer())
+    gpu_verify.step_watch_overhead(ctx)
+    n = ctx.numbers
+    assert n["losses_identical"] is True
+    assert n["watch_overhead"] == 0.001 and n["watch_overhead_high"] < 0.01
+    g = n["watch_gpu_fields"]
+    assert g["gpu_util_pct"] == 16 and g["cuda_allocated_mb"] == 121.7
+    assert g["gpu_clock_events"] == []
+
+
+def test_watch_overhead_step_fails_when_the_interval_passes_one_percent(tmp_path):
+    ctx = Recorded(session(tmp_path), _step("watch_overhead"), _h200_trainer(bench_high=0.012))
+    with pytest.raises(StepFailed, match="not shown within 1%"):
+        gpu_verify.step_watch_overhead(ctx)
+
+
 def test_watch_nan_step_on_recorded_events(tmp_path):
     def train(cmd, env):
         assert cmd[3:6] == ("train", "--nproc", "1") and "--watch" in cmd
@@ -293,15 +363,14 @@ def test_watch_nan_step_on_recorded_events(tmp_path):
     assert ctx.numbers == {"exit": 0, "ranks": [0], "step": 2}
 
 
-def _check_answer(gpu_status: str):
+def _check_answer(gpu_status: str, bandwidth: str = "skipped"):
     report = {"probes": {
         "gpu": {"status": gpu_status, "data": {}},
         "topology": {"status": "ok", "data": {}},
         "connectivity": {"status": "ok", "data": {}},
-        "bandwidth": {"status": "ok", "data": {"table": [
-            {"collective": "all_reduce", "size": 1024, "algbw_gbps": 0.5},
-            {"collective": "all_reduce", "size": 256 << 20, "algbw_gbps": 1210.3},
-            {"collective": "all_gather", "size": 256 << 20, "algbw_gbps": 9.0}]}},
+        "bandwidth": {"status": bandwidth, "data": {}, "summary": (
+            "skipped: one rank: no link to measure (run --nproc 2 or more)"
+            if bandwidth == "skipped" else "all_reduce busbw 0.000 GB/s at 262144 KiB")},
         "limits": {"status": "warning", "data": {}}},
         "findings": [{"id": "ENV_LIMITS"}]}
 
@@ -324,7 +393,7 @@ def test_check_nccl_step_on_recorded_output(tmp_path, monkeypatch):
     n = ctx.numbers
     assert all(v["match"] for v in n["nvml_vs_smi"].values())
     assert (n["check_exit"], n["findings"]) == (1, ["ENV_LIMITS"])
-    assert (n["all_reduce_bytes"], n["all_reduce_algbw_gbps"]) == (256 << 20, 1210.3)
+    assert n["bandwidth"].startswith("skipped: one rank")
     assert (tmp_path / "nvidia-smi-q.txt").read_text() == SMI_Q
     assert "nvml.json" in ctx.files and "check.json" in ctx.files
 
@@ -334,6 +403,14 @@ def test_check_nccl_step_fails_when_the_gpu_probe_skips(tmp_path, monkeypatch):
     ctx = Recorded(session(tmp_path), _step("check_nccl"), _check_answer("skipped"))
     with pytest.raises(StepFailed, match=r"probes in error or skipped: \['gpu'\]; NVML vs "
                                          r"nvidia-smi differ on: nothing"):
+        gpu_verify.step_check_nccl(ctx)
+
+
+def test_check_nccl_step_fails_when_one_rank_times_a_no_op(tmp_path, monkeypatch):
+    # the first GPU run: check's bandwidth probe "ok" at 9,663 GB/s on one rank
+    monkeypatch.setattr(gpu_verify.shutil, "which", lambda name: f"/usr/bin/{name}")
+    ctx = Recorded(session(tmp_path), _step("check_nccl"), _check_answer("ok", "ok"))
+    with pytest.raises(StepFailed, match=r"bandwidth \(not skipped at one rank\)"):
         gpu_verify.step_check_nccl(ctx)
 
 

@@ -37,7 +37,7 @@ CORE = ("", "core")
 # documented ``-m ddpdoctor.check_worker`` shim of check.
 # libraries: knowledge and machinery several modes share, named for the thing; they import
 # core only (and each other), never a mode.
-LIBRARIES = ("distenv", "hang")
+LIBRARIES = ("distenv", "hang", "nvml")
 MODES = ("attach", "check", "diagnose", "run", "watch", "jobview", "plan", "scale",
          "train", "integrations", "report")
 MODE_ALIASES = {"check_worker": "check"}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import platform
 import shutil
@@ -38,13 +39,13 @@ from gpu_verify_core import (
     Step,
     StepContext,
     StepFailed,
+    bench_numbers,
     compare_nvml_smi,
     error_lines,
     finding,
     findings_in_events,
     jsonl,
-    mean_step_s,
-    overhead,
+    losses,
     result_json,
     run_steps,
     summaries,
@@ -54,8 +55,50 @@ from gpu_verify_core import (
 DUPLICATE_GPU = "Duplicate GPU detected"
 ONE_GPU_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 TWO_RANK_DEVICE = "cuda:0"  # both ranks on GPU 0 (the dry run of the script itself: cpu)
-# The overhead job: long enough that the mean past 2 warm-up steps is steady on a GPU.
-OVERHEAD_ARGS = ("--steps", "30", "--size", "small", "--seed", "1")
+# The overhead job: ~20 ms steps on an H200; 200 of them pass two default check steps
+# (100, 200) and the early ones (10, 50)
+OVERHEAD_ARGS = ("--steps", "200", "--size", "small", "--seed", "1")
+# ~20 ms steps on an H200 (1.0010 there, docs/gpu-verified.md), ~45 s for 2,200 of them
+BENCH_ARGS = ("--dim", "4096", "--layers", "8", "--batch", "1024", "--steps", "2000",
+              "--warmup", "200")
+ROOT = Path(__file__).resolve().parent.parent
+
+# cuBLAS workspaces as the caching allocator sees them (the way torch's own
+# test_cublas_workspace_explicit_allocation measures them): a product on this thread, one
+# on another thread (autograd's backward runs on its own), a backward
+WORKSPACE_SNIPPET = r"""
+import json, os, threading, torch
+d = {"capability": list(torch.cuda.get_device_capability()),
+     "env": {k: os.environ.get(k) for k in ("CUBLAS_WORKSPACE_CONFIG",
+                                            "CUBLASLT_WORKSPACE_SIZE")}}
+def active():
+    torch.cuda.synchronize()
+    return torch.cuda.memory_stats()["active_bytes.all.allocated"]
+a = torch.randn(64, 64, device="cuda")
+base = active()
+with torch.no_grad():
+    c = a @ a
+del c
+d["first_thread"] = active() - base
+base = active()
+def other():
+    with torch.no_grad():
+        c = a @ a
+t = threading.Thread(target=other); t.start(); t.join()
+d["second_thread"] = active() - base
+w = torch.randn(64, 64, device="cuda", requires_grad=True)
+x = torch.randn(64, 64, device="cuda")
+base = active()
+(x @ w).sum().backward()
+w.grad = None
+d["backward"] = active() - base
+base = active()
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    c = x @ w
+del c
+d["bf16"] = active() - base
+print(json.dumps(d))
+"""
 
 # What the env step learns, in one interpreter start (torch's import is the slow part).
 FACTS_SNIPPET = r"""
@@ -95,7 +138,8 @@ print(json.dumps(d))
 
 NVML_SNIPPET = r"""
 import json
-from ddpdoctor.check.nvml.reader import read_snapshot
+import os
+from ddpdoctor.nvml.reader import read_snapshot
 print(json.dumps(read_snapshot().to_dict(), default=str))
 """
 
@@ -218,24 +262,18 @@ def step_check_nccl(ctx: StepContext) -> None:
     probes = {k: v["status"] for k, v in data.get("probes", {}).items()}
     ctx.numbers["probes"] = probes
     ctx.numbers["findings"] = [f"{f['id']}" for f in data.get("findings", [])]
-    ctx.numbers.update(_bandwidth(data))
-    must_run = ("gpu", "topology", "connectivity", "bandwidth")
+    # one rank has no link: the bandwidth probe must say so, not time a no-op (the first
+    # GPU run read 9,663 GB/s, twice the H200's memory bandwidth, as "ok")
+    bw = data.get("probes", {}).get("bandwidth", {})
+    ctx.numbers["bandwidth"] = bw.get("summary")
+    must_run = ("gpu", "topology", "connectivity")
     bad = [k for k, v in probes.items()
            if v == "error" or (v == "skipped" and k in must_run)]
+    if bw.get("status") != "skipped" or "one rank" not in str(bw.get("summary")):
+        bad.append("bandwidth (not skipped at one rank)")
     if r.rc not in (0, 1) or bad or mismatch:
         raise StepFailed(f"check exit {r.rc}; probes in error or skipped: {bad or 'none'}; "
                          f"NVML vs nvidia-smi differ on: {mismatch or 'nothing'}")
-
-
-def _bandwidth(report: dict) -> dict:
-    """The largest all_reduce of check's sweep (one rank: busbw is 0 by nccl-tests'
-    formula, so algbw is the number that says the NCCL path moved data)."""
-    data = report.get("probes", {}).get("bandwidth", {}).get("data") or {}
-    rows = [r for r in data.get("table", []) if r.get("collective") == "all_reduce"]
-    if not rows:
-        return {}
-    top = max(rows, key=lambda r: r["size"])
-    return {"all_reduce_bytes": top["size"], "all_reduce_algbw_gbps": top["algbw_gbps"]}
 
 
 def _train(ctx: StepContext, log: str, *args: str, env: dict | None = None,
@@ -307,9 +345,18 @@ def step_strategies(ctx: StepContext) -> None:
     missing = [s for s in ONE_GPU_STRATEGIES if s not in got]
     from ddpdoctor.plan import PRECISIONS, Setup, from_preset
     from ddpdoctor.plan.verify import compare
+    from ddpdoctor.plan.workspace import step_bytes
 
+    ws = ctx.run([ctx.session.python, "-c", WORKSPACE_SNIPPET], timeout=60, log="workspace")
+    cap: tuple[int, int] | None = None
+    if ws.rc == 0 and ws.stdout.strip():
+        probe = json.loads(ws.stdout.strip().splitlines()[-1])
+        cap = (int(probe["capability"][0]), int(probe["capability"][1]))
+        ctx.numbers["workspace_measured"] = probe
+    predicted_ws = step_bytes(cap, os.environ)
+    ctx.numbers["workspace_predicted"] = predicted_ws
     setup = Setup(world=1, precision=PRECISIONS["amp"], batch_size=8, microbatches=2,
-                  schedule="gpipe", tp=2, margin=0.0, foreach=True)
+                  schedule="gpipe", tp=2, margin=0.0, foreach=True, workspace=predicted_ws)
     off = []
     for name, s in got.items():
         row = {"loss_down": s["loss_down"], "step_ms": round(s["step_time_s"] * 1000, 2),
@@ -331,31 +378,52 @@ def step_strategies(ctx: StepContext) -> None:
 
 
 def step_watch_overhead(ctx: StepContext) -> None:
-    """The same job plain and watched: step time (CUDA-synchronised), the watch's GPU-side
-    numbers where it has them, NVML clock-event (throttle) reasons after the watched run."""
-    args = OVERHEAD_ARGS
-    rc0, plain, t0 = _train(ctx, "train-plain", *args)
+    """The watch's cost and what it reads on a GPU. Its cost: benchmarks/
+    bench_watch_overhead.py, one DDP model switched between watched and unwatched steps in
+    one process (separate runs of the trainer differ by up to 20% from one to the next on
+    the same H200, so they cannot show 1%). What it reads: the trainer plain and watched,
+    losses bitwise the same, the GPU fields of the watch's series file; NVML clock-event
+    (throttle) reasons after it."""
+    rc, plain, text = _train(ctx, "train-plain", *OVERHEAD_ARGS)
+    if rc:
+        raise StepFailed(f"plain run exit {rc}: {tail(text, 300)}")
     events = fresh_events(ctx, "overhead")
-    # check steps every 10 steps (not the default 100) so the 30 steps pay for them too
-    rc1, watched, t1 = _train(ctx, "train-watched", *args, "--watch",
-                              env={"DDPDOCTOR_EVENTS": str(events),
-                                   "DDPDOCTOR_WATCH_EVERY": "10"})
-    if rc0 or rc1:
-        raise StepFailed(f"plain exit {rc0}, watched exit {rc1}: {tail(t0 + t1, 300)}")
-    p, w = mean_step_s(plain), mean_step_s(watched)
-    ctx.numbers.update(plain_step_ms=p and p * 1000, watched_step_ms=w and w * 1000,
-                       watch_overhead=overhead(w, p))
-    # the watch's findings go to the events file, its per-step numbers to the series
-    # file beside it: GPU-side timing / throttle reasons would show in either
-    recs = [r for f in sorted(events.parent.glob("*.jsonl")) for r in jsonl(f)]
-    gpu_keys = sorted({k for r in recs for k in r
-                       if any(s in k for s in ("gpu", "cuda", "throttle", "clock"))})
-    ctx.numbers["watch_gpu_fields"] = gpu_keys or "none (the watch records no GPU-side "\
-                                                  "timing or throttle reasons yet)"
+    rc, watched, text = _train(ctx, "train-watched", *OVERHEAD_ARGS, "--watch",
+                               env={"DDPDOCTOR_EVENTS": str(events)})
+    if rc:
+        raise StepFailed(f"watched run exit {rc}: {tail(text, 300)}")
+    ctx.numbers["losses_identical"] = losses(watched) == losses(plain)
+    bench = ctx.path("bench-watch-overhead.json")
+    bench.unlink(missing_ok=True)
+    r = ctx.run([ctx.session.python, "-m", "torch.distributed.run", "--nproc-per-node", "1",
+                 str(ROOT / "benchmarks" / "bench_watch_overhead.py"), "--device", "cuda",
+                 *BENCH_ARGS, "--json", str(bench)], timeout=90, log="bench-watch-overhead")
+    if r.rc or not bench.exists():
+        raise StepFailed(f"bench_watch_overhead exit {r.rc}: {tail(r.text, 300)}")
+    ctx.numbers.update(bench_numbers(json.loads(bench.read_text())))
+    # the watch's per-interval numbers go to the series file beside the events file: its
+    # GPU fields (watch/gpu_metrics.py), the last record's values
+    series = [r for f in sorted(events.parent.glob("watch-series-rank*.jsonl"))
+              for r in jsonl(f)]
+    gpu = {k: v for r in series for k, v in r.items()
+           if any(s in k for s in ("gpu", "cuda")) and v is not None}
+    ctx.numbers["watch_gpu_fields"] = gpu or "none"
+    for f in events.parent.glob("watch-series-rank*.jsonl"):
+        ctx.path(str(f.relative_to(ctx.session.out)))
     n = ctx.run([ctx.session.python, "-c", NVML_SNIPPET], timeout=60, log="nvml-after")
     if n.rc == 0:
         dev = (json.loads(n.stdout.strip().splitlines()[-1]).get("devices") or [{}])[0]
         ctx.numbers["clock_event_names_after"] = dev.get("clock_event_names")
+    if not ctx.numbers["losses_identical"]:
+        raise StepFailed("the watched run's losses differ from the plain run's")
+    missing = [k for k in ("gpu_util_pct", "gpu_memory_used_mb", "cuda_allocated_mb",
+                           "cuda_reserved_mb", "gpu_clock_events") if k not in gpu]
+    if missing:
+        raise StepFailed(f"the watch's series file has no GPU values for: {missing}")
+    if ctx.numbers["watch_overhead_high"] >= 0.01:
+        raise StepFailed(f"the watch's overhead is not shown within 1%: "
+                         f"{ctx.numbers['watch_overhead']:+.2%} (95% interval up to "
+                         f"{ctx.numbers['watch_overhead_high']:+.2%})")
 
 
 def step_two_ranks_gloo(ctx: StepContext) -> None:

@@ -392,16 +392,18 @@ def summaries(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["strategy"]: r for r in records if r.get("event") == "summary"}
 
 
-def mean_step_s(records: list[dict[str, Any]], skip: int = 2) -> float | None:
-    """Mean step time past the warm-up steps (CUDA-synchronised in the trainer)."""
-    times = [r["step_time_s"] for r in records if r.get("event") == "step"][skip:]
-    return sum(times) / len(times) if times else None
+def bench_numbers(summary: dict[str, Any]) -> dict[str, Any]:
+    """benchmarks/bench_watch_overhead.py --json, as the step's numbers."""
+    return {"bench_step_ms": round(summary["step_ms"], 2),
+            "watch_overhead": round(summary["overhead"], 5),
+            "watch_overhead_low": round(summary["low"], 5),
+            "watch_overhead_high": round(summary["high"], 5),
+            "watch_cpu_us_per_step": round(summary["cpu_us"]),
+            "check_step_extra": round(summary["check_extra"], 4)}
 
 
-def overhead(watched: float | None, plain: float | None) -> float | None:
-    if not watched or not plain:
-        return None
-    return watched / plain - 1.0
+def losses(records: list[dict[str, Any]]) -> list[float]:
+    return [r["loss"] for r in records if r.get("event") == "step"]
 
 
 def error_lines(text: str, patterns: tuple[str, ...] = ("error", "duplicate", "nccl")) -> str:

@@ -45,8 +45,13 @@ class SizeType(click.ParamType):
 
     name = "size"
 
+    def __init__(self, zero: bool = False) -> None:
+        self.zero = zero   # '0' means none (--reserve, --workspace on CPU), not a typo
+
     def convert(self, value: str | int, param: click.Parameter | None,
                 ctx: click.Context | None) -> int:
+        if self.zero and str(value).strip() == "0":
+            return 0
         try:
             return value if isinstance(value, int) else parse_size(value)
         except ValueError as e:
@@ -104,7 +109,7 @@ def _gpu_memory(gpu_mem: int | None, data: dict[str, list[int]]) -> tuple[int | 
     """--gpu-mem, else the smallest GPU NVML sees, else unknown (and why)."""
     if gpu_mem is not None:
         return gpu_mem, f"{fmt_bytes(gpu_mem)} per GPU (--gpu-mem)"
-    from ddpdoctor.check.nvml import NvmlUnavailable, read_snapshot
+    from ddpdoctor.nvml import NvmlUnavailable, read_snapshot
 
     try:
         snap = read_snapshot(topology=False, xids=False)
@@ -157,8 +162,13 @@ def _gpu_memory(gpu_mem: int | None, data: dict[str, list[int]]) -> tuple[int | 
               help="Memory per GPU (80G = 80GiB, 80GB = 80e9 bytes); default: NVML.")
 @click.option("--margin", type=FiniteFloat(min=0, max=1), default=0.10, show_default=True,
               help="Allocator slack as a fraction of the predicted bytes.")
-@click.option("--reserve", type=SizeType(), default="1G", show_default=True, metavar="SIZE",
+@click.option("--reserve", type=SizeType(zero=True), default="1G", show_default=True,
+              metavar="SIZE",
               help="Per GPU, outside PyTorch's allocator: CUDA context, NCCL buffers.")
+@click.option("--workspace", type=SizeType(zero=True), default="64M", show_default=True,
+              metavar="SIZE",
+              help="Per rank, inside the allocator: cuBLAS workspaces (the forward's and the "
+                   "backward's thread, 32 MiB each on Hopper, 8.1 MiB before); 0 on CPU.")
 @json_option
 @html_option
 def command(size: str | None, params: int | None, model_spec: str | None, layers: int | None,
@@ -166,7 +176,7 @@ def command(size: str | None, params: int | None, model_spec: str | None, layers
             nproc: int, strategy: str, precision: str, optimizer: str, batch_size: int,
             microbatches: int | None, schedule: str, tp: int, checkpointing: bool,
             offload: bool, no_flash: bool, gpu_mem: int | None, margin: float, reserve: int,
-            json_path: str | None, html_path: str | None) -> int:
+            workspace: int, json_path: str | None, html_path: str | None) -> int:
     try:
         names = _strategies(strategy)
         shape = _shape(size, params, model_spec, dict(layers=layers, dim=dim, heads=heads,
@@ -178,7 +188,7 @@ def command(size: str | None, params: int | None, model_spec: str | None, layers
     setup = Setup(world=nproc, precision=PRECISIONS[precision], optimizer=optimizer,
                   batch_size=batch_size, microbatches=microbatches, schedule=schedule, tp=tp,
                   checkpointing=checkpointing, offload=offload, flash=not no_flash,
-                  margin=margin, reserve=reserve)
+                  margin=margin, reserve=reserve, workspace=workspace)
     report = Report("plan", world={"world_size": nproc})
     gpu_data: dict[str, list[int]] = {}
     limit, how = _gpu_memory(gpu_mem, gpu_data)
@@ -196,7 +206,7 @@ def command(size: str | None, params: int | None, model_spec: str | None, layers
                   "batch_size": batch_size, "microbatches": microbatches,
                   "schedule": schedule, "tp": tp, "checkpointing": checkpointing,
                   "offload": offload, "flash": not no_flash, "margin": margin,
-                  "reserve": reserve},
+                  "reserve": reserve, "workspace": workspace},
         "gpu_mem": limit, "best": good.strategy if good else None,
         "strategies": [sp.to_dict() for sp in plans]}))
     if limit and good is None:

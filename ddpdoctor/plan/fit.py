@@ -14,6 +14,7 @@ from ddpdoctor.plan.memory import (
 )
 from ddpdoctor.plan.model import SIZES, ModelShape, from_params
 from ddpdoctor.plan.units import fmt_bytes
+from ddpdoctor.plan.workspace import DEFAULT as WORKSPACE
 
 # What `ddpdoctor train --precision` runs for each precision of the plan.
 _TRAIN_PRECISION = {"mixed": "bf16", "amp": "bf16", "bf16": "bf16", "fp32": "fp32"}
@@ -96,7 +97,8 @@ def advice_for_oom(params: int, world_size: int, strategy: str, gpu_mem: int,
     """
     shape = from_params(params, seq=seq)
     setup = Setup(world=world_size, precision=PRECISIONS[precision], batch_size=batch_size,
-                  reserve=2**30)  # as `ddpdoctor plan`'s default --reserve
+                  # as `ddpdoctor plan`'s default --reserve and --workspace
+                  reserve=2**30, workspace=WORKSPACE)
     plans = plan(shape, setup, gpu_mem=gpu_mem)
     current = next((sp for sp in plans if sp.strategy == strategy), None)
     good = best(plans)

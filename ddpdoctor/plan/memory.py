@@ -65,6 +65,9 @@ class Setup:
     foreach: bool = True         # multi-tensor optimizer step (torch's default on GPU)
     margin: float = 0.10         # allocator slack, fraction of the subtotal
     reserve: int = 0             # bytes outside the allocator: CUDA context, NCCL
+    # bytes inside the allocator that no tensor owns: cuBLAS workspaces (plan/workspace.py);
+    # 0 on CPU
+    workspace: int = 0
 
 
 @dataclass
@@ -194,6 +197,9 @@ def estimate(strategy: str, shape: ModelShape, setup: Setup) -> list[RankMemory]
                                                 g.last)
         if setup.offload:
             _offload(m, shard_states)
+        if setup.workspace:
+            m.buffers += setup.workspace
+            m.notes.append(f"cuBLAS workspaces: {setup.workspace / 2**20:.0f} MiB")
         m.margin = setup.margin * m.subtotal + setup.reserve
         out.append(m)
     return out

@@ -125,6 +125,8 @@ class Watcher(StepHooks):
             self.stream.add(s)
         self.hooks = HookSet(self)
         self.monitor = hang_watchdog.acquire(self.rank, cfg, self.stream)
+        if self.monitor.gpu_device is None:  # the first watcher's model names the GPU
+            self.monitor.gpu_device = self.device
         self._attach_checks(optimizer, dataloader)
         self.hooks.register()
         join_hooks.install(self)

@@ -17,16 +17,21 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, SupportsFloat
 
 from ddpdoctor.core import safefile
 from ddpdoctor.core.contract import HEARTBEAT_SCHEMA, heartbeat_file, stacks_file
 from ddpdoctor.core.threadname import name_this_thread
+from ddpdoctor.nvml.model import BENIGN_CLOCK_REASONS
 from ddpdoctor.watch.events import series_path
+from ddpdoctor.watch.gpu_metrics import GpuMetrics
 from ddpdoctor.watch.series_file import SeriesRecord, SeriesWriter, Sums, interval
 from ddpdoctor.watch.stream import StepMetrics
 
 if TYPE_CHECKING:
+    import torch
+
     from ddpdoctor.watch.config import WatchConfig
     from ddpdoctor.watch.stream import EventStream
 
@@ -66,6 +71,10 @@ class Monitor:
         self.series = SeriesWriter(path) if path else None
         self.heartbeat_path = (os.path.join(cfg.heartbeat_dir, heartbeat_file(rank))
                                if cfg.heartbeat_dir else None)
+        # the model's device (set by the watch); its GPU is opened on the thread, lazily
+        self.gpu_device: torch.device | None = None
+        self._gpu: GpuMetrics | None = None
+        self._gpu_opened = False
 
     # -- called from the training thread: attribute writes only (they run every step)
     def progress(self, step: int, phase: str) -> None:
@@ -158,6 +167,7 @@ class Monitor:
             rec = interval(self._sums_seen, now, self.rank,
                            rss_bytes() if now[0] > self._sums_seen[0] else None)
             if rec is not None:
+                rec = self._with_gpu(rec)
                 self._sums_seen = now
                 if self.series is not None:
                     self.series.add(rec)
@@ -165,6 +175,30 @@ class Monitor:
                 self.series.flush()
         if self.started:
             self._publish(rec)
+
+    def _with_gpu(self, rec: SeriesRecord) -> SeriesRecord:
+        """The interval's record with this rank's GPU as it is now (no GPU: as it was)."""
+        try:
+            if not self._gpu_opened:
+                self._gpu_opened = True
+                self._gpu = GpuMetrics.open(self.gpu_device)
+                if self._gpu is not None and self._gpu.skipped:
+                    self.sink.event("gpu_metrics", rec.step,
+                                    skipped=f"NVML: {self._gpu.skipped}; the allocator's "
+                                            "bytes only")
+            if self._gpu is None:
+                return rec
+            g = self._gpu.sample()
+        except Exception as e:  # the step series must not go with it
+            self._gpu = None
+            self.sink.event("gpu_metrics", rec.step, skipped=f"{type(e).__name__}: {e}")
+            return rec
+        n = g.nvml
+        return replace(rec, cuda_allocated_mb=g.allocated_mb, cuda_reserved_mb=g.reserved_mb,
+                       gpu_util_pct=n.util_pct if n else None,
+                       gpu_memory_used_mb=n.memory_used_mb if n else None,
+                       gpu_clock_events=list(n.clock_events) if n and n.clock_events is not None
+                       else None)
 
     def _publish(self, rec: SeriesRecord | None) -> None:
         """This rank's metrics for the interval; with no step in it, the heartbeat age
@@ -181,7 +215,9 @@ class Monitor:
             self.rank, rec.step, "interval", rec.steps, step_time_s=rec.step_time_s,
             data_wait_s=rec.data_wait_s, compute_s=rec.forward_s, memory_mb=rec.rss_mb,
             grad_norm=_number(last.get("grad_norm")), loss=_number(last.get("loss")),
-            heartbeat_age_s=age)])
+            heartbeat_age_s=age, gpu_util_pct=rec.gpu_util_pct,
+            gpu_memory_used_mb=rec.gpu_memory_used_mb, cuda_allocated_mb=rec.cuda_allocated_mb,
+            cuda_reserved_mb=rec.cuda_reserved_mb, gpu_throttled=_throttled(rec))])
 
     def _check_stall(self) -> None:
         if not self.started or self.paused or "hang" not in self.cfg.checks:
@@ -240,6 +276,12 @@ def _number(value: SupportsFloat | None) -> float | None:
         return float(value.detach()) if hasattr(value, "detach") else float(value)
     except (TypeError, ValueError, RuntimeError):
         return None
+
+
+def _throttled(rec: SeriesRecord) -> float | None:
+    if rec.gpu_clock_events is None:
+        return None
+    return float(any(r not in BENIGN_CLOCK_REASONS for r in rec.gpu_clock_events))
 
 
 def acquire(rank: int, cfg: WatchConfig, sink: EventStream) -> Monitor:

@@ -44,6 +44,16 @@ GAUGES: dict[str, tuple[str, str, float]] = {
     "loss": ("ddpdoctor_loss", "Training loss, where the framework reports it", 1.0),
     "heartbeat_age_s": ("ddpdoctor_heartbeat_age_seconds",
                         "Seconds since the rank last made progress", 1.0),
+    "gpu_util_pct": ("ddpdoctor_gpu_utilization_percent",
+                     "Share of the last sample period the rank's GPU was busy (NVML)", 1.0),
+    "gpu_memory_used_mb": ("ddpdoctor_gpu_memory_used_bytes",
+                           "Memory used on the rank's GPU by every process (NVML)", 2.0 ** 20),
+    "cuda_allocated_mb": ("ddpdoctor_cuda_allocated_bytes",
+                          "Bytes PyTorch's caching allocator has handed out", 2.0 ** 20),
+    "cuda_reserved_mb": ("ddpdoctor_cuda_reserved_bytes",
+                         "Bytes PyTorch's caching allocator holds from the driver", 2.0 ** 20),
+    "gpu_throttled": ("ddpdoctor_gpu_throttled",
+                      "1 while the GPU's clocks are held down for power or heat (NVML)", 1.0),
 }
 _lock = threading.Lock()
 

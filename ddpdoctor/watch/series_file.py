@@ -43,9 +43,20 @@ class SeriesRecord:
     timed_steps: int = 0
     rss_mb: float | None = None
     loss: float | None = None
+    # this rank's GPU at the end of the interval (watch/gpu_metrics.py); None: no GPU, or
+    # not readable (NVML missing: the allocator's two still come)
+    gpu_util_pct: int | None = None
+    gpu_memory_used_mb: float | None = None
+    cuda_allocated_mb: float | None = None
+    cuda_reserved_mb: float | None = None
+    gpu_clock_events: list[str] | None = None
 
     def to_json(self) -> str:
         return json.dumps({"schema": SERIES_SCHEMA, **asdict(self)})
+
+
+GPU_FIELDS = ("gpu_util_pct", "gpu_memory_used_mb", "cuda_allocated_mb", "cuda_reserved_mb",
+              "gpu_clock_events")
 
 
 def merge(a: SeriesRecord, b: SeriesRecord) -> SeriesRecord:
@@ -65,7 +76,9 @@ def merge(a: SeriesRecord, b: SeriesRecord) -> SeriesRecord:
         forward_s=timed_mean(a.forward_s, b.forward_s),
         timed_steps=a.timed_steps + b.timed_steps,
         rss_mb=b.rss_mb if b.rss_mb is not None else a.rss_mb,
-        loss=b.loss if b.loss is not None else a.loss)
+        loss=b.loss if b.loss is not None else a.loss,
+        **{f: getattr(b, f) if getattr(b, f) is not None else getattr(a, f)
+           for f in GPU_FIELDS})
 
 
 def halve(records: list[SeriesRecord]) -> list[SeriesRecord]:

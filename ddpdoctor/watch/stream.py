@@ -61,6 +61,12 @@ class StepMetrics:
     grad_norm: float | None = None
     loss: float | None = None
     heartbeat_age_s: float | None = None    # seconds since this rank last made progress
+    # this rank's GPU (watch/gpu_metrics.py): NVML's, then PyTorch's allocator's
+    gpu_util_pct: float | None = None
+    gpu_memory_used_mb: float | None = None  # the whole device, every process on it
+    cuda_allocated_mb: float | None = None
+    cuda_reserved_mb: float | None = None
+    gpu_throttled: float | None = None       # 1: a clock-event reason beyond normal operation
 
     def values(self) -> dict[str, float]:
         """The measured values by name (no None, no bookkeeping fields)."""

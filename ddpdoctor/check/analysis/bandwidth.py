@@ -172,6 +172,11 @@ def _line_rate_findings(per_rank: Mapping[int, BandwidthData], backend: str) -> 
 def analyze(per_rank: Mapping[int, BandwidthData], world_size: int,
             opts: CheckOptions | Mapping[str, object] | None = None) -> tuple[Check, list[Finding]]:
     opts = CheckOptions.coerce(opts)
+    if world_size < 2:
+        # a one-rank collective moves nothing: NCCL returns at once and the "bandwidth"
+        # is the tensor's size over a launch (9,663 GB/s on an H200, docs/gpu-verified.md)
+        return Check("bandwidth", "skipped: one rank: no link to measure (run --nproc 2 "
+                     "or more)", status="skipped", group="Communication"), []
     rows = table(per_rank, world_size)
     # A link slower than the others names itself; when all are equally slow, the NICs'
     # line rate is the expectation (issue: "from the detected link type where known").

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ddpdoctor.check.analysis.gpu_health import device_problems
-from ddpdoctor.check.nvml import DeviceInfo, NvmlSnapshot
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.core.findings import Finding
 from ddpdoctor.core.report import Check
+from ddpdoctor.nvml import DeviceInfo, NvmlSnapshot
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

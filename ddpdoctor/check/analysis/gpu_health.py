@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ddpdoctor.check.nvml import BENIGN_CLOCK_REASONS, DeviceInfo, XidEvent
 from ddpdoctor.core.findings import Severity
+from ddpdoctor.nvml import BENIGN_CLOCK_REASONS, DeviceInfo, XidEvent
 
 # Utilization (%) above which the GPU is "under load": PCIe links downshift when idle.
 LOADED_UTIL_PCT = 5

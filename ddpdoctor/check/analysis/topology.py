@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypedDict
 
 from ddpdoctor.check.analysis.gpu import HostView, host_views
-from ddpdoctor.check.nvml import PairInfo
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.core.findings import Finding
 from ddpdoctor.core.report import Check
+from ddpdoctor.nvml import PairInfo
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

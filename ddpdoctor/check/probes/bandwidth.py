@@ -185,7 +185,7 @@ def collect(ctx: RankContext, opts: CheckOptions) -> BandwidthData:
 
     return {"host": socket.gethostname(), "world_size": ctx.world_size,
             "nic": nic_towards(os.environ.get("MASTER_ADDR", "127.0.0.1")),
-            "sweep": sweep(ctx, opts),
+            "sweep": sweep(ctx, opts) if ctx.world_size > 1 else [],
             "links_in": links(ctx, opts) if ctx.world_size > 1 else {}}
 
 

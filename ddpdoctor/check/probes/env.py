@@ -96,7 +96,7 @@ def _p2p_topology() -> P2pTopology:
     when NCCL_P2P_LEVEL is set: the only reason the env probe needs the topology."""
     if "NCCL_P2P_LEVEL" not in os.environ:
         return {}
-    from ddpdoctor.check import nvml
+    from ddpdoctor import nvml
 
     try:
         snap = nvml.read_snapshot(topology=True, xids=False)

@@ -10,10 +10,10 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from ddpdoctor.check import nvml
 from ddpdoctor.check.analysis.gpu import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
+from ddpdoctor.check.probes.nvml_record import snapshot_into
 from ddpdoctor.check.probes.records import GpuData, RankIdentity
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def _process_name(pid: int) -> str | None:
 
 def collect(ctx: RankContext, opts: CheckOptions) -> GpuData:
     data: GpuData = {**rank_identity(ctx)}
-    snap = nvml.snapshot_into(data, topology=False, xids=True)
+    snap = snapshot_into(data, topology=False, xids=True)
     if snap is None:
         return data
     pids = {p.pid for d in snap.devices for p in d.processes or []}

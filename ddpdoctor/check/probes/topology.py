@@ -9,11 +9,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddpdoctor.check import nvml
+from ddpdoctor import nvml
 from ddpdoctor.check.analysis.topology import analyze
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.check.probe import Probe
 from ddpdoctor.check.probes.gpu import rank_identity
+from ddpdoctor.check.probes.nvml_record import snapshot_into
 from ddpdoctor.check.probes.records import Nic, NumaNode, TopologyData
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def collect(ctx: RankContext, opts: CheckOptions) -> TopologyData:
     data: TopologyData = {**rank_identity(ctx)}
     data["numa"] = numa_nodes()
     data["nics"] = nics()
-    snap = nvml.snapshot_into(data, topology=True, xids=False)
+    snap = snapshot_into(data, topology=True, xids=False)
     if snap is None:
         return data
     data["gpu_numa"] = {str(d.index): gpu_numa_node(d.pci_bus_id) for d in snap.devices}

@@ -204,7 +204,12 @@ SIGNATURES = (
         "GPU_DEVICE_MAPPING", "NCCL >= 2.6",
         (Example("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000",
                  "https://github.com/Peterande/D-FINE/issues/289",
-                 {"rank_a": 0, "rank_b": 1, "device": "2000"}),),
+                 {"rank_a": 0, "rank_b": 1, "device": "2000"}),
+         # NCCL 2.28.9 on an H200, recorded by `make gpu-verify` (docs/gpu-verified.md)
+         Example("[2026-11-27 13:39:08] vm:1001:1001 [0] init.cc:904 NCCL WARN Duplicate GPU "
+                 "detected : rank 0 and rank 1 both on CUDA device 60",
+                 "tests/fixtures/logs/recorded/nccl_duplicate_gpu_nvidia_h200.log",
+                 {"rank_a": 0, "rank_b": 1, "device": "60"})),
         convert={"rank_a": int, "rank_b": int}),
     Signature(
         "nccl.shm_call_failed", K.NCCL_SHM, "Call to ",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ddpdoctor.check.nvml.model import (
+from ddpdoctor.nvml.model import (
     P2P_STATUSES,
     TOPOLOGY_LEVELS,
     DeviceInfo,

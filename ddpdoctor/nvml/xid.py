@@ -6,7 +6,7 @@ import os
 import re
 import time
 
-from ddpdoctor.check.nvml.model import XidEvent
+from ddpdoctor.nvml.model import XidEvent
 
 _XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),\s*(.*)")
 _KMSG_BUDGET_S = 0.3

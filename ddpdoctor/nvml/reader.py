@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING
 
-from ddpdoctor.check.nvml.device import _Reader, _text
-from ddpdoctor.check.nvml.model import (
+from ddpdoctor.nvml.device import _Reader, _text
+from ddpdoctor.nvml.model import (
     DeviceInfo,
     NvmlSnapshot,
     NvmlUnavailable,
     _import_pynvml,
     pci_key,
 )
-from ddpdoctor.check.nvml.xid import read_kernel_xids
-
-if TYPE_CHECKING:
-    from ddpdoctor.check.probes.records import RankIdentity
+from ddpdoctor.nvml.xid import read_kernel_xids
 
 
 def read_snapshot(nvml: ModuleType | None = None, topology: bool = True,
@@ -73,17 +69,3 @@ def _unavailable_reason(nvml: ModuleType, e: Exception) -> str:
     if isinstance(e, getattr(nvml, "NVMLError_NoPermission", ())):
         return f"NVML not permitted ({text})"
     return f"NVML could not start ({type(e).__name__}: {text})"
-
-
-def snapshot_into(data: RankIdentity, topology: bool, xids: bool) -> NvmlSnapshot | None:
-    """A probe's NVML part: ``data["nvml"]`` gets the snapshot, or None with
-    ``data["skipped"]`` saying why NVML cannot be used here (then None is returned)."""
-    try:
-        snap = read_snapshot(topology=topology, xids=xids)
-    except NvmlUnavailable as e:
-        data["skipped"] = str(e)
-        data["nvml"] = None
-        return None
-    data["nvml"] = snap.to_dict()
-    return snap
-

@@ -1,6 +1,6 @@
 """Every fact ddpdoctor reads from NVML (the only package that talks to pynvml)."""
 
-from ddpdoctor.check.nvml.model import (
+from ddpdoctor.nvml.model import (
     BENIGN_CLOCK_REASONS,
     P2P_STATUSES,
     TOPOLOGY_LEVELS,
@@ -14,12 +14,12 @@ from ddpdoctor.check.nvml.model import (
     decode_clock_event_reasons,
     pci_key,
 )
-from ddpdoctor.check.nvml.reader import read_snapshot, snapshot_into
-from ddpdoctor.check.nvml.xid import parse_xid_line, read_kernel_xids
+from ddpdoctor.nvml.reader import read_snapshot
+from ddpdoctor.nvml.xid import parse_xid_line, read_kernel_xids
 
 __all__ = [
     "BENIGN_CLOCK_REASONS", "P2P_STATUSES", "TOPOLOGY_LEVELS", "DeviceInfo", "NvLinkInfo",
     "NvmlSnapshot", "NvmlUnavailable", "PairInfo", "ProcessInfo", "XidEvent",
     "decode_clock_event_reasons", "parse_xid_line", "pci_key", "read_kernel_xids",
-    "read_snapshot", "snapshot_into",
+    "read_snapshot",
 ]

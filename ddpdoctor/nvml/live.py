@@ -1,0 +1,80 @@
+"""One GPU read again and again: what a training rank's watch samples once per interval.
+
+``LiveReader.open`` starts NVML once and finds this rank's device by its PCI bus id (the
+one name CUDA and NVML share whatever ``CUDA_VISIBLE_DEVICES`` renumbers); ``read`` then
+costs three NVML queries (utilisation, memory, clock-event reasons), each guarded: a query
+the GPU or driver refuses leaves its field None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+from ddpdoctor.nvml.device import _Reader, _text
+from ddpdoctor.nvml.model import (
+    BENIGN_CLOCK_REASONS,
+    NvmlUnavailable,
+    _import_pynvml,
+    decode_clock_event_reasons,
+    pci_key,
+)
+from ddpdoctor.nvml.reader import _unavailable_reason
+
+
+@dataclass(frozen=True)
+class LiveSample:
+    util_pct: int | None              # busy share of the last sample period (NVML)
+    memory_used_mb: float | None      # the whole device, every process on it
+    clock_events: tuple[str, ...] | None
+
+    @property
+    def throttled(self) -> bool | None:
+        """A clock-event reason that is not normal operation (power cap, thermal, ...)."""
+        if self.clock_events is None:
+            return None
+        return any(r not in BENIGN_CLOCK_REASONS for r in self.clock_events)
+
+
+class LiveReader:
+    def __init__(self, nvml: ModuleType, handle: object) -> None:
+        self._r, self._handle = _Reader(nvml), handle
+        self.errors: dict[str, str] = {}
+
+    @classmethod
+    def open(cls, pci_bus_id: str | None, fallback_index: int,
+             nvml: ModuleType | None = None) -> LiveReader:
+        """The device whose PCI bus id matches, else NVML's ``fallback_index``. Raises
+        NvmlUnavailable (its message the reason) when NVML cannot be used."""
+        nvml = nvml or _import_pynvml()
+        try:
+            nvml.nvmlInit()
+        except Exception as e:
+            raise NvmlUnavailable(_unavailable_reason(nvml, e)) from e
+        r, err = _Reader(nvml), dict[str, str]()
+        want = pci_key(pci_bus_id)
+        if want is not None:
+            for i in range(int(r.call(err, "count", "nvmlDeviceGetCount") or 0)):
+                h = r.call(err, "handle", "nvmlDeviceGetHandleByIndex", i)
+                pci = r.call(err, "pci", "nvmlDeviceGetPciInfo", h) if h is not None else None
+                bus = _text(getattr(pci, "busId", b"")) if pci is not None else None
+                if h is not None and pci_key(bus) == want:
+                    return cls(nvml, h)
+        h = r.call(err, "handle", "nvmlDeviceGetHandleByIndex", fallback_index)
+        if h is None:
+            raise NvmlUnavailable(f"no NVML device for this rank's GPU "
+                                  f"({'; '.join(f'{k}: {v}' for k, v in err.items())})")
+        return cls(nvml, h)
+
+    def read(self) -> LiveSample:
+        r, h, err = self._r, self._handle, self.errors
+        util = r.call(err, "utilization", "nvmlDeviceGetUtilizationRates", h)
+        mem = r.call(err, "memory", "nvmlDeviceGetMemoryInfo", h)
+        mask = r.call(err, "clock_events", "nvmlDeviceGetCurrentClocksEventReasons", h)
+        if mask is None:  # drivers before r535 only have the "throttle" name
+            mask = r.call(err, "clock_events", "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        return LiveSample(
+            util_pct=int(util.gpu) if util is not None else None,
+            memory_used_mb=round(int(mem.used) / 2**20, 1) if mem is not None else None,
+            clock_events=(tuple(decode_clock_event_reasons(int(mask), r.nvml))
+                          if mask is not None else None))
