@@ -65,6 +65,8 @@ class EventKind(str, Enum):
     GPU_ECC = "gpu_ecc"
     GPU_XID = "gpu_xid"
     GPU_FABRIC = "gpu_fabric"  # NVSwitch fabric not ready: Fabric Manager down or mismatched
+    GPU_FAULT = "gpu_fault"  # the GPU runtime says the device faulted (ROCm: "HW Exception")
+    GPU_MEMFAULT = "gpu_memfault"  # a kernel touched an unmapped page (ROCm's page fault)
     CUDA_ILLEGAL = "cuda_illegal"
     CUDA_ERROR = "cuda_error"
     # gloo / c10d / store

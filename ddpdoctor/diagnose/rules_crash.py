@@ -25,18 +25,24 @@ from ddpdoctor.diagnose.rules_floor import is_teardown
 # Signals with a cause of their own (SIGKILL: the OOM killer, SIGBUS: /dev/shm), not a crash
 # in native code.
 _OWN_RULE = ("SIGKILL", "SIGBUS")
-_CRASH_FALLOUT = frozenset({K.CPP_ABORT, K.PROCESS_EXIT, K.SEGFAULT, K.ERROR_LINE,
+_CRASH_FALLOUT = frozenset({K.GPU_FAULT, K.CPP_ABORT, K.PROCESS_EXIT, K.SEGFAULT, K.ERROR_LINE,
                             K.NCCL_WATCHDOG, K.NCCL_DETAIL, K.NCCL_CUDA, K.CUDA_ERROR,
                             K.AGENT_FAILED, K.TORCHRUN_FAILURE, K.EXCEPTION, K.FATAL_PYTHON})
 
 
 def cuda_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A CUDA fault (illegal access and the like): the rank that hit it crashed."""
-    bad = ix.of(K.CUDA_ILLEGAL) or [e for e in ix.of(K.CUDA_ERROR)
-                                    if id(e) not in used(earlier)]
+    bad = ix.of(K.CUDA_ILLEGAL, K.GPU_MEMFAULT) or [e for e in ix.of(K.CUDA_ERROR)
+                                                    if id(e) not in used(earlier)]
     if not bad:
         return []
     e = bad[0]
+    if e.kind is K.GPU_MEMFAULT:
+        return [verdict(ix, "RANK_CRASHED", f"rank {fmt(bad) or '?'} hit a GPU memory access "
+                        f"fault on GPU node-{e.data['node']} at {e.data['address']} "
+                        f"({e.data['reason']}): a kernel touched memory it does not own", bad,
+                        {"hint": "rerun with AMD_SERIALIZE_KERNEL=3 (ROCm) to get the stack "
+                                 "of the kernel that faulted"})]
     what = e.data.get("message", "an illegal memory access was encountered")
     via = (" (raised in the NCCL watchdog thread: the faulty kernel ran earlier, it is not "
            "NCCL's)" if e.data.get("watchdog") else "")

@@ -45,7 +45,11 @@ def device_mapping(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict
 
 
 def gpu_health(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    bad = ix.of(K.GPU_ECC, K.GPU_XID)
+    # A device that faulted on its own (ROCm's "HW Exception ... GPU Hang") is the GPU's
+    # health, unless a kernel's memory fault came first: then the hang is that crash's
+    # consequence (cuda_crash names it)
+    faults = [] if ix.of(K.GPU_MEMFAULT, K.CUDA_ILLEGAL) else ix.of(K.GPU_FAULT)
+    bad = ix.of(K.GPU_ECC, K.GPU_XID) + faults
     fabric = ix.of(K.GPU_FABRIC)
     if not bad and not fabric:
         return []
@@ -60,11 +64,19 @@ def gpu_health(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     first = bad[0]
     if first.kind is K.GPU_XID:
         what = f"Xid {first.data['xid']} on {first.data['pci']}: {first.data['message']}"
+    elif first.kind is K.GPU_FAULT:
+        what = (f"the GPU runtime reported a hardware exception on GPU node-"
+                f"{first.data['node']}: {first.data['reason']} (the other ranks' collective "
+                "timeouts follow from it)")
     else:
         what = "uncorrectable ECC error"
     who = f" on rank {fmt(bad)}" if fmt(bad) else ""
+    action = ("read the driver's account (`dmesg | grep -i amdgpu`: a reset, a page fault), "
+              "reset the GPU or reboot the node before the next run, and drain the node if "
+              "it recurs" if first.kind is K.GPU_FAULT else
+              "drain the node and have the GPU checked (nvidia-smi -q -d ECC)")
     return [verdict(ix, "GPU_HEALTH", f"GPU hardware fault{who}: {what}; drain the node", bad,
-                    {"action": "drain the node and have the GPU checked (nvidia-smi -q -d ECC)"})]
+                    {"action": action})]
 
 
 def _loopback(e: Event) -> bool:
@@ -280,7 +292,7 @@ RULES = (
         K.STORE_TIMEOUT})),
     Rule("port_in_use", port_in_use, frozenset({K.EXCEPTION, K.ERROR_LINE, K.PROCESS_EXIT})),
     Rule("device_mapping", device_mapping, _NCCL_FALLOUT),
-    Rule("gpu_health", gpu_health, _NCCL_FALLOUT | {K.CUDA_ILLEGAL}),
+    Rule("gpu_health", gpu_health, _NCCL_FALLOUT | {K.CUDA_ILLEGAL, K.NCCL_WATCHDOG}),
     Rule("nccl_config", nccl_config, _NCCL_FALLOUT | {K.CONN_REFUSED, K.NCCL_SOCKET,
                                                        K.CONNECT_TIMEOUT, K.GLOO_TIMEOUT}),
     Rule("no_p2p", no_p2p, _NCCL_FALLOUT),

@@ -42,13 +42,42 @@ SIGNATURES = (
                  "https://github.com/pytorch/pytorch/pull/177472",
                  {"what": "Failed to bind NVLink SHARP (NVLS) Multicast memory"}))),
     Signature(
+        # ROCm's HSA runtime, when the device itself stops (a hang the driver resets, a
+        # hardware error): the GPU faulted, not this rank's Python; the other ranks then
+        # wait in their collective until the watchdog (RCCL prints NCCL's texts)
+        "rocm.hw_exception", K.GPU_FAULT, "HW Exception by GPU",
+        r"HW Exception by GPU node-(?P<node>\d+) \(Agent handle: (?P<agent>0x[0-9a-fA-F]+)\) "
+        r"reason ?: ?(?P<reason>[^\n]+?)\s*$", "GPU_HEALTH", "ROCm (HSA runtime)",
+        (Example("HW Exception by GPU node-9 (Agent handle: 0x64ff272d8ab0) reason :GPU Hang",
+                 "https://github.com/ROCm/legacy-rocm-build/issues/4021",
+                 {"node": "9", "reason": "GPU Hang"}),
+         Example("HW Exception by GPU node-1 (Agent handle: 0x563e71f098b0) reason :GPU Hang",
+                 "https://github.com/ROCm/ROCm/issues/5443", {"node": "1"}))),
+    Signature(
+        # ROCm's page fault: a kernel read or wrote memory it does not own (the analogue of
+        # CUDA's illegal memory access); a "GPU Hang" after it is its consequence
+        "rocm.memory_access_fault", K.GPU_MEMFAULT, "Memory access fault by GPU",
+        r"Memory access fault by GPU node-(?P<node>\d+) \(Agent handle: (?P<agent>0x[0-9a-fA-F]+)"
+        r"\) on address (?P<address>0x[0-9a-fA-F]+)\. ?Reason: (?P<reason>[^\n]+?)\.?\s*$",
+        "RANK_CRASHED", "ROCm (HSA runtime)",
+        (Example("Memory access fault by GPU node-1 (Agent handle: 0x556e9b7e3360) on address "
+                 "0x7f52c3f5f000. Reason: Page not present or supervisor privilege.",
+                 "https://github.com/ROCm/ROCm/issues/5443",
+                 {"node": "1", "reason": "Page not present or supervisor privilege"}),
+         Example("Memory access fault by GPU node-1 (Agent handle: 0xeea28e0) on address "
+                 "0x7a6eedb80000. Reason: Page not present or supervisor privilege.",
+                 "https://github.com/ROCm/ROCm/issues/5225", {"address": "0x7a6eedb80000"}))),
+    Signature(
+        # PyTorch's ROCm build says "HIP error" where the CUDA build says "CUDA error"
         "cuda.illegal_memory_access", K.CUDA_ILLEGAL, "illegal memory access",
-        r"(?P<watchdog>NCCL watchdog thread terminated with exception: )?CUDA error: an illegal "
-        r"memory access was encountered", "RANK_CRASHED", "CUDA (all)",
+        r"(?P<watchdog>NCCL watchdog thread terminated with exception: )?(?:CUDA|HIP) error: an "
+        r"illegal memory access was encountered", "RANK_CRASHED", "CUDA (all), ROCm (HIP)",
         (Example("[E ProcessGroupNCCL.cpp:916] [Rank 0] NCCL watchdog thread terminated with "
                  "exception: CUDA error: an illegal memory access was encountered",
                  "https://github.com/vllm-project/vllm/issues/4108",
-                 {"watchdog": "NCCL watchdog thread terminated with exception:"}),)),
+                 {"watchdog": "NCCL watchdog thread terminated with exception:"}),
+         Example("torch.AcceleratorError: HIP error: an illegal memory access was encountered",
+                 "https://github.com/ROCm/legacy-rocm-build/issues/5742"))),
     Signature(
         "cuda.invalid_device_ordinal", K.DUPLICATE_GPU, "invalid device ordinal",
         r"(?:CUDA error|cuda runtime error \(\d+\)) ?: invalid device ordinal",
@@ -58,8 +87,8 @@ SIGNATURES = (
                  "/pytorch/torch/csrc/cuda/Module.cpp:33",
                  "https://github.com/HRNet/HRNet-Semantic-Segmentation/issues/171"),)),
     Signature(
-        "cuda.error", K.CUDA_ERROR, "CUDA error",
-        r"CUDA error: (?P<message>[^\n]+)", "RANK_CRASHED", "CUDA (all)",
+        "cuda.error", K.CUDA_ERROR, ("CUDA error", "HIP error"),
+        r"(?:CUDA|HIP) error: (?P<message>[^\n]+)", "RANK_CRASHED", "CUDA (all), ROCm (HIP)",
         (Example("RuntimeError: CUDA error: uncorrectable ECC error encountered",
                  "https://github.com/jade-hpc-gpu/jade-hpc-gpu.github.io/issues/194",
                  {"message": "uncorrectable ECC error encountered"}),),
