@@ -101,7 +101,37 @@ def _watchdog_fingerprints(ix: EventIndex) -> list[Verdict]:
                         evs, {"collectives": {format_ranks(rs): _fp_text(fp)
                                               for fp, rs in groups.items()}},
                         ranks=minority)]
-    return []
+    return _crossed_waits(ix)
+
+
+def _crossed_waits(ix: EventIndex) -> list[Verdict]:
+    """Every rank in the log timed out, each in a collective of its own kind (op or element
+    counts differ) at its own sequence number: one process group's collective completes on
+    all its ranks or on none, so no rank can have passed the other's stuck collective in
+    the same group; each waits in a collective the other never called (a rank that went
+    to evaluation, logging or saving while another still trains)."""
+    first: dict[int, Event] = {}
+    for e in ix.of(K.NCCL_WATCHDOG):
+        if e.rank is not None and "seq" in e.data and "op" in e.data:
+            if e.rank not in first or e.typed("seq", int) < first[e.rank].typed("seq", int):
+                first[e.rank] = e
+    others = {e.rank for e in ix.events if e.rank is not None} - set(first)
+    if len(first) < 2 or others or ix.of(K.NCCL_WORK_STATE):
+        return []
+    fps = {r: (e.data["op"], e.data.get("numel_in"), e.data.get("numel_out"))
+           for r, e in first.items()}
+    seqs = {e.typed("seq", int) for e in first.values()}
+    if len(set(fps.values())) < len(fps) or len(seqs) < len(first):
+        return []
+    desc = "; ".join(f"rank {r}: {_fp_text(fp)} #{first[r].data['seq']}"
+                     for r, fp in sorted(fps.items()))
+    return [verdict(ix, "HANG_COLLECTIVE_MISMATCH",
+                    f"every rank timed out in a different collective ({desc}): each waited "
+                    "in a collective the others never called", list(first.values()),
+                    {"collectives": {str(r): _fp_text(fp) for r, fp in sorted(fps.items())},
+                     "hint": "find where the ranks' code paths part (an evaluation, a log or "
+                             "a save on some ranks only); TORCH_DISTRIBUTED_DEBUG=DETAIL "
+                             "names the two calls"}, ranks=[])]
 
 
 def _fp_text(fp: tuple[object, ...]) -> str:
@@ -240,7 +270,7 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     named = {r for e in ix.of(K.BUSY) if (r := e.get_int("busy_rank", e.rank)) is not None}
     busy = sorted(named - reporting)
     culprits = _behind(states) or busy or _silent(ranks_of(evs)) or _main_first(ix, reporting)
-    if not culprits and not _is_barrier(evs):
+    if not culprits and not (_is_barrier(evs) and _others_seen(ix, reporting)):
         return []
     d = (evs or states)[0].data
     op = f"{d.get('op', 'a collective')}" + (f" #{d['seq']}" if "seq" in d else "")
@@ -250,19 +280,23 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     other = _waiting_elsewhere(ix, culprits, d.get("op"))
     if other:
         return [_elsewhere_verdict(ix, culprits, other, op, evs + states, ev)]
-    if busy and culprits == busy:
-        title = _busy_elsewhere(ix, culprits, op, ev)
-    elif culprits:
-        title = (f"rank {format_ranks(culprits)} never entered {op}; rank "
-                 f"{fmt(evs + states) or '?'} timed out waiting for it")
-    else:
-        title = (f"rank {fmt(evs) or '?'} timed out in a barrier ({op}) that another rank "
-                 "never reached: it was busy elsewhere (data preparation, tokenizing, saving)")
-        ev["hint"] = ("a barrier early in the job times out when one process prepares data "
-                      "longer than the process-group timeout: raise the timeout or prepare "
-                      "the data before launching")
+    title = _missing_title(ix, culprits, busy, op, evs + states, ev)
     return [verdict(ix, "HANG_RANK_MISSING_COLLECTIVE", title, evs + states + ix.of(K.BUSY)[-1:],
                     ev, ranks=culprits)]
+
+
+def _missing_title(ix: EventIndex, culprits: list[int], busy: list[int], op: str,
+                   waiting: list[Event], ev: dict[str, object]) -> str:
+    if busy and culprits == busy:
+        return _busy_elsewhere(ix, culprits, op, ev)
+    if culprits:
+        return (f"rank {format_ranks(culprits)} never entered {op}; rank "
+                f"{fmt(waiting) or '?'} timed out waiting for it")
+    ev["hint"] = ("a barrier early in the job times out when one process prepares data "
+                  "longer than the process-group timeout: raise the timeout or prepare "
+                  "the data before launching")
+    return (f"rank {fmt(waiting) or '?'} timed out in a barrier ({op}) that another rank "
+            "never reached: it was busy elsewhere (data preparation, tokenizing, saving)")
 
 
 def _elsewhere_verdict(ix: EventIndex, culprits: list[int], other: dict[int, str], op: str,
@@ -294,6 +328,13 @@ def _first_timed_out(watchdog: list[Event]) -> list[Event]:
     for e in watchdog:
         by_seq.setdefault(e.get_int("seq", -1), []).append(e)
     return min(by_seq.items(), key=lambda kv: kv[0])[1] if by_seq else []
+
+
+def _others_seen(ix: EventIndex, reporting: set[int]) -> bool:
+    """The log shows a rank other than those that timed out: only then does a barrier that
+    timed out on them say another rank never came (an excerpt of one rank of a large job
+    shows nothing of the others)."""
+    return any(e.rank is not None and e.rank not in reporting for e in ix.events)
 
 
 def _is_barrier(evs: list[Event]) -> bool:
@@ -341,6 +382,13 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                       "or ACS on, a consumer GPU, a VM): try NCCL_P2P_DISABLE=1 and check "
                       "`nvidia-smi topo -p2p r`; across nodes, the network (NCCL_SOCKET_IFNAME, "
                       "NCCL_IB_DISABLE=1 to test without InfiniBand)")
+    elif _is_barrier(w):
+        # seen from the ranks that timed out alone, a barrier says only that someone was late
+        ev["hint"] = ("a barrier (a one-element all-reduce) timed out: a process that never "
+                      "came to it, most often one still preparing data (downloading, "
+                      "tokenizing, building a cache) longer than the process-group timeout, "
+                      "or a link that hangs; the other ranks' logs say which: raise the "
+                      "timeout or prepare the data before launching")
     op = f" ({w[0].data['op']} #{w[0].data['seq']})" if w and "op" in w[0].data else ""
     return [verdict(ix, "COLLECTIVE_TIMEOUT", f"a collective timed out on rank {fmt(evs) or '?'}"
                     f"{op}; the logs name no culprit", evs, ev, ranks=[])]
