@@ -101,6 +101,7 @@ class EventKind(str, Enum):
     KNOWN_BUG = "known_bug"  # a line that matches a known upstream bug's signature
     NATIVE_FRAME = "native_frame"  # a gdb/faulthandler frame: "#0 0x... in f () at file"
     BUSY = "busy"  # informational: a rank's progress line ("Running predictions on rank=0")
+    JOB_DONE = "job_done"  # informational: a trainer saying its training completed
     EXCEPTION = "exception"
     TRACEBACK = "traceback"  # a Python traceback whose exception line was not recognised
     ERROR_LINE = "error_line"  # "[E ...]" c10d lines: a failure, wording unknown
@@ -146,7 +147,7 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET,
                            EventKind.NCCL_IFACES, EventKind.NCCL_COMM_INIT,
                            EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER,
-                           EventKind.LOSS_VALUE})
+                           EventKind.LOSS_VALUE, EventKind.JOB_DONE})
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,41 @@ _CRASH_FALLOUT = frozenset({K.GPU_FAULT, K.CPP_ABORT, K.PROCESS_EXIT, K.SEGFAULT
                             K.AGENT_FAILED, K.TORCHRUN_FAILURE, K.EXCEPTION, K.FATAL_PYTHON})
 
 
+# What a process that ends badly *at exit* prints, and its launcher's account of it; a
+# Python exception (a failed save, an evaluation after training) is not among them.
+_EXIT_CRASH = frozenset({K.FATAL_PYTHON, K.SEGFAULT, K.CPP_ABORT, K.PROCESS_EXIT, K.TEARDOWN,
+                         K.AGENT_FAILED, K.TORCHRUN_FAILURE, K.FLOOR, K.SIGKILL, K.TRACEBACK})
+
+
+def after_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """The trainer said its training completed, and only after that did a process end
+    badly (an abort or a segfault while it exits: destructors, a process group torn down
+    late, garbage collection) with its launcher's report of it. What it saved is whole;
+    the failing exit status is the teardown's. A warning: the job's work is done, its exit
+    code still fails a pipeline. Anything that failed before the line, any Python
+    exception after it, or a SIGKILL (the OOM killer) keeps the usual rules."""
+    done = ix.of(K.JOB_DONE)
+    failures = [e for e in ix.events if e.is_failure]
+    if earlier or not done or not failures:
+        return []
+    last = done[-1]
+    if any(e.source != last.source or e.lineno < last.lineno or e.kind not in _EXIT_CRASH
+           or e.data.get("signal") == "SIGKILL" for e in failures):
+        return []
+    crash = next((e for e in failures if e.kind in (K.FATAL_PYTHON, K.SEGFAULT, K.CPP_ABORT)),
+                 failures[0])
+    who = f"rank {fmt([crash])}" if fmt([crash]) else "a process"
+    return [verdict(ix, "RANK_CRASHED", f"{who} crashed at exit ({cut(crash.text, 80)}) after "
+                    f"the trainer said training was over ({cut(last.text, 80)}): what it saved "
+                    "before is complete, the failing exit status is the teardown's", failures,
+                    {"after_completion": last.where,
+                     "hint": "a crash in destructors at exit (a process group destroyed late "
+                             "or never, threads still running): call "
+                             "dist.destroy_process_group() at the end of training; the "
+                             "exit code still fails a pipeline that checks it"},
+                    ranks=[], severity="warning")]
+
+
 def cuda_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A CUDA fault (illegal access and the like): the rank that hit it crashed."""
     bad = ix.of(K.CUDA_ILLEGAL, K.GPU_MEMFAULT) or [e for e in ix.of(K.CUDA_ERROR)
@@ -140,9 +175,14 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             out.append(verdict(ix, "OOM", f"{who} ran out of memory: {cut(msg, 160)}{at}",
                                evs, {**ev, "family": "memory"}, ranks=ranks))
             continue
-        out.append(verdict(ix, "RANK_CRASHED", f"{who} raised {cut(msg, 160)}{at}", evs, ev,
-                           ranks=ranks))
+        out.append(verdict(ix, "RANK_CRASHED", f"{who} raised {cut(_said(msg), 160)}{at}",
+                           evs, ev, ranks=ranks))
     return out
+
+
+def _said(msg: str) -> str:
+    # what Python prints when the exception's own __str__ raised: its type is all there is
+    return msg.replace("<exception str() failed>", "(its message could not be printed)")
 
 
 _MEMORY = re.compile(r"OutOfMemory|\bMemoryError\b|out of memory|running low on memory|"
@@ -295,6 +335,7 @@ def _short(where: str) -> str:
 
 
 RULES = (
+    Rule("after_completion", after_completion, _EXIT_CRASH | _CRASH_FALLOUT),
     Rule("cuda_crash", cuda_crash, _CRASH_FALLOUT),
     Rule("native_crash", native_crash, _CRASH_FALLOUT),
     Rule("interrupted", interrupted, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK}),

@@ -166,7 +166,8 @@ FAMILIES: tuple[Callable[[EventIndex, list[Event]], Verdict | None], ...] = (
 
 
 def floor(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    if any(v.finding.severity == "error" for v in earlier):
+    if any(v.finding.severity == "error" or v.finding.evidence.get("after_completion")
+           for v in earlier):
         return []
     hits = list(ix.of(K.FLOOR))
     if any(v.finding.evidence.get("stopped_by") for v in earlier):

@@ -438,4 +438,27 @@ SIGNATURES = (
                  "closing signal SIGHUP", "https://github.com/ultralytics/ultralytics/issues/918",
                  {"pid": 4193, "signal": "SIGHUP"}),),
         convert={"pid": int}),
+    Signature(
+        # A trainer's own word that training is over: a crash after it (an abort or a
+        # segfault while the process exits) cost no result (rules_crash.after_completion)
+        "trainer.completed", K.JOB_DONE,
+        ("Training completed", "Trainer.fit` stopped", "after training is done",
+         "Training finished", "Finished Training"),
+        r"(?P<what>Training completed|`Trainer\.fit` stopped: [^\n]*? reached|\[after training "
+        r"is done\]|Training finished|Finished Training)",
+        "RANK_CRASHED", "torchtitan, Lightning, Megatron-LM, prime-rl, DeepSpeed examples",
+        (Example("[rank0]:[titan] 2026-05-18 16:05:29,420 - root - INFO - Training completed",
+                 "https://github.com/pytorch/torchtitan/pull/3393",
+                 {"what": "Training completed"}),
+         Example("`Trainer.fit` stopped: `max_epochs=30` reached.",
+                 "https://github.com/facebookresearch/dinov2/blob/93aad6083b64e9dc88bf98beb1249"
+                 "20ffeb5e85f/distillation/wandb/run-20250110_125056-kuwhwjyb/files/output.log"),
+         Example("[after training is done] datetime: 2024-09-14 19:39:16",
+                 "https://github.com/hwang2006/large-scale-lm-tutorials/blob/a7341cb0b52b8556ff"
+                 "bab4bf1bceb98ba85dd150/docs/06_tensor_parallelism.md?plain=1#L2129-L2863"),
+         Example("06-16 21:29:32 [TRAIN] [Rank 0] [INFO] [train.py:535] Training finished, "
+                 "exiting ...", "https://github.com/PrimeIntellect-ai/prime-rl/pull/417"),
+         Example("Finished Training",
+                 "https://github.com/wangshuai09/Notebook/blob/0cdb21d3aa700dcf781e997f500eec2d"
+                 "3a14d635/DeepSpeed/moe%E7%89%B9%E6%80%A7%E9%80%82%E9%85%8D.md"))),
 )
