@@ -48,4 +48,4 @@ def test_an_exception_whose_message_failed_to_print_is_named_by_its_type():
     # Python writes "<exception str() failed>" when the exception's own __str__ raised
     lead = findings_of(REAL / "X3_rank3_libsndfile_error_torchrun_teardown_salmonn.log")[0]
     assert (lead.id, lead.ranks) == ("RANK_CRASHED", [3])
-    assert "LibsndfileError (its message could not be printed)" in lead.title
+    assert "LibsndfileError: (its message could not be printed)" in lead.title
