@@ -201,6 +201,13 @@ def test_bandwidth_table_uses_the_slowest_rank():
     assert findings == []
 
 
+def test_bandwidth_at_one_rank_is_skipped_not_a_number():
+    # an H200's one-rank NCCL all_reduce "moved" 256 MiB in 27.8 us (docs/gpu-verified.md)
+    check, findings = bandwidth.analyze({0: _bw("a", {}, ar_s=27.8e-6)}, 1)
+    assert (check.status, findings) == ("skipped", [])
+    assert check.summary.startswith("skipped: one rank: no link to measure")
+
+
 def test_bandwidth_names_the_node_with_a_slow_egress():
     # node b's egress is throttled: links b->a are slow, a->b are fine
     per = {0: _bw("a", {"2": 0.01, "3": 0.012, "1": 2.0}), 1: _bw("a", {"2": 0.011, "3": 0.01,

@@ -84,6 +84,14 @@ def test_without_gpu_memory_fit_is_unknown_and_says_so() -> None:
     assert "pass --gpu-mem" in proc.stdout
 
 
+def test_workspace_and_reserve_take_zero_and_land_in_the_setup(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    proc = _run(*PLAN_7B, "--workspace", "0", "--reserve", "0", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    setup = json.loads(out.read_text())["probes"]["plan"]["data"]["setup"]
+    assert (setup["workspace"], setup["reserve"]) == (0, 0)
+
+
 @pytest.mark.parametrize("args,words", [
     (["--params", "7e9", "--gpu-mem", "nan"], "not a size"),
     (["--params", "7e9", "--gpu-mem", "80X"], "unknown unit"),
@@ -95,6 +103,8 @@ def test_without_gpu_memory_fit_is_unknown_and_says_so() -> None:
     (["--params", "7e9", "--size", "tiny"], "exactly one of"),
     ([], "exactly one of"),
     (["--params", "1000"], "smaller than the embeddings"),
+    (["--params", "7e9", "--workspace", "-1M"], "not a size"),
+    (["--params", "7e9", "--gpu-mem", "0"], "positive"),
 ])
 def test_bad_input_is_a_one_line_usage_error(args: list[str], words: str) -> None:
     proc = _run("plan", *args)

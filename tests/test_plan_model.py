@@ -133,3 +133,26 @@ def test_module_on_the_meta_device_counts_like_the_preset() -> None:
         from_module("nocolon")
     with pytest.raises(ValueError):
         from_module("no_such_module_xyz:f")
+
+
+def test_cublas_workspaces_by_gpu_generation_and_setting() -> None:
+    from ddpdoctor.plan.workspace import DEFAULT, per_handle, step_bytes
+
+    # torch's defaults (pytorch test/test_cuda.py): 32 MiB on Hopper, :4096:2:16:8 before
+    assert per_handle((9, 0), {}) == 32 * 2**20
+    assert per_handle((8, 0), {}) == (2 * 4096 + 8 * 16) * 2**10
+    assert per_handle(None, {}) == (2 * 4096 + 8 * 16) * 2**10
+    assert per_handle((9, 0), {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}) == 128 * 2**10
+    assert per_handle((9, 0), {"CUBLAS_WORKSPACE_CONFIG": ":0:0"}) == 0
+    assert per_handle((9, 0), {"CUBLAS_WORKSPACE_CONFIG": "junk"}) == 32 * 2**20
+    # the forward's thread and autograd's backward thread: measured on an H200
+    assert step_bytes((9, 0), {}) == DEFAULT == 64 * 2**20
+
+
+def test_the_workspaces_are_buffers_inside_the_allocator() -> None:
+    shape = from_preset("small")
+    bare = Setup(world=1, precision=PRECISIONS["amp"])
+    ws = Setup(world=1, precision=PRECISIONS["amp"], workspace=64 * 2**20)
+    a, b = estimate("ddp", shape, bare)[0], estimate("ddp", shape, ws)[0]
+    assert b.buffers - a.buffers == 64 * 2**20 and b.subtotal - a.subtotal == 64 * 2**20
+    assert any("cuBLAS workspaces" in n for n in b.notes)
