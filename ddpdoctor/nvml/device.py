@@ -79,6 +79,25 @@ class _Reader:
         d.nvlinks = self.nvlinks(handle, d.errors)
         return d
 
+    def bus_id(self, err: dict[str, str], handle: object) -> str | None:
+        pci = self.call(err, "pci_bus_id", "nvmlDeviceGetPciInfo", handle)
+        if pci is None:
+            return None
+        return _text(getattr(pci, "busId", b"") or getattr(pci, "busIdLegacy", b""))
+
+    def clock_event_mask(self, err: dict[str, str], handle: object) -> int | None:
+        """The clock-event (throttle) reason bits; None, with why in ``err``, when unread."""
+        mine: dict[str, str] = {}
+        mask = self.call(mine, "clock_event_reasons",
+                         "nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if mask is None:  # drivers before r535 only have the "throttle" name
+            mask = self.call(mine, "clock_event_reasons",
+                             "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        if mask is None:
+            err.update(mine)
+            return None
+        return int(mask)
+
     def _text_of(self, err: dict[str, str], name: str, fn_name: str, handle: object) -> str | None:
         value = self.call(err, name, fn_name, handle)
         return _text(value) if value is not None else None
@@ -87,9 +106,7 @@ class _Reader:
         err = d.errors
         d.name = self._text_of(err, "name", "nvmlDeviceGetName", handle)
         d.uuid = self._text_of(err, "uuid", "nvmlDeviceGetUUID", handle)
-        pci = self.call(err, "pci_bus_id", "nvmlDeviceGetPciInfo", handle)
-        if pci is not None:
-            d.pci_bus_id = _text(getattr(pci, "busId", b"") or getattr(pci, "busIdLegacy", b""))
+        d.pci_bus_id = self.bus_id(err, handle)
         mem = self.call(err, "memory", "nvmlDeviceGetMemoryInfo", handle)
         if mem is not None:
             d.memory_total, d.memory_used = int(mem.total), int(mem.used)
@@ -141,17 +158,10 @@ class _Reader:
 
     def _clocks(self, d: DeviceInfo, handle: object) -> None:
         n, err = self.nvml, d.errors
-        reasons_err: dict[str, str] = {}
-        reasons = self.call(reasons_err, "clock_event_reasons",
-                            "nvmlDeviceGetCurrentClocksEventReasons", handle)
-        if reasons is None:  # drivers before r535 only have the "throttle" name
-            reasons = self.call(reasons_err, "clock_event_reasons",
-                                "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
-        if reasons is None:
-            err.update(reasons_err)
-        else:
-            d.clock_event_reasons = int(reasons)
-            d.clock_event_names = decode_clock_event_reasons(int(reasons), n)
+        reasons = self.clock_event_mask(err, handle)
+        if reasons is not None:
+            d.clock_event_reasons = reasons
+            d.clock_event_names = decode_clock_event_reasons(reasons, n)
         for attr, fn, ctype in _CLOCKS:
             setattr(d, attr, self.call(err, attr, fn, handle, getattr(n, ctype)))
         d.temperature_c = self.call(err, "temperature_c", "nvmlDeviceGetTemperature", handle,

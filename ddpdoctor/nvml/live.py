@@ -11,15 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from ddpdoctor.nvml.device import _Reader, _text
-from ddpdoctor.nvml.model import (
-    BENIGN_CLOCK_REASONS,
-    NvmlUnavailable,
-    _import_pynvml,
-    decode_clock_event_reasons,
-    pci_key,
-)
-from ddpdoctor.nvml.reader import _unavailable_reason
+from ddpdoctor.nvml.device import _Reader
+from ddpdoctor.nvml.model import NvmlUnavailable, decode_clock_event_reasons, pci_key, throttled
+from ddpdoctor.nvml.reader import start
 
 
 @dataclass(frozen=True)
@@ -30,10 +24,7 @@ class LiveSample:
 
     @property
     def throttled(self) -> bool | None:
-        """A clock-event reason that is not normal operation (power cap, thermal, ...)."""
-        if self.clock_events is None:
-            return None
-        return any(r not in BENIGN_CLOCK_REASONS for r in self.clock_events)
+        return throttled(self.clock_events)
 
 
 class LiveReader:
@@ -46,19 +37,13 @@ class LiveReader:
              nvml: ModuleType | None = None) -> LiveReader:
         """The device whose PCI bus id matches, else NVML's ``fallback_index``. Raises
         NvmlUnavailable (its message the reason) when NVML cannot be used."""
-        nvml = nvml or _import_pynvml()
-        try:
-            nvml.nvmlInit()
-        except Exception as e:
-            raise NvmlUnavailable(_unavailable_reason(nvml, e)) from e
+        nvml = start(nvml)
         r, err = _Reader(nvml), dict[str, str]()
         want = pci_key(pci_bus_id)
         if want is not None:
             for i in range(int(r.call(err, "count", "nvmlDeviceGetCount") or 0)):
                 h = r.call(err, "handle", "nvmlDeviceGetHandleByIndex", i)
-                pci = r.call(err, "pci", "nvmlDeviceGetPciInfo", h) if h is not None else None
-                bus = _text(getattr(pci, "busId", b"")) if pci is not None else None
-                if h is not None and pci_key(bus) == want:
+                if h is not None and pci_key(r.bus_id(err, h)) == want:
                     return cls(nvml, h)
         h = r.call(err, "handle", "nvmlDeviceGetHandleByIndex", fallback_index)
         if h is None:
@@ -70,11 +55,9 @@ class LiveReader:
         r, h, err = self._r, self._handle, self.errors
         util = r.call(err, "utilization", "nvmlDeviceGetUtilizationRates", h)
         mem = r.call(err, "memory", "nvmlDeviceGetMemoryInfo", h)
-        mask = r.call(err, "clock_events", "nvmlDeviceGetCurrentClocksEventReasons", h)
-        if mask is None:  # drivers before r535 only have the "throttle" name
-            mask = r.call(err, "clock_events", "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        mask = r.clock_event_mask(err, h)
         return LiveSample(
             util_pct=int(util.gpu) if util is not None else None,
             memory_used_mb=round(int(mem.used) / 2**20, 1) if mem is not None else None,
-            clock_events=(tuple(decode_clock_event_reasons(int(mask), r.nvml))
+            clock_events=(tuple(decode_clock_event_reasons(mask, r.nvml))
                           if mask is not None else None))

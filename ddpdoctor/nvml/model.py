@@ -16,7 +16,7 @@ why. (``dmesg``/the journal would be a future source for hosts that restrict /de
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from types import ModuleType
 from typing import Any
@@ -170,6 +170,14 @@ def _known(cls: type, data: Mapping[str, object]) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in names}
 
+
+
+def throttled(names: Sequence[str] | None) -> bool | None:
+    """A clock-event reason beyond normal operation (power cap, thermal, HW slowdown) among
+    ``names``; None when the reasons were not read."""
+    if names is None:
+        return None
+    return any(n not in BENIGN_CLOCK_REASONS for n in names)
 
 
 def decode_clock_event_reasons(mask: int, nvml: ModuleType | None = None) -> list[str]:

@@ -22,11 +22,7 @@ def read_snapshot(nvml: ModuleType | None = None, topology: bool = True,
     Raises NvmlUnavailable when NVML cannot start at all (no driver, no library, no pynvml);
     its message is the reason a check reports as skipped.
     """
-    nvml = nvml or _import_pynvml()
-    try:
-        nvml.nvmlInit()
-    except Exception as e:  # every init failure means "NVML unusable here"
-        raise NvmlUnavailable(_unavailable_reason(nvml, e)) from e
+    nvml = start(nvml)
     try:
         snap = NvmlSnapshot()
         reader = _Reader(nvml)
@@ -59,6 +55,17 @@ def read_snapshot(nvml: ModuleType | None = None, topology: bool = True,
     else:
         snap.xid_source = "not read"
     return snap
+
+
+def start(nvml: ModuleType | None = None) -> ModuleType:
+    """pynvml, initialised; NvmlUnavailable (its message the reason) when NVML cannot start
+    at all (no driver, no library, no pynvml, no permission)."""
+    nvml = nvml or _import_pynvml()
+    try:
+        nvml.nvmlInit()
+    except Exception as e:  # every init failure means "NVML unusable here"
+        raise NvmlUnavailable(_unavailable_reason(nvml, e)) from e
+    return nvml
 
 
 def _unavailable_reason(nvml: ModuleType, e: Exception) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, SupportsFloat
 from ddpdoctor.core import safefile
 from ddpdoctor.core.contract import HEARTBEAT_SCHEMA, heartbeat_file, stacks_file
 from ddpdoctor.core.threadname import name_this_thread
-from ddpdoctor.nvml.model import BENIGN_CLOCK_REASONS
+from ddpdoctor.nvml.model import throttled
 from ddpdoctor.watch.events import series_path
 from ddpdoctor.watch.gpu_metrics import GpuMetrics
 from ddpdoctor.watch.series_file import SeriesRecord, SeriesWriter, Sums, interval
@@ -279,9 +279,8 @@ def _number(value: SupportsFloat | None) -> float | None:
 
 
 def _throttled(rec: SeriesRecord) -> float | None:
-    if rec.gpu_clock_events is None:
-        return None
-    return float(any(r not in BENIGN_CLOCK_REASONS for r in rec.gpu_clock_events))
+    t = throttled(rec.gpu_clock_events)
+    return None if t is None else float(t)
 
 
 def acquire(rank: int, cfg: WatchConfig, sink: EventStream) -> Monitor:
