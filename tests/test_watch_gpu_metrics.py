@@ -15,10 +15,11 @@ from gpu_fake_pynvml import make_fake
 from gpu_fixtures import load
 
 from ddpdoctor import nvml
+from ddpdoctor.nvml import nvml_index_of
 from ddpdoctor.nvml.live import LiveReader, LiveSample
 from ddpdoctor.watch import hang_watchdog
 from ddpdoctor.watch.config import WatchConfig
-from ddpdoctor.watch.gpu_metrics import GpuMetrics, GpuSample, nvml_index, pci_bus_id
+from ddpdoctor.watch.gpu_metrics import GpuMetrics, GpuSample, pci_bus_id
 from ddpdoctor.watch.series_file import SeriesRecord, merge
 from ddpdoctor.watch.stream import StepMetrics
 
@@ -40,7 +41,7 @@ def test_recorded_h200_snapshot_replays_through_the_reader():
 def test_live_reader_finds_the_device_by_pci_bus_id_and_reads_three_fields():
     fx = load("h100-thermal")["snapshot"]
     hot = fx["devices"][2]
-    reader = LiveReader.open(hot["pci_bus_id"], fallback_index=0, nvml=make_fake(fx))
+    reader = LiveReader.open(hot["pci_bus_id"], 0, None, nvml=make_fake(fx))
     s = reader.read()
     assert s.util_pct == hot["utilization_gpu"]
     assert s.memory_used_mb == round(hot["memory_used"] / 2**20, 1)
@@ -48,7 +49,7 @@ def test_live_reader_finds_the_device_by_pci_bus_id_and_reads_three_fields():
 
 
 def test_live_reader_on_the_recorded_h200_is_idle_not_throttled():
-    reader = LiveReader.open("0000:00:06.0", fallback_index=5, nvml=make_fake(h200()))
+    reader = LiveReader.open("0000:00:06.0", 5, None, nvml=make_fake(h200()))
     s = reader.read()
     assert (s.util_pct, s.clock_events, s.throttled) == (0, ("gpu_idle",), False)
     assert s.memory_used_mb == round(644939776 / 2**20, 1)
@@ -57,19 +58,32 @@ def test_live_reader_on_the_recorded_h200_is_idle_not_throttled():
 def test_live_reader_without_nvml_says_why():
     fake = make_fake(h200(), init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     with pytest.raises(nvml.NvmlUnavailable, match="no NVIDIA driver"):
-        LiveReader.open(None, 0, nvml=fake)
+        LiveReader.open(None, 0, None, nvml=fake)
 
 
 def test_a_query_the_driver_refuses_leaves_its_field_none():
     fake = make_fake(h200(), missing_functions=["nvmlDeviceGetUtilizationRates"])
-    s = LiveReader.open(None, 0, nvml=fake).read()
+    s = LiveReader.open(None, 0, None, nvml=fake).read()
     assert s.util_pct is None and s.memory_used_mb is not None
 
 
 @pytest.mark.parametrize("index,visible,want", [(0, None, 0), (1, "4,5", 5),
-                                                (0, "GPU-aa,GPU-bb", 0), (3, "1", 3)])
+                                                (0, "GPU-bb,GPU-aa", 1), (3, "1", None),
+                                                (2, None, None)])
 def test_nvml_index_follows_cuda_visible_devices(index, visible, want):
-    assert nvml_index(index, visible) == want
+    # one mapping for the check's analysis and the watch (NVML numbers every GPU of the
+    # host; CUDA_VISIBLE_DEVICES lists indices or uuid prefixes)
+    devices = [(0, "GPU-aa11"), (1, "GPU-bb22")]
+    assert nvml_index_of(index, visible, devices) == want
+
+
+def test_without_a_pci_match_the_live_reader_takes_cuda_visible_devices():
+    fx = load("h100-thermal")["snapshot"]
+    hot = fx["devices"][2]
+    reader = LiveReader.open(None, 1, f"0,{hot['index']}", nvml=make_fake(fx))
+    assert reader.read().util_pct == hot["utilization_gpu"]
+    with pytest.raises(nvml.NvmlUnavailable, match="no NVML device is cuda:3"):
+        LiveReader.open(None, 3, "0,1", nvml=make_fake(fx))
 
 
 def test_pci_bus_id_from_torch_properties():

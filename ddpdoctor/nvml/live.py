@@ -11,8 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from ddpdoctor.nvml.device import _Reader
-from ddpdoctor.nvml.model import NvmlUnavailable, decode_clock_event_reasons, pci_key, throttled
+from ddpdoctor.nvml.device import _Reader, _text
+from ddpdoctor.nvml.model import (
+    NvmlUnavailable,
+    decode_clock_event_reasons,
+    nvml_index_of,
+    pci_key,
+    throttled,
+)
 from ddpdoctor.nvml.reader import start
 
 
@@ -33,22 +39,29 @@ class LiveReader:
         self.errors: dict[str, str] = {}
 
     @classmethod
-    def open(cls, pci_bus_id: str | None, fallback_index: int,
+    def open(cls, pci_bus_id: str | None, cuda_index: int, visible: str | None,
              nvml: ModuleType | None = None) -> LiveReader:
-        """The device whose PCI bus id matches, else NVML's ``fallback_index``. Raises
-        NvmlUnavailable (its message the reason) when NVML cannot be used."""
+        """The device whose PCI bus id matches, else the one CUDA_VISIBLE_DEVICES maps
+        ``cuda_index`` to. Raises NvmlUnavailable (its message the reason) when NVML cannot
+        be used or no device can be told to be this one."""
         nvml = start(nvml)
         r, err = _Reader(nvml), dict[str, str]()
         want = pci_key(pci_bus_id)
-        if want is not None:
-            for i in range(int(r.call(err, "count", "nvmlDeviceGetCount") or 0)):
-                h = r.call(err, "handle", "nvmlDeviceGetHandleByIndex", i)
-                if h is not None and pci_key(r.bus_id(err, h)) == want:
-                    return cls(nvml, h)
-        h = r.call(err, "handle", "nvmlDeviceGetHandleByIndex", fallback_index)
+        handles = [r.call(err, "handle", "nvmlDeviceGetHandleByIndex", i)
+                   for i in range(int(r.call(err, "count", "nvmlDeviceGetCount") or 0))]
+        for h in handles:
+            if want is not None and h is not None and pci_key(r.bus_id(err, h)) == want:
+                return cls(nvml, h)
+        uuids: list[tuple[int, str | None]] = []
+        for n, h in enumerate(handles):
+            u = r.call(err, "uuid", "nvmlDeviceGetUUID", h) if h is not None else None
+            uuids.append((n, _text(u) if u is not None else None))
+        i = nvml_index_of(cuda_index, visible, uuids)
+        h = handles[i] if i is not None and i < len(handles) else None
         if h is None:
-            raise NvmlUnavailable(f"no NVML device for this rank's GPU "
-                                  f"({'; '.join(f'{k}: {v}' for k, v in err.items())})")
+            why = "".join(f"; {k}: {v}" for k, v in err.items())
+            raise NvmlUnavailable(f"no NVML device is cuda:{cuda_index} "
+                                  f"(CUDA_VISIBLE_DEVICES={visible or ''}{why})")
         return cls(nvml, h)
 
     def read(self) -> LiveSample:

@@ -172,6 +172,23 @@ def _known(cls: type, data: Mapping[str, object]) -> dict[str, Any]:
 
 
 
+def nvml_index_of(cuda_index: int, visible: str | None,
+                  devices: Sequence[tuple[int, str | None]]) -> int | None:
+    """NVML's index of CUDA's device ``cuda_index``; None when it cannot be told. NVML
+    numbers every GPU of the host, CUDA only those CUDA_VISIBLE_DEVICES lists, in its
+    order, by index or by (a prefix of) the uuid. ``devices``: NVML's (index, uuid)."""
+    items = [x.strip() for x in (visible or "").split(",") if x.strip()]
+    if not items:
+        return cuda_index if cuda_index < len(devices) else None
+    if cuda_index >= len(items):
+        return None
+    item = items[cuda_index]
+    if item.isdigit():
+        return int(item)
+    matches = [i for i, uuid in devices if uuid and uuid.startswith(item)]
+    return matches[0] if len(matches) == 1 else None
+
+
 def throttled(names: Sequence[str] | None) -> bool | None:
     """A clock-event reason beyond normal operation (power cap, thermal, HW slowdown) among
     ``names``; None when the reasons were not read."""

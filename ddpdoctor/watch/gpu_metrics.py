@@ -27,16 +27,6 @@ class GpuSample:
     nvml: LiveSample | None
 
 
-def nvml_index(cuda_index: int, visible: str | None) -> int:
-    """NVML's index of CUDA's ``cuda_index`` when CUDA_VISIBLE_DEVICES lists indices (NVML
-    numbers every GPU of the host, CUDA only the visible ones); else ``cuda_index``."""
-    if visible:
-        items = [v.strip() for v in visible.split(",") if v.strip()]
-        if cuda_index < len(items) and items[cuda_index].isdigit():
-            return int(items[cuda_index])
-    return cuda_index
-
-
 def pci_bus_id(props: object) -> str | None:
     """"domain:bus:device.0" from torch's device properties (ints there), when it has them."""
     bus = getattr(props, "pci_bus_id", None)
@@ -63,8 +53,8 @@ class GpuMetrics:
         index = device.index if device.index is not None else torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
         try:
-            reader = LiveReader.open(pci_bus_id(props), nvml_index(index,
-                                                     os.environ.get("CUDA_VISIBLE_DEVICES")))
+            reader = LiveReader.open(pci_bus_id(props), index,
+                                     os.environ.get("CUDA_VISIBLE_DEVICES"))
         except NvmlUnavailable as e:
             return cls(torch.device("cuda", index), None, str(e))
         return cls(torch.device("cuda", index), reader, None)

@@ -16,7 +16,7 @@ from ddpdoctor.check.analysis.gpu_health import device_problems
 from ddpdoctor.check.options import CheckOptions
 from ddpdoctor.core.findings import Finding
 from ddpdoctor.core.report import Check
-from ddpdoctor.nvml import DeviceInfo, NvmlSnapshot
+from ddpdoctor.nvml import DeviceInfo, NvmlSnapshot, nvml_index_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -72,16 +72,8 @@ def device_of_rank(rec: RankIdentity, snap: NvmlSnapshot) -> int | None:
         idx = int(num) if num.isdigit() else 0
     if idx is None:
         return None
-    visible = [x.strip() for x in (rec.get("cuda_visible_devices") or "").split(",") if x.strip()]
-    if not visible:
-        return idx if idx < len(snap.devices) else None
-    if idx >= len(visible):
-        return None
-    item = visible[idx]
-    if item.isdigit():
-        return int(item)
-    matches = [d.index for d in snap.devices if d.uuid and d.uuid.startswith(item)]
-    return matches[0] if len(matches) == 1 else None
+    return nvml_index_of(idx, rec.get("cuda_visible_devices"),
+                         [(d.index, d.uuid) for d in snap.devices])
 
 
 def _is_record(rec: object) -> bool:
