@@ -22,6 +22,7 @@ from ddpdoctor.plan.fit import best, plan
 from ddpdoctor.plan.memory import OPTIMIZERS, PRECISIONS, STRATEGY_ORDER, Setup
 from ddpdoctor.plan.model import SIZES, ModelShape, from_module, from_params, from_preset
 from ddpdoctor.plan.units import fmt_bytes, fmt_count, parse_count, parse_size
+from ddpdoctor.plan.workspace import DEFAULT as WORKSPACE
 
 _HELP = """Will it fit, and with which strategy? Predicts, per strategy and per rank, the
 weights, gradients, optimizer state, activations, communication buffers and an allocator
@@ -165,8 +166,8 @@ def _gpu_memory(gpu_mem: int | None, data: dict[str, list[int]]) -> tuple[int | 
 @click.option("--reserve", type=SizeType(zero=True), default="1G", show_default=True,
               metavar="SIZE",
               help="Per GPU, outside PyTorch's allocator: CUDA context, NCCL buffers.")
-@click.option("--workspace", type=SizeType(zero=True), default="64M", show_default=True,
-              metavar="SIZE",
+@click.option("--workspace", type=SizeType(zero=True), default=f"{WORKSPACE >> 20}M",
+              show_default=True, metavar="SIZE",
               help="Per rank, inside the allocator: cuBLAS workspaces (the forward's and the "
                    "backward's thread, 32 MiB each on Hopper, 8.1 MiB before); 0 on CPU.")
 @json_option
