@@ -49,3 +49,13 @@ def test_an_exception_whose_message_failed_to_print_is_named_by_its_type():
     lead = findings_of(REAL / "X3_rank3_libsndfile_error_torchrun_teardown_salmonn.log")[0]
     assert (lead.id, lead.ranks) == ("RANK_CRASHED", [3])
     assert "LibsndfileError: (its message could not be printed)" in lead.title
+
+
+def test_a_sigkill_after_completion_stays_an_error(tmp_path):
+    # the same log with the crash at exit made the OOM killer's (exit -9, no abort line)
+    text = "".join(x.replace("exitcode: -6", "exitcode: -9").replace("exitcode  : -6",
+                   "exitcode  : -9").replace("Signal 6 (SIGABRT)", "Signal 9 (SIGKILL)")
+                   for x in DONE.read_text().splitlines(True)
+                   if "Fatal Python" not in x and "terminate called" not in x)
+    lead = findings_in(tmp_path, text)[0]
+    assert (lead.id, lead.severity, lead.ranks) == ("OOM", "error", [1])
