@@ -102,6 +102,9 @@ class EventKind(str, Enum):
     NATIVE_FRAME = "native_frame"  # a gdb/faulthandler frame: "#0 0x... in f () at file"
     BUSY = "busy"  # informational: a rank's progress line ("Running predictions on rank=0")
     JOB_DONE = "job_done"  # informational: a trainer saying its training completed
+    # informational: torch.nn.DataParallel's re-raise ("Caught X in replica N on device N"):
+    # one process drives every GPU, so the job has one rank (index._one_process)
+    ONE_PROCESS = "one_process"
     EXCEPTION = "exception"
     TRACEBACK = "traceback"  # a Python traceback whose exception line was not recognised
     ERROR_LINE = "error_line"  # "[E ...]" c10d lines: a failure, wording unknown
@@ -147,7 +150,8 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET,
                            EventKind.NCCL_IFACES, EventKind.NCCL_COMM_INIT,
                            EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER,
-                           EventKind.LOSS_VALUE, EventKind.JOB_DONE})
+                           EventKind.LOSS_VALUE, EventKind.JOB_DONE,
+                           EventKind.ONE_PROCESS})
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ class EventIndex:
     def build(cls, events: Iterable[Event]) -> EventIndex:
         evs, root = _first_failure(list(events))
         evs = _attribute_unprefixed(evs, root.rank if root else None)
+        evs = _one_process(evs)
         by_kind: dict[EventKind, list[Event]] = {}
         for e in evs:
             by_kind.setdefault(e.kind, []).append(e)
@@ -123,6 +124,18 @@ def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event
     return [replace(e, rank=root_rank, rank_from="torchrun's summary (line carries no rank)")
             if e.rank is None and e.kind not in skip and not e.kind.value.startswith("desync_")
             else e for e in evs]
+
+
+def _one_process(evs: list[Event]) -> list[Event]:
+    """A job torch.nn.DataParallel ran is one process driving every GPU (a script started
+    with plain ``python`` on a multi-GPU node, where DDP needs a launcher): where no line
+    names any rank, every line is rank 0's. DataParallel inside the ranks of a launched job
+    shows their prefixes, and is left alone."""
+    if not any(e.kind is EventKind.ONE_PROCESS for e in evs) \
+            or any(e.rank is not None for e in evs):
+        return evs
+    return [replace(e, rank=0, rank_from="one process: torch.nn.DataParallel")
+            for e in evs]
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,23 @@ def triage(events: Iterable[Event]) -> list[Finding]:
         if unknown is None:
             return advice
         verdicts = [unknown]
-    return _ordered(ix, verdicts, folds) + advice
+    return _one_process_hint(ix, _ordered(ix, verdicts, folds)) + advice
+
+
+_ONE_PROCESS_HINT = (
+    "torch.nn.DataParallel ran this job: one process drives every GPU and gathers the "
+    "outputs on the first (where memory runs out first); started with a launcher "
+    "(torchrun, accelerate launch, deepspeed) the same script runs one process per GPU "
+    "(DistributedDataParallel)")
+
+
+def _one_process_hint(ix: EventIndex, findings: list[Finding]) -> list[Finding]:
+    """The lead finding of a DataParallel job says what the job was: the usual fix of such
+    a failure is the launch, not the line that failed."""
+    seen = ix.of(EventKind.ONE_PROCESS)
+    if seen and findings and findings[0].severity == "error":
+        findings[0].evidence.setdefault("one_process", f"{seen[0].where}: {_ONE_PROCESS_HINT}")
+    return findings
 
 
 def unrecognized(ix: EventIndex) -> Verdict | None:

@@ -439,6 +439,20 @@ SIGNATURES = (
                  {"pid": 4193, "signal": "SIGHUP"}),),
         convert={"pid": int}),
     Signature(
+        # torch._utils.ExceptionWrapper's wording when torch.nn.DataParallel re-raises a
+        # replica's error: the whole job is one process (rank 0), one thread per GPU
+        "torch.data_parallel_replica", K.ONE_PROCESS, " in replica ",
+        r"Caught (?P<exception>\w+) in replica (?P<replica>\d+) on device (?P<device>\d+)",
+        "RANK_CRASHED", "torch >= 1.0 (torch.nn.DataParallel)",
+        (Example("RuntimeError: Caught RuntimeError in replica 1 on device 1.",
+                 "https://github.com/NielsRogge/Transformers-Tutorials/issues/133",
+                 {"exception": "RuntimeError", "replica": 1, "device": 1}),
+         Example("torch.OutOfMemoryError: Caught OutOfMemoryError in replica 0 on device 0.",
+                 "https://github.com/gtseligas/lcn-llama/blob/9fcec36a8056aac67457978be2d93f6"
+                 "488fe7937/train.err#L1-L135",
+                 {"exception": "OutOfMemoryError", "replica": 0, "device": 0})),
+        convert={"replica": int, "device": int}),
+    Signature(
         # A trainer's own word that training is over: a crash after it (an abort or a
         # segfault while the process exits) cost no result (rules_crash.after_completion)
         "trainer.completed", K.JOB_DONE,
