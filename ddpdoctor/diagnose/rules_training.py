@@ -219,11 +219,22 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         if pids:
             ev["pid_match"] = (f"the kernel killed pid {min(pids)}, the pid torchrun reports "
                                "for that rank")
-        ranks = ranks_of(killed9)
+        # the kernel's line names a pid at most; the launcher names the rank it lost
+        # (torchrun's -9, srun's "task 2: Out Of Memory")
+        reported = killed9 or _launcher_oom_deaths(ix)
+        ranks = ranks_of(reported)
+        how = "SIGKILL" if killed9 else "the launcher's report"
         out.append(verdict(ix, "OOM", "the host's OOM killer killed a training process"
-                           + (f" (rank {format_ranks(ranks)}, SIGKILL)" if ranks else ""),
-                           host + killed9, ev, ranks=ranks))
+                           + (f" (rank {format_ranks(ranks)}, {how})" if ranks else ""),
+                           host + reported, ev, ranks=ranks))
     return out
+
+
+def _launcher_oom_deaths(ix: EventIndex) -> list[Event]:
+    """A launcher's report of a rank it lost to memory, the rank read from the report
+    itself: a slurmstepd line srun's --label put in task 0's stream names no task."""
+    return [e for e in ix.of(K.FLOOR) if e.data.get("oom") and e.rank is not None
+            and e.data.get("rank_from") == "the launcher's report"]
 
 
 def _pids(evs: list[Event]) -> set[int]:
