@@ -46,14 +46,21 @@ PACE_REPEATS = 4
 
 class NodeOptions(Protocol):
     """What this glue reads of run's options (run/options.RunOptions, which names the
-    job view's types through here: it cannot be imported back)."""
+    job view's types through here: it cannot be imported back). Read-only: the options
+    are frozen."""
 
-    hang_timeout: float
-    hang_fixed: bool
-    hang_min: float
-    job_endpoint: Endpoint | None
-    native: bool
-    attach_timeout: float
+    @property
+    def hang_timeout(self) -> float: ...
+    @property
+    def hang_fixed(self) -> bool: ...
+    @property
+    def hang_min(self) -> float: ...
+    @property
+    def job_endpoint(self) -> Endpoint | None: ...
+    @property
+    def native(self) -> bool: ...
+    @property
+    def attach_timeout(self) -> float: ...
 
 
 @dataclass

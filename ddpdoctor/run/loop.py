@@ -104,6 +104,11 @@ class Loop:
     looks_in_spell: int = 0  # looks that found no hang in the current quiet spell
     spell_memory: SpellMemory = field(default_factory=SpellMemory)
 
+    def adapt(self, threshold_s: float) -> None:
+        """The adaptive hang threshold's new value: the loop's options are replaced, never
+        changed in place, and the result keeps the last (the report says it)."""
+        self.opts = self.result.options = replace(self.opts, hang_timeout=threshold_s)
+
     def heartbeats(self) -> dict[int, Heartbeat]:
         return read_heartbeats(self.jenv.heartbeat_dir, self.wall0)
 
@@ -140,7 +145,7 @@ class Loop:
             return False  # --no-kill: said once already
         self.result.hang = hang_mod.HangOutcome(v.no_progress_s, self.tracker.last_what)
         if not self.opts.hang_fixed:
-            self.opts.hang_timeout = v.threshold_s  # the job's, as the leader judged it
+            self.adapt(v.threshold_s)  # the job's, as the leader judged it
         named = ", ".join(culprit_text(c) for c in v.culprits)
         say("ddpdoctor run: hang confirmed across the job: " + redact.text(v.reason)
             + (f"; culprit: {named}" if named else ""))

@@ -14,10 +14,14 @@ if TYPE_CHECKING:
     from ddpdoctor.run.jobnode import Endpoint
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
+    """Frozen: the loop never rewrites what it was asked. The adaptive hang threshold is
+    the one value that moves: the loop holds it as ``replace(opts, hang_timeout=...)``
+    (its own copy) and the report reads the last one from ``RunResult.options``."""
+
     # the quiet that makes run look; with hang_fixed False it adapts to the job's step
-    # times (jobview/leader.threshold) and this field holds the current value
+    # times (jobview/leader.threshold) and the loop's copy holds the current value
     hang_timeout: float = 300.0
     hang_fixed: bool = True
     hang_min: float = 10.0

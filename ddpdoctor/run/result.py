@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ddpdoctor.run.jobnode import NodeEnd, Verdict
     from ddpdoctor.run.looks import Look
     from ddpdoctor.run.memory import MemoryHistory
+    from ddpdoctor.run.options import RunOptions
     from ddpdoctor.run.progress import ProgressTracker
     from ddpdoctor.run.redirected import Redirect
     from ddpdoctor.run.tree import Killed
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 class RunResult:
     report: Report
     exit_code: int
+    # the options as they stood at the end: the adaptive hang threshold the job reached
+    options: RunOptions
     returncode: int | None = None
     hang: HangOutcome | None = None
     interrupted: int = 0

@@ -88,7 +88,7 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
     report = Report(command="run")
     report.world.update({"command": shlex.join(redact.argv(cmd)), "run_dir": run_dir,
                          "env": env_snapshot(jenv.env)})
-    result = RunResult(report, 0, run_dir=run_dir, notes=list(jenv.notes),
+    result = RunResult(report, 0, opts, run_dir=run_dir, notes=list(jenv.notes),
                        secrets=secret_values(jenv.env, cmd),
                        redirect=redirect_of(cmd, Path.cwd()))
     wall0 = time.time()
@@ -117,7 +117,7 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
     if reaper is None:
         result.notes.append("the reaper could not start: if run is SIGKILLed, only the "
                             "launcher dies with it")
-    build_report(result, job, jenv, opts, time.monotonic() - job.started, wall0)
+    build_report(result, job, jenv, result.options, time.monotonic() - job.started, wall0)
     return result
 
 
@@ -161,11 +161,12 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: JobEnv, opts
             tracker.update(now, job.copy.lines, sample, beats)
             node.steps.observe(tracker)
             if not opts.hang_fixed:
-                opts.hang_timeout = jobnode.local_threshold(node.steps, opts)
+                loop.adapt(jobnode.local_threshold(node.steps, loop.opts))
             node.publish(job, tracker, beats)
             if loop.job_view_turn() or loop.local_turn(now):
                 break
-            pause = min(opts.poll_s, jobnode.INTERVAL_S) if node.view else opts.poll_s
+            poll_s = loop.opts.poll_s
+            pause = min(poll_s, jobnode.INTERVAL_S) if node.view else poll_s
             if job.copy.rank_raised.wait(pause):
                 job.copy.rank_raised.clear()
                 node.publish_raised(job, tracker)
