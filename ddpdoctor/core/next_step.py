@@ -138,6 +138,9 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "the rank the others waited for was busy with real work (preprocessing, saving, "
      "evaluating): raise the collective timeout, or do that work before the process group "
      "starts"),
+    ("RANK_CRASHED", lambda f: f.evidence.get("family") == "extension_build", _K,
+     "a C++/CUDA extension did not compile: fix the toolchain (compiler version, CUDA_HOME, "
+     "headers) or install the op prebuilt"),
     ("RANK_CRASHED", lambda f: f.evidence.get("signal") == "SIGKILL", _K,
      "a SIGKILL with no error of its own is most often the host running out of memory: "
      "lower host memory use or raise the limit"),

@@ -115,6 +115,13 @@ class EventKind(str, Enum):
     FAMILY_RDZV_ENV = "family_rdzv_env"  # env:// rendezvous without the launcher's variables
     FAMILY_SAMPLER = "family_sampler"  # a data-parallel loop's sampler is not distributed
     IB_ASYNC = "ib_async"  # "NET/IB : Got async event : port error"
+    # a C++/CUDA extension that failed to compile at start-up (torch.utils.cpp_extension's
+    # JIT build: DeepSpeed's ops, fused kernels): ninja's stop, the compiler's error, the
+    # RuntimeError that says which extension
+    EXT_BUILD = "ext_build"
+    # informational: a launcher's account of the job's shape (DeepSpeed's "nnodes=2,
+    # num_local_procs=1, node_rank=1"): a local rank it names is a global one on one node only
+    LAUNCH_LAYOUT = "launch_layout"
     SIDE_TRACEBACK = "side_traceback"  # a dashboard/logger's traceback (visdom, wandb, ...)
     HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"
     DS_CONFIG = "ds_config"  # DeepSpeed refusing its config ("Check batch related parameters")
@@ -151,7 +158,7 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.NCCL_IFACES, EventKind.NCCL_COMM_INIT,
                            EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER,
                            EventKind.LOSS_VALUE, EventKind.JOB_DONE,
-                           EventKind.ONE_PROCESS})
+                           EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT})
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ class EventIndex:
 
     @classmethod
     def build(cls, events: Iterable[Event]) -> EventIndex:
-        evs, root = _first_failure(list(events))
+        evs, root = _first_failure(_node_local_ranks(list(events)))
         evs = _attribute_unprefixed(evs, root.rank if root else None)
         evs = _one_process(evs)
         by_kind: dict[EventKind, list[Event]] = {}
@@ -136,6 +136,33 @@ def _one_process(evs: list[Event]) -> list[Event]:
         return evs
     return [replace(e, rank=0, rank_from="one process: torch.nn.DataParallel")
             for e in evs]
+
+
+def _node_local_ranks(evs: list[Event]) -> list[Event]:
+    """DeepSpeed's launcher names the failed process by its ``--local_rank``: the global
+    rank only on one node. Its layout line ("nnodes=2, num_local_procs=1, node_rank=1")
+    says which: one node's log maps local rank L to node_rank x num_local_procs + L; a log
+    of several nodes' launchers (srun running one per node) cannot tell whose report is
+    whose, so the rank is left unknown rather than guessed."""
+    layouts = {(e.get_int("nnodes"), e.get_int("num_local_procs"), e.get_int("node_rank"))
+               for e in evs if e.kind is EventKind.LAUNCH_LAYOUT}
+    if not layouts or all((n or 0) <= 1 for n, _, _ in layouts):
+        return evs
+    nodes = {node for _, _, node in layouts}
+    (_, procs, node), = layouts if len(layouts) == 1 else ((None, None, None),)
+
+    def mapped(e: Event) -> Event:
+        if e.kind is not EventKind.PROCESS_EXIT or e.data.get("launcher") != "deepspeed":
+            return e
+        local = e.get_int("process")
+        if local is None or e.rank != local:
+            return e
+        if len(nodes) == 1 and procs is not None and node is not None:
+            return replace(e, rank=node * procs + local,
+                           rank_from=f"DeepSpeed's layout: node_rank {node}")
+        return replace(e, rank=None)
+
+    return [mapped(e) for e in evs]
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,37 @@ def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                     ranks=[], severity="warning")]
 
 
+def extension_build(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A C++/CUDA extension that would not compile when a rank first needed it: the rank
+    dies at start-up with the compiler's words above its traceback (or with no traceback
+    in the log at all, only its launcher's exit report). The compiler's first error says
+    why; the fix is the toolchain, not the training code."""
+    built = ix.of(K.EXT_BUILD)
+    if not built:
+        return []
+    name = next((e.get_str("extension") for e in built if e.data.get("extension")), "")
+    why = next((e.get_str("compiler_error") for e in built if e.data.get("compiler_error")),
+               "")
+    ranks = ranks_of(built)
+    deaths = [e for e in list(ix.root_failures) + ix.of(K.PROCESS_EXIT)
+              if e.data.get("exit_code") and e.rank is not None]
+    if not ranks:
+        ranks = ranks_of(deaths)
+    what = f"the extension '{name}'" if name else "a C++/CUDA extension"
+    title = (f"{'rank ' + format_ranks(ranks) if ranks else 'the job'}: {what} failed to "
+             f"build at start-up" + (f": {cut(why, 140)}" if why else ""))
+    ev: dict[str, object] = {
+        "family": "extension_build",
+        "hint": ("torch.utils.cpp_extension compiles it the first time a rank needs it "
+                 "(DeepSpeed's ops, fused kernels): the compiler's first error is the cause: "
+                 "a compiler too old or missing, CUDA_HOME or headers not found; load a newer "
+                 "compiler, or install the op prebuilt (DeepSpeed: DS_BUILD_OPS=1 / "
+                 "DS_BUILD_CPU_ADAM=1 pip install deepspeed)")}
+    if why:
+        ev["compiler_error"] = why
+    return [verdict(ix, "RANK_CRASHED", title, built + deaths, ev, ranks=ranks)]
+
+
 def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A Python exception on a rank that no specific rule explains: that rank crashed."""
     explained = explained_ranks(earlier)
@@ -339,6 +370,8 @@ RULES = (
     Rule("cuda_crash", cuda_crash, _CRASH_FALLOUT),
     Rule("native_crash", native_crash, _CRASH_FALLOUT),
     Rule("interrupted", interrupted, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK}),
+    Rule("extension_build", extension_build, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TEARDOWN,
+                                                                         K.TRACEBACK}),
     Rule("exceptions", exceptions, _CRASH_FALLOUT | CASCADE),
     Rule("dead_ranks", dead_ranks, _CRASH_FALLOUT | CASCADE),
 )

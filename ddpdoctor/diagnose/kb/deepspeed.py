@@ -53,6 +53,17 @@ SIGNATURES = (
                  _REC + "sigkill_first_of_two.log", {"exit_code": -9, "signal": "SIGKILL"})),
         convert={"exit_code": int, "local_rank": int}, extra=_exit),
     Signature(
+        "deepspeed.launch_layout", K.LAUNCH_LAYOUT, "num_local_procs=",
+        r"nnodes=(?P<nnodes>\d+), num_local_procs=(?P<num_local_procs>\d+), "
+        r"node_rank=(?P<node_rank>\d+)",
+        "RANK_CRASHED", "deepspeed.launcher.launch, 0.3 to 0.19",
+        (Example("[2024-10-14 00:16:58,329] [INFO] [launch.py:152:main] nnodes=2, "
+                 "num_local_procs=1, node_rank=1",
+                 "https://github.com/ZhiyiHu1999/DistributedSysLab_FS24/blob/8147f54d56c7c71"
+                 "292fc5338da4d070fcfa2f1a2/deepspeed_example/deepspeed_example.526821.o",
+                 {"nnodes": 2, "num_local_procs": 1, "node_rank": 1}),),
+        convert={"nnodes": int, "num_local_procs": int, "node_rank": int}),
+    Signature(
         "deepspeed.killing_subprocess", K.TEARDOWN, "Killing subprocess",
         r"sigkill_handler\] Killing subprocess (?P<pid>\d+)", "RANK_CRASHED",
         "deepspeed.launcher.launch, 0.3 to 0.19",

@@ -439,6 +439,39 @@ SIGNATURES = (
                  {"pid": 4193, "signal": "SIGHUP"}),),
         convert={"pid": int}),
     Signature(
+        # torch.utils.cpp_extension._run_ninja_build's error_prefix: the extension a rank
+        # compiles when it first needs it (DeepSpeed's cpu_adam / fused_adam, ...)
+        "cpp_extension.build_failed", K.EXT_BUILD, "Error building extension",
+        r"Error building extension '(?P<extension>[^']+)'",
+        "RANK_CRASHED", "torch >= 1.2 (torch.utils.cpp_extension.load)",
+        (Example("RuntimeError: Error building extension 'fused_adam'",
+                 "https://github.com/codefuse-ai/MFTCoder/issues/27",
+                 {"extension": "fused_adam"}),
+         Example("RuntimeError: Error building extension 'cpu_adam'",
+                 "https://github.com/dredwardhyde/gpt-neo-fine-tuning-example/issues/12",
+                 {"extension": "cpu_adam"}))),
+    Signature(
+        "ninja.build_stopped", K.EXT_BUILD, "ninja: build stopped",
+        r"ninja: build stopped: (?P<why>.+?)\.?$",
+        "RANK_CRASHED", "ninja (torch.utils.cpp_extension's JIT builds, pip builds)",
+        (Example("ninja: build stopped: subcommand failed.",
+                 "https://github.com/nunchux-ai/nunchaku/issues/346",
+                 {"why": "subcommand failed"}),)),
+    Signature(
+        # gcc / g++ / nvcc's own error line on a source or header file: the reason a build
+        # above failed (the first one is the one to read)
+        "compiler.error", K.EXT_BUILD, ": error: ",
+        r"(?P<file>\S+\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp)):\d+(?::\d+)?: (?:fatal )?error: "
+        r"(?P<compiler_error>.+)",
+        "RANK_CRASHED", "gcc, g++, nvcc",
+        (Example("/users/zhu/anaconda3/lib/python3.12/site-packages/torch/include/c10/util/"
+                 "C++17.h:13:2: error: #error \"You're trying to build PyTorch with a too old "
+                 "version of GCC. We need GCC 9 or later.\"",
+                 "https://github.com/ZhiyiHu1999/DistributedSysLab_FS24/blob/8147f54d56c7c71"
+                 "292fc5338da4d070fcfa2f1a2/deepspeed_example/deepspeed_example.526821.o",
+                 {"compiler_error": "#error \"You're trying to build PyTorch with a too old "
+                  "version of GCC. We need GCC 9 or later.\""}),)),
+    Signature(
         # torch._utils.ExceptionWrapper's wording when torch.nn.DataParallel re-raises a
         # replica's error: the whole job is one process (rank 0), one thread per GPU
         "torch.data_parallel_replica", K.ONE_PROCESS, " in replica ",
