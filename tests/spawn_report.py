@@ -81,3 +81,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         tr.write_line(f"{n:4d}  {path}")
     tr.write_line(f"{len(_reported)} tests: mark them slow or make them process-free "
                   "(docs/development.md, Tests)")
+    listing = os.environ.get("DDPD_SPAWN_LIST")
+    if listing:  # their node ids, one a line: what to mark
+        with open(listing, "w", encoding="utf-8") as f:
+            f.writelines(f"{nodeid}\n" for nodeid in sorted(_reported))

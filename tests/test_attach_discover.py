@@ -52,6 +52,7 @@ def fake_job():
         proc.wait()
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(30)
 def test_discover_ranks_workers_and_missing_rank(fake_job):
     d = discover([fake_job.pid])
@@ -63,6 +64,7 @@ def test_discover_ranks_workers_and_missing_rank(fake_job):
     assert [(r.rank, r.pid) for r in d2.ranks] == [(r.rank, r.pid) for r in d.ranks]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(30)
 def test_attach_names_the_missing_rank_and_reads_stacks(fake_job, tmp_path):
     out = tmp_path / "r.json"
@@ -76,6 +78,7 @@ def test_attach_names_the_missing_rank_and_reads_stacks(fake_job, tmp_path):
     assert res.returncode == 1, res.stdout + res.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_no_such_pid():
     res = subprocess.run(DDPDOCTOR + ["attach", "999999999"], capture_output=True, text=True,
                          timeout=30)
@@ -83,6 +86,7 @@ def test_no_such_pid():
     assert res.stderr.strip() == "ddpdoctor attach: no such process: PID 999999999"
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(30)
 def test_not_a_python_process():
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
@@ -98,6 +102,7 @@ def test_not_a_python_process():
             "no processes run under it") in " ".join((res.stdout + res.stderr).split())
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(30)
 def test_no_permission(tmp_path):
     if os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"):
@@ -127,6 +132,7 @@ def test_py_spy_missing(monkeypatch, tmp_path):
         stacks.find_py_spy()
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_py_spy_deadline(tmp_path):
     slow = tmp_path / "py-spy"
     slow.write_text("#!/bin/sh\nsleep 30\n")
@@ -143,6 +149,7 @@ def test_discover_error_carries_exit_code():
     assert e.value.exit_code == EXIT_USAGE
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_attach_does_not_import_torch():
     code = ("import sys\nfrom click.testing import CliRunner\nfrom ddpdoctor.cli import main\n"
             "r = CliRunner().invoke(main, ['attach', str(__import__('os').getpid())])\n"

@@ -78,6 +78,7 @@ def assert_no_ranks(res: subprocess.CompletedProcess, report: dict, reason: str)
 # --- targets that are no rank ---------------------------------------------------------
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_attach_on_sleep_is_no_rank(tmp_path):
     with started(["sleep", "1000"]) as p:
@@ -87,6 +88,7 @@ def test_attach_on_sleep_is_no_rank(tmp_path):
         f"process and has no {NO_PROOF} in its environment; no processes run under it"))
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_attach_on_a_plain_python_program_is_no_rank(tmp_path):
     """The old attach read its one stack, called it rank 0 and exited 0 (or HANG_*)."""
@@ -98,6 +100,7 @@ def test_attach_on_a_plain_python_program_is_no_rank(tmp_path):
         "environment; no processes run under it"))
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_attach_on_a_non_python_process_with_rank_set_is_no_rank(tmp_path):
     with started(["sleep", "1000"], RANK="0", WORLD_SIZE="2") as p:
@@ -107,6 +110,7 @@ def test_attach_on_a_non_python_process_with_rank_set_is_no_rank(tmp_path):
         "process (RANK is set); no processes run under it"))
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_attach_on_itself_is_no_rank_even_with_rank_set(tmp_path):
     """`exec` keeps the shell's pid: attach is given its own PID; its environment has the
@@ -120,6 +124,7 @@ def test_attach_on_itself_is_no_rank_even_with_rank_set(tmp_path):
     assert "no training ranks found at PID " in said and "HANG_" not in said
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_attach_on_its_parent_is_no_rank(tmp_path):
     """Its parent is a Python process with RANK and WORLD_SIZE set (as a rank would be):
@@ -144,6 +149,7 @@ def test_attach_on_its_parent_is_no_rank(tmp_path):
     assert report["findings"] == [] and "stacks" not in report["probes"]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_a_python_parent_without_rank_children_is_no_rank(tmp_path):
     code = ("import subprocess, sys\n"
@@ -160,6 +166,7 @@ def test_a_python_parent_without_rank_children_is_no_rank(tmp_path):
     assert reason.endswith(f"is not a rank: it has no {NO_PROOF} in its environment"), reason
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_no_flight_recorder_request_for_a_non_rank(tmp_path):
     """A process that looks like it serves dumps (DDPDOCTOR_FR_DIR, a ready file with its
@@ -184,6 +191,7 @@ def test_no_flight_recorder_request_for_a_non_rank(tmp_path):
 # --- real ranks still work ------------------------------------------------------------
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_a_rank_next_to_a_non_rank_target(tmp_path):
     """Given a rank and a `sleep`: the rank is diagnosed, the sleep left out with why."""
@@ -200,6 +208,7 @@ def test_a_rank_next_to_a_non_rank_target(tmp_path):
     assert report["findings"] == []
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_rank_numbers_come_from_the_environment_not_pid_order(tmp_path):
     with started([PY, "-c", SLEEP_PY], RANK="1", WORLD_SIZE="2") as first, \

@@ -78,6 +78,7 @@ def test_only_threads_named_ours_are_counted():
     assert BackgroundThreads().cpu_s(999_999_999) == 0.0  # no such process: nothing, no error
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("named", [True, False])
 def test_a_sleeping_rank_whose_watch_threads_work_is_not_working(named):
     proc = subprocess.Popen([sys.executable, "-c", _RANK, "named" if named else "plain"],
@@ -111,6 +112,7 @@ _GLOO_RANK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_gloo_names_its_event_loops_as_we_expect(tmp_path):
     """The names run leaves out are the ones torch's gloo really gives its threads: a
     torch that renames them fails here, not silently in a hang verdict."""

@@ -126,6 +126,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=60)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_cli_checks_the_config_alone_without_torch(tmp_path):
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({**GOOD, "fp16": {"enabled": True}}))

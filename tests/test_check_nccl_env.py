@@ -252,6 +252,7 @@ def test_a_value_that_breaks_torch_distributed_import_is_found_before_any_rank_s
     assert import_breakers({"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}) == []
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_check_with_such_a_value_reports_it_instead_of_an_internal_error():
     import os
     import subprocess

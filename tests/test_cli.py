@@ -77,6 +77,7 @@ def test_unknown_playbook_is_a_usage_error_with_a_hint():
     assert "no playbook 'HANG_TYPO'" in res.output and "HANG_DATALOADER" in res.output
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("argv", [["--help"], ["playbook"], ["playbook", "OOM"]])
 def test_torch_free_commands_do_not_import_torch(argv):
     code = ("import sys\nfrom ddpdoctor.cli import main\n"

@@ -34,11 +34,13 @@ def _c901(paths: list[str]) -> subprocess.CompletedProcess:
         cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_no_function_above_the_complexity_limit():
     result = _c901(list(CHECKED))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_the_check_fails_on_a_decision_tree(tmp_path: Path):
     branches = "\n".join(f"    if x == {i}:\n        return {i}" for i in range(MAX_COMPLEXITY + 1))
     tree = tmp_path / "tree.py"

@@ -26,6 +26,7 @@ def run_cli(*args: str, stdin: bytes | None = None, timeout: float = 60):
                           env={**os.environ, "COLUMNS": "200"})
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_error_findings_exit_1_and_json(tmp_path):
     out = tmp_path / "r.json"
     p = run_cli("--json", str(out), str(LOGS / "exception.log"))
@@ -37,6 +38,7 @@ def test_error_findings_exit_1_and_json(tmp_path):
     assert (f["id"], f["ranks"], f["playbook"]) == ("RANK_CRASHED", [1], "RANK_CRASHED")
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_stdin_dash_and_no_file():
     data = (LOGS / "unused_params_info.log").read_bytes()
     for args in (["-"], [], ["--json", "-"]):
@@ -47,6 +49,7 @@ def test_stdin_dash_and_no_file():
                                                      "DDP_REDUCTION_NOT_FINISHED"]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_clean_empty_binary_inputs_exit_0(tmp_path):
     clean = tmp_path / "clean.log"
     clean.write_text("epoch 1 loss 0.5\nepoch 2 loss 0.4\n")
@@ -65,6 +68,7 @@ def test_clean_empty_binary_inputs_exit_0(tmp_path):
     assert "ELF executable" in report["probes"][shutil.which("ls")]["summary"]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_nothing_readable_is_never_healthy(tmp_path):
     # An empty log, a binary, only NULs, a closed stdin: no evidence of health either.
     empty = tmp_path / "empty.log"
@@ -81,6 +85,7 @@ def test_nothing_readable_is_never_healthy(tmp_path):
     assert closed.returncode == 3, closed.stdout + closed.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_usage_errors_exit_2_with_one_line(tmp_path):
     for args, text in ((["/nonexistent/train.log"], b"no such file: /nonexistent/train.log"),
                        ([str(tmp_path)], b"is a directory"),
@@ -90,6 +95,7 @@ def test_usage_errors_exit_2_with_one_line(tmp_path):
         assert text in p.stderr and p.stderr.count(b"\n") == 1 and b"Traceback" not in p.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_diagnose_does_not_import_torch():
     code = ("import sys\nfrom ddpdoctor.cli import main\n"
             f"sys.argv = ['ddpdoctor', 'diagnose', '--json', '-', {str(LOGS / 'sigkill.log')!r}]\n"

@@ -31,6 +31,7 @@ def cli(*args: str, timeout: float = 30) -> tuple[int, dict]:
     return p.returncode, report
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_fifo_without_writer_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "train.log"
     os.mkfifo(fifo)
@@ -42,6 +43,7 @@ def test_fifo_without_writer_is_refused_not_waited_on(tmp_path):
         diagnose_logs([LogInput(str(fifo))])  # the API refuses it too, without blocking
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_truncated_gzip_with_the_crash_in_the_last_mib(tmp_path):
     log = tmp_path / "train.log.gz"
     data = gzip.compress(ORDINARY + ORDINARY + CRASH + ORDINARY[:200_000])
@@ -53,6 +55,7 @@ def test_truncated_gzip_with_the_crash_in_the_last_mib(tmp_path):
     assert check["status"] == "warning" and "truncated gzip" in check["summary"]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_truncated_gzip_showing_no_failure_is_not_healthy(tmp_path):
     log = tmp_path / "train.log.gz"
     data = gzip.compress(ORDINARY + CRASH)
@@ -62,6 +65,7 @@ def test_truncated_gzip_showing_no_failure_is_not_healthy(tmp_path):
     assert "could not read all of" in report["doctor_error"]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_corrupt_gzip_next_to_a_good_log_keeps_the_good_diagnosis(tmp_path):
     bad = tmp_path / "rank0.log.gz"
     data = bytearray(gzip.compress(ORDINARY * 2))
@@ -74,6 +78,7 @@ def test_corrupt_gzip_next_to_a_good_log_keeps_the_good_diagnosis(tmp_path):
     assert check["status"] == "warning" and "corrupt gzip" in check["summary"]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_log_that_starts_with_nul_bytes_is_read(tmp_path):
     log = tmp_path / "train.log"
     log.write_bytes(b"\x00" * (3 << 20) + ORDINARY + CRASH)  # logrotate copytruncate's hole
@@ -117,6 +122,7 @@ def _result(p: subprocess.Popen) -> tuple[int, dict]:
     return p.returncode, json.loads(out) if out.startswith(b"{") else {"stderr": err}
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_proc_kmsg_stats_as_a_file_and_is_given_up_at_the_deadline():
     """/proc/kmsg is a regular file to stat() and waits forever for the next kernel message:
     it gets the 10 s deadline, a one-line reason, and the other inputs are diagnosed."""

@@ -173,6 +173,7 @@ def test_report_command_renders_a_run_directory(tmp_path):
     assert "HANG_RANK_MISSING_COLLECTIVE" in html and "Flight Recorder" in html
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("command", ["check", "diagnose", "attach", "run", "playbook"])
 def test_other_commands_do_not_import_the_html_stack(command):
     code = (f"import sys, ddpdoctor.commands.{command}; "

@@ -390,6 +390,7 @@ def test_exactly_one_node_leads(monkeypatch, on_host):
             v.stop()
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("argv", [["attach", "--help"], ["attach", "2147483000"],
                                   ["run", "--help"]])
 def test_attach_and_run_without_a_job_view_do_not_import_torch(argv):

@@ -21,6 +21,7 @@ def _run(*args: str, importtime: bool = False) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_7b_on_8_gpus_prints_the_table_fast_without_torch() -> None:
     t0 = time.monotonic()
     proc = _run(*PLAN_7B, importtime=True)
@@ -41,6 +42,7 @@ def test_7b_on_8_gpus_prints_the_table_fast_without_torch() -> None:
     assert elapsed < 5  # about 0.2 s alone; a loaded test machine gets slack
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_json_report_holds_the_same_table(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     proc = _run(*PLAN_7B, "--json", str(out))
@@ -58,6 +60,7 @@ def test_json_report_holds_the_same_table(tmp_path: Path) -> None:
     assert report["findings"] == [] and report["exit_code"] == 0
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_nothing_fits_is_a_predicted_oom_warning(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     proc = _run("plan", "--params", "70B", "--nproc", "2", "--gpu-mem", "24G",
@@ -70,6 +73,7 @@ def test_nothing_fits_is_a_predicted_oom_warning(tmp_path: Path) -> None:
     assert report["probes"]["plan"]["data"]["best"] is None
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_preset_with_a_strategy_list() -> None:
     proc = _run("plan", "--size", "tiny", "--nproc", "2", "--strategy", "ddp,zero3",
                 "--precision", "fp32", "--batch-size", "8", "--gpu-mem", "8G")
@@ -78,12 +82,14 @@ def test_preset_with_a_strategy_list() -> None:
     assert "zero1" not in proc.stdout
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_without_gpu_memory_fit_is_unknown_and_says_so() -> None:
     proc = _run("plan", "--params", "1B", "--nproc", "2")
     assert proc.returncode == 0
     assert "pass --gpu-mem" in proc.stdout
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_workspace_and_reserve_take_zero_and_land_in_the_setup(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     proc = _run(*PLAN_7B, "--workspace", "0", "--reserve", "0", "--json", str(out))
@@ -92,6 +98,7 @@ def test_workspace_and_reserve_take_zero_and_land_in_the_setup(tmp_path: Path) -
     assert (setup["workspace"], setup["reserve"]) == (0, 0)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("args,words", [
     (["--params", "7e9", "--gpu-mem", "nan"], "not a size"),
     (["--params", "7e9", "--gpu-mem", "80X"], "unknown unit"),
@@ -113,6 +120,7 @@ def test_bad_input_is_a_one_line_usage_error(args: list[str], words: str) -> Non
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_model_factory_from_the_current_directory() -> None:
     """--model imports the user's module as `python -m` would, from the working directory,
     and builds it on the meta device."""

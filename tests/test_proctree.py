@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from ddpdoctor.core.proctree import HostProcs
 from ddpdoctor.run.progress import sample_tree
 from ddpdoctor.run.tree import JobTree
@@ -23,6 +25,7 @@ def test_descendants_come_from_one_walk_parents_first():
     assert cyc.descendants(5) == [6]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_job_tree_and_sample_from_one_host_walk(monkeypatch):
     """A launcher with a child and a grandchild: the tree and the CPU sample both find
     them, and neither walks the host again when given this poll's walk."""

@@ -55,6 +55,7 @@ def _assert_no_broken_pipe_noise(err: bytes) -> None:
         assert noise not in text, text[-3000:]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(120)
 def test_a_100k_argument_starts_the_job_at_once(tmp_path):
     """One argument of 100,000 characters and 4,000 `--token` flags: the job starts (its
@@ -80,6 +81,7 @@ def test_a_100k_argument_starts_the_job_at_once(tmp_path):
     assert "s0000001" not in command and command.count("--token ***") == 4000
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(120)
 def test_head_closing_stdout_keeps_the_jobs_exit_code_and_whole_log(tmp_path):
     """`run -- sh -c 'seq 1 200000; echo END; exit 7' | head -1`: head reads one line and
@@ -104,6 +106,7 @@ def test_head_closing_stdout_keeps_the_jobs_exit_code_and_whole_log(tmp_path):
     _assert_no_broken_pipe_noise(err)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("json_to", ["file", "stdout"])
 def test_view_on_a_closed_stdout_keeps_the_jobs_exit_code(tmp_path, json_to):
@@ -134,6 +137,7 @@ def test_view_on_a_closed_stdout_keeps_the_jobs_exit_code(tmp_path, json_to):
     assert _report(rd)["exit_code"] == 7
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(120)
 def test_both_streams_into_a_closed_pipe_keep_the_jobs_exit_code(tmp_path):
     """`run ... 2>&1 | head -1`: stdout and stderr are the same pipe, and the job prints on

@@ -23,6 +23,7 @@ PY = sys.executable
 
 # --- the kept log
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_log_is_written_while_the_job_runs(tmp_path):
     """Line by line: not 0 bytes while the job runs (nor after run is killed)."""
@@ -50,6 +51,7 @@ def test_log_is_written_while_the_job_runs(tmp_path):
         kill_tree(proc.pid)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                     reason="needs root and unshare for a private tmpfs mount")
@@ -87,6 +89,7 @@ def test_full_disk_run_dir_reports_the_log_incomplete(tmp_path):
 
 # --- inputs
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("opt,value", [
     ("--hang-timeout", "nan"), ("--hang-timeout", "inf"), ("--hang-timeout", "0"),
     ("--hang-timeout", "-5"), ("--kill-grace", "nan"), ("--kill-grace", "-inf"),
@@ -98,6 +101,7 @@ def test_numeric_options_refuse_nan_inf_and_non_positive(tmp_path, opt, value):
     assert not (tmp_path / "rd").exists()
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("var,value", [
     ("DDPDOCTOR_WATCH_EVERY", "abc"), ("DDPDOCTOR_WATCH_EVERY", "0"),
     ("DDPDOCTOR_HANG_TIMEOUT", "nan"), ("DDPDOCTOR_WATCH_CHECKS", "nonfinite,bogus")])
@@ -113,6 +117,7 @@ def test_bad_watch_environment_is_refused_before_launch(tmp_path, var, value):
     assert not marker.exists() and not (tmp_path / "rd").exists()
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_failed_start_leaves_no_run_directory(tmp_path):
     r = run_doctor(tmp_path, "--", "ddpdoctor-no-such-command-xyz")
     assert r.returncode == 2
@@ -166,6 +171,7 @@ def _assert_no_secret(text: str, where: str) -> None:
         assert s not in text, f"{s} in {where}"
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(90)
 def test_secrets_never_reach_what_run_records(tmp_path):
     """Secret env values and a --token argument of the job: not in the terminal report,

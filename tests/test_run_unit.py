@@ -200,6 +200,7 @@ def test_job_exit_code():
 
 # --- the command, with small shell jobs
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_not_found_and_no_command(tmp_path):
     r = run_doctor(tmp_path, "--", "ddpdoctor-no-such-command-xyz")
     assert r.returncode == 2
@@ -212,6 +213,7 @@ def test_not_found_and_no_command(tmp_path):
     assert r.returncode == 2 and "permission denied" in r.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_tee_split_and_exit_code_passed_on(tmp_path):
     script = ("import sys, os\n"
@@ -238,6 +240,7 @@ def test_tee_split_and_exit_code_passed_on(tmp_path):
     assert report["probes"]["watch"]["summary"] == "off"
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_quiet_job_with_no_hang_visible_is_not_stopped(tmp_path):
     """Quiet for 4x --hang-timeout, no Python stack to read: nothing confirms a hang, so
@@ -280,6 +283,7 @@ def _stopped_rank_job(tmp_path: Path, wake_after: float) -> list[str]:
                         f"RANK=1 {PY} {script} {tmp_path} 0 & wait"]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_stopped_rank_is_a_confirmed_hang_and_the_job_is_stopped(tmp_path):
     """A rank stopped (SIGSTOP, state T) while its peer is not: a confirmed hang. The
@@ -302,6 +306,7 @@ def test_stopped_rank_is_a_confirmed_hang_and_the_job_is_stopped(tmp_path):
             psutil.Process(k["pid"]).status() == psutil.STATUS_ZOMBIE, k
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_no_kill_keeps_the_job_running(tmp_path):
     """--no-kill: a confirmed hang is reported at once, the job runs on to its own end,
@@ -316,6 +321,7 @@ def test_no_kill_keeps_the_job_running(tmp_path):
     assert r.returncode == 1 and report["exit_code"] == 1
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(60)
 def test_sigint_is_forwarded_to_the_job(tmp_path):
     import signal
@@ -341,6 +347,7 @@ def test_sigint_is_forwarded_to_the_job(tmp_path):
         kill_tree(proc.pid)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_run_does_not_import_torch(tmp_path):
     """The supervisor never imports torch (not even through attach, diagnose or watch)."""
     code = ("import sys\n"

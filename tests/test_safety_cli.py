@@ -65,6 +65,7 @@ def _no_traceback(proc):
     assert "Traceback" not in both, both[-3000:]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("command", [[]] + [[c] for c in COMMANDS])
 def test_help_of_every_command(command):
     proc = _run(command + ["--help"])
@@ -73,6 +74,7 @@ def test_help_of_every_command(command):
     assert "Usage:" in proc.stdout
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("args,code", BAD_INPUT, ids=[" ".join(a)[:40] for a, _ in BAD_INPUT])
 def test_bad_input_is_one_line_and_the_documented_code(args, code):
     proc = _run(args)
@@ -81,6 +83,7 @@ def test_bad_input_is_one_line_and_the_documented_code(args, code):
     assert proc.stderr.strip(), "no reason given"
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_train_resume_without_a_checkpoint_is_refused_before_launch(tmp_path):
     proc = _run(["train", "--resume", "--checkpoint-dir", str(tmp_path)])
     _no_traceback(proc)
@@ -89,6 +92,7 @@ def test_train_resume_without_a_checkpoint_is_refused_before_launch(tmp_path):
     assert "torch.distributed.run" not in proc.stdout  # nothing launched
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_check_nccl_without_a_gpu_is_a_usage_error():
     import torch
 
@@ -110,6 +114,7 @@ def _closed_stdin(args):
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("args,code", [(["--help"], 0), (["playbook", "OOM"], 0),
                                        (["playbook", "NOPE"], 2), (["attach", "--", "-5"], 2),
                                        (["diagnose", "/nonexistent"], 2),
@@ -120,6 +125,7 @@ def test_closed_stdin(args, code):
     assert proc.returncode == code, proc.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("args", [["playbook", "OOM"], ["playbook"], ["playbook", "--json", "-"],
                                   ["--help"], ["check", "--help"]])
@@ -132,6 +138,7 @@ def test_stdout_on_a_full_device(args):
     assert len(lines) == 1 and "No space left on device" in lines[0], proc.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_check_worker_refuses_a_nan_deadline_and_a_missing_launcher():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     for args, needle in ((["--deadline", "nan"], "--deadline"), ([], "torchrun")):

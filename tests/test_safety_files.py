@@ -70,6 +70,7 @@ def test_flight_recorder_dump_replaces_a_planted_symlink(tmp_path):
     assert os.stat(path).st_mode & 0o077 == 0
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_stack_and_ready_files_do_not_follow_symlinks(tmp_path):
     """install() and serve_requests() in a fresh process (they own signal handlers)."""
     fr_dir = tmp_path / "fr"

@@ -73,6 +73,7 @@ def _run(tmp_path, *args, timeout=60):
                           timeout=timeout)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(90)
 def test_run_keeps_a_failed_jobs_code_when_its_report_cannot_be_written(tmp_path):
     proc = _run(tmp_path, "--json", "/dev/full", "--", "sh", "-c", "exit 4")
@@ -81,6 +82,7 @@ def test_run_keeps_a_failed_jobs_code_when_its_report_cannot_be_written(tmp_path
     assert '"exit_code": 4' in (tmp_path / "rd" / "report.json").read_text()
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(90)
 def test_run_of_a_healthy_job_whose_report_cannot_be_written_is_3(tmp_path):
     proc = _run(tmp_path, "--html", "/dev/full", "--", "sh", "-c", "exit 0")
@@ -88,6 +90,7 @@ def test_run_of_a_healthy_job_whose_report_cannot_be_written_is_3(tmp_path):
     assert "cannot write the HTML report to /dev/full" in proc.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.timeout(90)
 def test_run_refuses_a_bad_target_before_starting_the_job(tmp_path):
     marker = tmp_path / "started"

@@ -17,6 +17,7 @@ def scale(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 @pytest.mark.parametrize("text,why", [
     ("1,x", "not all integers"), ("1", "at least two"), ("0,2", "1..4096"),
     ("2,2", "appears twice"), ("", "expected world sizes"), ("1,,2", "expected world sizes"),
@@ -29,6 +30,7 @@ def test_bad_nproc_list(text, why):
     assert why in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_usage_errors_exit_2_with_one_line():
     for args, why in [
         (["--mode", "strong", "--global-batch", "6", "--nproc-list", "1,4"], "split evenly"),
@@ -63,6 +65,7 @@ def test_with_nproc_sets_torchruns_world_only(argv, want):
     assert with_nproc(argv, 4) == want
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_a_command_that_prints_no_throughput_is_exit_3(tmp_path):
     out = tmp_path / "r.json"
     r = scale("--nproc-list", "1,2", "--json", str(out), "--", sys.executable, "-c",
@@ -73,6 +76,7 @@ def test_a_command_that_prints_no_throughput_is_exit_3(tmp_path):
     assert rep["exit_code"] == 3 and rep["findings"] == []
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_a_command_that_changes_its_unit_is_exit_3(tmp_path):
     code = ("import os; u = 'samples/s' if os.environ['DDPDOCTOR_SCALE_NPROC'] == '1' "
             "else 'tokens/s'; print('ddpdoctor-throughput: 10', u)")
@@ -81,6 +85,7 @@ def test_a_command_that_changes_its_unit_is_exit_3(tmp_path):
     assert "printed samples/s at 1 rank but tokens/s at 2 ranks" in r.stdout + r.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_a_failing_command_is_never_healthy(tmp_path):
     out = tmp_path / "r.json"
     code = "import os,sys; sys.exit(int(os.environ['DDPDOCTOR_SCALE_NPROC']) + 3)"
@@ -93,6 +98,7 @@ def test_a_failing_command_is_never_healthy(tmp_path):
     assert "FAILED (exit code 4)" in r.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_a_crash_is_triaged_and_the_rest_still_measured(tmp_path):
     out = tmp_path / "r.json"
     code = ("import os; n = int(os.environ['DDPDOCTOR_SCALE_NPROC'])\n"
@@ -107,6 +113,7 @@ def test_a_crash_is_triaged_and_the_rest_still_measured(tmp_path):
     assert rep["probes"]["4 ranks"]["data"]["efficiency"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_a_run_past_its_deadline_is_killed_and_failed(tmp_path):
     out = tmp_path / "r.json"
     r = scale("--nproc-list", "1,2", "--run-timeout", "1", "--json", str(out), "--",
@@ -116,6 +123,7 @@ def test_a_run_past_its_deadline_is_killed_and_failed(tmp_path):
     assert f["id"] == "UNRECOGNIZED_FAILURE" and "did not finish" in f["title"]
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_help_teaches_and_imports_no_torch():
     code = ("import sys; from click.testing import CliRunner; from ddpdoctor.cli import main\n"
             "r = CliRunner().invoke(main, ['scale', '--help']); print(r.output)\n"

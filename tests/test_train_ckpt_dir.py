@@ -100,6 +100,7 @@ def _unprivileged():
             break
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_a_checkpoint_dir_the_user_cannot_write_is_refused_before_launch(tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

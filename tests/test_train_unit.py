@@ -88,6 +88,7 @@ def test_dry_run_builds_torchrun_command() -> None:
     assert "--strategy tp-dp --inject straggler@2:3" in out
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_help_documents_everything_without_importing_torch() -> None:
     code = ("import sys; from ddpdoctor.cli import main\n"
             "try:\n    main(['train', '--help'])\nexcept SystemExit:\n    pass\n"

@@ -152,6 +152,7 @@ def test_metrics_port_is_validated():
     assert from_env({}).metrics_host == "127.0.0.1"
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_importing_ddpdoctor_imports_no_framework():
     code = ("import sys, ddpdoctor, ddpdoctor.watch, ddpdoctor.integrations, "
             "ddpdoctor.integrations.common; "

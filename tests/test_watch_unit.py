@@ -422,6 +422,7 @@ def test_cuda_oom_observer_writes_the_snapshot_and_one_finding(tmp_path):
 
 # ---- import cost and the zero-code-change bootstrap
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_import_ddpdoctor_and_watch_package_without_torch():
     code = ("import sys, ddpdoctor, ddpdoctor.watch; "
             "assert callable(ddpdoctor.watch) and ddpdoctor.DDPDoctorWarning; "
@@ -431,6 +432,7 @@ def test_import_ddpdoctor_and_watch_package_without_torch():
     assert out.stdout.strip() == "False", out.stderr
 
 
+@pytest.mark.slow  # starts a process (tests/spawn_report.py)
 def test_bootstrap_chains_existing_sitecustomize_and_never_breaks(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
