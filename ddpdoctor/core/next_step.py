@@ -138,6 +138,9 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "the rank the others waited for was busy with real work (preprocessing, saving, "
      "evaluating): raise the collective timeout, or do that work before the process group "
      "starts"),
+    ("RANK_CRASHED", lambda f: f.evidence.get("family") == "command_line", _C,
+     "the script's argument parser refused what the launcher passed: accept it (--local_rank "
+     "/ --local-rank) or launch with torchrun"),
     ("RANK_CRASHED", lambda f: f.evidence.get("family") == "extension_build", _K,
      "a C++/CUDA extension did not compile: fix the toolchain (compiler version, CUDA_HOME, "
      "headers) or install the op prebuilt"),

@@ -119,6 +119,9 @@ class EventKind(str, Enum):
     # JIT build: DeepSpeed's ops, fused kernels): ninja's stop, the compiler's error, the
     # RuntimeError that says which extension
     EXT_BUILD = "ext_build"
+    # argparse refusing the script's command line ("train.py: error: unrecognized
+    # arguments: --local-rank=0"): the process exits 2 before any training
+    CLI_ERROR = "cli_error"
     # informational: a launcher's account of the job's shape (DeepSpeed's "nnodes=2,
     # num_local_procs=1, node_rank=1"): a local rank it names is a global one on one node only
     LAUNCH_LAYOUT = "launch_layout"

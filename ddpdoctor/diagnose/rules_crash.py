@@ -145,6 +145,35 @@ def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                     ranks=[], severity="warning")]
 
 
+_LOCAL_RANK_ARG = re.compile(r"--local[-_]rank")
+_LOCAL_RANK_VALUE = re.compile(r"(--local[-_]rank)=\d+")
+
+
+def command_line(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """The script's argparse refused its command line: each process printed its usage and
+    exited 2 before training. ``torch.distributed.launch`` adds ``--local_rank=N`` (torch
+    < 2.0) or ``--local-rank=N`` (2.x) to every worker's arguments, the usual cause."""
+    refused = [e for e in ix.of(K.CLI_ERROR) if e.rank not in explained_ranks(earlier)]
+    if not refused:
+        return []
+    ranks = ranks_of(refused) or ranks_of(
+        [e for e in ix.root_failures if e.data.get("exit_code") == 2])
+    message = refused[0].get_str("message")
+    if len(refused) > 1:  # every worker names its own --local-rank=N: one message
+        message = _LOCAL_RANK_VALUE.sub(r"\1=N", message)
+    who = f"rank {format_ranks(ranks)}" if ranks else "the job"
+    ev: dict[str, object] = {"family": "command_line", "message": message}
+    if _LOCAL_RANK_ARG.search(message):
+        ev["hint"] = ("torch.distributed.launch passes --local_rank=N (torch < 2.0) or "
+                      "--local-rank=N (torch >= 2.0) to every worker: accept both "
+                      "(parser.add_argument('--local_rank', '--local-rank', type=int)), or "
+                      "launch with torchrun, which sets LOCAL_RANK in the environment "
+                      "instead")
+    deaths = [e for e in ix.root_failures if e.rank in ranks]
+    return [verdict(ix, "RANK_CRASHED", f"{who}: {refused[0].get_str('prog')} refused its "
+                    f"command line: {cut(message, 160)}", refused + deaths, ev, ranks=ranks)]
+
+
 def extension_build(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A C++/CUDA extension that would not compile when a rank first needed it: the rank
     dies at start-up with the compiler's words above its traceback (or with no traceback
@@ -370,6 +399,8 @@ RULES = (
     Rule("cuda_crash", cuda_crash, _CRASH_FALLOUT),
     Rule("native_crash", native_crash, _CRASH_FALLOUT),
     Rule("interrupted", interrupted, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK}),
+    Rule("command_line", command_line, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TEARDOWN,
+                                                                   K.TRACEBACK}),
     Rule("extension_build", extension_build, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TEARDOWN,
                                                                          K.TRACEBACK}),
     Rule("exceptions", exceptions, _CRASH_FALLOUT | CASCADE),

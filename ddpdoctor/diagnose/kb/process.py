@@ -439,6 +439,22 @@ SIGNATURES = (
                  {"pid": 4193, "signal": "SIGHUP"}),),
         convert={"pid": int}),
     Signature(
+        # argparse's parser.error(): "PROG: error: MESSAGE" after its usage, exit code 2
+        "argparse.error", K.CLI_ERROR,
+        (": error: unrecognized arguments", ": error: the following arguments are required",
+         ": error: argument "),
+        r"^(?P<prog>\S+): error: (?P<message>(?:unrecognized arguments|the following "
+        r"arguments are required|argument ).*)",
+        "RANK_CRASHED", "Python's argparse (torch.distributed.launch's --local_rank / "
+        "--local-rank)",
+        (Example("train_adgen.py: error: unrecognized arguments: --local_rank=2",
+                 "https://github.com/FudanNLP/CPT/issues/65",
+                 {"prog": "train_adgen.py", "message": "unrecognized arguments: "
+                  "--local_rank=2"}),
+         Example("main.py: error: unrecognized arguments: --local-rank=0",
+                 "https://github.com/skycrapers/TecoGAN-PyTorch/issues/31",
+                 {"prog": "main.py", "message": "unrecognized arguments: --local-rank=0"}))),
+    Signature(
         # torch.utils.cpp_extension._run_ninja_build's error_prefix: the extension a rank
         # compiles when it first needs it (DeepSpeed's cpu_adam / fused_adam, ...)
         "cpp_extension.build_failed", K.EXT_BUILD, "Error building extension",
