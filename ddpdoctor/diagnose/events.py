@@ -113,6 +113,7 @@ class EventKind(str, Enum):
     FAMILY_LIMITS = "family_limits"  # out of file descriptors (errno 24), any raiser
     FAMILY_START = "family_start"  # the script or program to launch does not exist
     FAMILY_RDZV_ENV = "family_rdzv_env"  # env:// rendezvous without the launcher's variables
+    FAMILY_SSH = "family_ssh"  # a launcher could not reach a node of its hostfile over ssh
     FAMILY_SAMPLER = "family_sampler"  # a data-parallel loop's sampler is not distributed
     IB_ASYNC = "ib_async"  # "NET/IB : Got async event : port error"
     # a C++/CUDA extension that failed to compile at start-up (torch.utils.cpp_extension's

@@ -261,8 +261,13 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             continue
         out.append(_death(ix, e))
         explained.add(e.rank)
-    if out or earlier:
-        return out
+    return out
+
+
+def bare_exit(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A process that exited non-zero, and nothing else in the log says why: the last
+    resort before the floor, after the rules for failures that explain a bare exit (a rank
+    that could not reach the store, a lost connection)."""
     exits = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("exit_code")
              and not _watchdog_abort(ix, e)]
     return [_bare_exit(ix, exits[0])] if exits else []
@@ -411,4 +416,5 @@ ALONE = (
          alone=True),
     Rule("comm", comm, CASCADE, alone=True),
     Rule("peer_gone", peer_gone, CASCADE, alone=True),
+    Rule("bare_exit", bare_exit, _CRASH_FALLOUT | CASCADE, alone=True),
 )

@@ -215,6 +215,10 @@ def families(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     taken = {e.rank for v in earlier for e in v.events if v.finding.severity == "error"}
     for kind, fid, what in ((K.FAMILY_RESOLVE, "ENV_RENDEZVOUS_UNREACHABLE",
                              "a host name did not resolve"),
+                            (K.FAMILY_SSH, "ENV_RENDEZVOUS_UNREACHABLE",
+                             "the launcher could not reach a node of its hostfile over ssh "
+                             "(DeepSpeed's multi-node launcher needs passwordless ssh from "
+                             "this node to every host)"),
                             (K.FAMILY_LIMITS, "ENV_LIMITS",
                              "a process ran out of file descriptors (the open-file limit, "
                              "`ulimit -n`)"),
@@ -301,6 +305,7 @@ RULES = (
     Rule("families", families, frozenset({K.EXCEPTION, K.TRACEBACK, K.CPP_ABORT, K.ERROR_LINE,
                                           K.FLOOR, K.FAMILY_RESOLVE, K.FAMILY_LIMITS,
                                           K.FAMILY_START, K.FAMILY_RDZV_ENV,
-                                          K.FAMILY_SAMPLER, K.AGENT_FAILED, K.TORCHRUN_FAILURE,
-                                          K.DL_WORKER_EXCEPTION, K.SHM_ALLOC})),
+                                          K.FAMILY_SAMPLER, K.FAMILY_SSH, K.AGENT_FAILED,
+                                          K.TORCHRUN_FAILURE, K.DL_WORKER_EXCEPTION,
+                                          K.SHM_ALLOC})),
 )

@@ -14,6 +14,24 @@ from ddpdoctor.diagnose.kb.signature import Example, Signature
 
 SIGNATURES = (
     Signature(
+        # DeepSpeed's multi-node runner checks each hostfile host with `ssh HOST hostname`
+        # before it starts pdsh: exit status 255 is ssh's own failure (no route, no key, a
+        # name that does not resolve)
+        "family.node_unreachable_ssh", K.FAMILY_SSH,
+        ("hostname' returned non-zero exit status 255", "was not reachable via ssh"),
+        r"ssh -o PasswordAuthentication=no (?P<host>\S+) hostname' returned non-zero exit "
+        r"status 255|host=(?P<host2>\S+) was not reachable via ssh",
+        "ENV_RENDEZVOUS_UNREACHABLE", "deepspeed.launcher.runner (multi-node, pdsh)",
+        (Example("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no "
+                 "192.168.3.100 hostname' returned non-zero exit status 255.",
+                 "https://github.com/deepspeedai/DeepSpeed/issues/4907",
+                 {"host": "192.168.3.100"}),
+         Example("RuntimeError: Using hostfile at /home/552/dz9214/hostfile but "
+                 "host=gadi-gpu-v100-0011 was not reachable via ssh. If you are running with a "
+                 "single node please remove /home/552/dz9214/hostfile or setup passwordless "
+                 "ssh.", "https://github.com/hpcac/2023-APAC-HPC-AI/issues/1",
+                 {"host2": "gadi-gpu-v100-0011"}))),
+    Signature(
         "family.name_resolution", K.FAMILY_RESOLVE,
         ("not known", "not found", "name resolution", "servname", "getaddrinfo",
          "associated with hostname"),
