@@ -235,6 +235,14 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             out.append(verdict(ix, "OOM", f"{who} ran out of memory: {cut(msg, 160)}{at}",
                                evs, {**ev, "family": "memory"}, ranks=ranks))
             continue
+        if _NONFINITE.search(msg):
+            # a guard that stops the job on a NaN/Inf gradient or loss (Megatron's "found NaN
+            # in local grad norm", a trainer's own assert): the numbers diverged, whoever
+            # raised it
+            out.append(verdict(ix, "GRAD_NONFINITE", f"{who} stopped on a non-finite value: "
+                               f"{cut(msg, 160)}{at}", evs, {**ev, "family": "nonfinite"},
+                               ranks=ranks))
+            continue
         out.append(verdict(ix, "RANK_CRASHED", f"{who} raised {cut(_said(msg), 160)}{at}",
                            evs, ev, ranks=ranks))
     return out
@@ -245,6 +253,11 @@ def _said(msg: str) -> str:
     return msg.replace("<exception str() failed>", "(its message could not be printed)")
 
 
+# NaN/Inf said of a gradient or a loss, in either order, in an exception's message
+# ("No inf checks were recorded" is GradScaler's complaint about the code, not a value)
+_NONFINITE = re.compile(r"(?i)\b(?:nan|inf|infinite|non-?finite)\b(?! checks)[^.]{0,60}"
+                        r"\b(?:grad\w*|loss)\b|\b(?:grad\w*|loss)\b[^.]{0,60}"
+                        r"\b(?:nan|inf|infinite|non-?finite)\b(?! checks)")
 _MEMORY = re.compile(r"OutOfMemory|\bMemoryError\b|out of memory|running low on memory|"
                      r"Cannot allocate memory|can't allocate memory", re.IGNORECASE)
 
