@@ -145,6 +145,34 @@ def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                     ranks=[], severity="warning")]
 
 
+_TIMED_OUT = re.compile(r"(?i)time[d ]?out")
+
+
+def main_first_wait(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A rank that timed out in the barrier of a "main process first" block (YOLO's
+    torch_distributed_zero_first, transformers' / accelerate's main_process_first): it
+    waited for the main process, which was still doing the block's work (preparing or
+    checking the dataset). The main process is the rank the job waited for."""
+    explained = explained_ranks(earlier)
+    waited = [e for e in ix.of(K.EXCEPTION) if e.data.get("main_first")
+              and _TIMED_OUT.search(e.get_str("exception")) and e.rank not in explained]
+    if not waited or any(e.rank == 0 for e in waited):
+        return []
+    block = waited[0].get_str("main_first")
+    local = block.startswith("local_")
+    ev: dict[str, object] = {
+        "busy": f"the main process was still inside {block}() (the work every other rank "
+                "waits for at its barrier)",
+        "hint": "raise the process group's timeout (init_process_group(timeout=...), "
+                "ddp_timeout), or prepare and cache the dataset before the job starts"}
+    who = "the main process of each node (local rank 0)" if local else "rank 0"
+    waiters = f"rank {fmt(waited)}" if fmt(waited) else "the ranks waiting there"
+    return [verdict(ix, "HANG_RANK_MISSING_COLLECTIVE", f"{who} did not reach the barrier of "
+                    f"{block} in time: {waiters} timed out waiting for it: "
+                    f"{cut(waited[0].get_str('exception'), 100)}", waited, ev,
+                    ranks=[] if local else [0])]
+
+
 _LOCAL_RANK_ARG = re.compile(r"--local[-_]rank")
 _LOCAL_RANK_VALUE = re.compile(r"(--local[-_]rank)=\d+")
 
@@ -417,6 +445,7 @@ RULES = (
     Rule("cuda_crash", cuda_crash, _CRASH_FALLOUT),
     Rule("native_crash", native_crash, _CRASH_FALLOUT),
     Rule("interrupted", interrupted, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK}),
+    Rule("main_first_wait", main_first_wait, _CRASH_FALLOUT | CASCADE),
     Rule("command_line", command_line, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TEARDOWN,
                                                                    K.TRACEBACK}),
     Rule("extension_build", extension_build, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TEARDOWN,

@@ -70,6 +70,11 @@ _COLLECTIVES = frozenset({
     "_reduce_scatter_base"})
 
 
+# "main process first" blocks: YOLO's torch_distributed_zero_first, transformers' and
+# accelerate's main_process_first / local_main_process_first
+_MAIN_FIRST = re.compile(r"zero_first|main_process_first")
+
+
 class LineScanner:
     """Turns the picked lines of one input into events (:attr:`events`, in log order)."""
 
@@ -224,6 +229,12 @@ class LineScanner:
         if coll:
             # the collective the rank waited in when it failed: a peer's abort ends it
             data["in_collective"] = coll[-1]
+        first = [f[2] for f in frames if _MAIN_FIRST.search(f[2])]
+        if coll and first and any(f[2] == "__enter__" for f in frames):
+            # the entry barrier of a "main process first" block: the others wait there
+            # while the main process does the work (rules_crash.main_first_wait); the main
+            # process's own barrier is on the way out (__exit__)
+            data["main_first"] = first[-1]
         if rank in self._in_worker:
             data["in_dataloader_worker"] = self._in_worker.pop(rank)
         return data

@@ -1,0 +1,39 @@
+"""A rank that times out in the entry barrier of a "main process first" block (YOLO's
+torch_distributed_zero_first, transformers' / accelerate's main_process_first) waited for
+rank 0, which was still doing the block's work: HANG_RANK_MISSING_COLLECTIVE on rank 0,
+next step a timeout (found among the development set's misses; issue #26 names the family:
+"rank 0 busy preprocessing while the others time out in the first barrier"). Real log,
+URL in its sidecar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from logscan_helpers import findings_in, findings_of
+
+from ddpdoctor.core.next_step import Action, decide
+
+LOG = Path("tests/fixtures/reallogs/F2_rank0_image_check_zero_first_barrier_socket_timeout_"
+           "yolov6.log")
+
+
+def test_the_waiting_ranks_timeout_names_rank_0_busy():
+    found = findings_of(LOG)
+    lead = found[0]
+    assert (lead.id, lead.ranks) == ("HANG_RANK_MISSING_COLLECTIVE", [0])
+    assert "torch_distributed_zero_first" in lead.title
+    assert decide(found).action is Action.RAISE_TIMEOUT
+
+
+def test_rank_0_timing_out_itself_is_not_blamed_on_rank_0(tmp_path):
+    # the same traceback as rank 0 printed it: rank 0 never waits on the way in
+    text = "".join("[rank0]:" + x for x in LOG.read_text().splitlines(True))
+    lead = findings_in(tmp_path, text)[0]
+    assert lead.id == "RANK_CRASHED"
+
+
+def test_the_barrier_on_the_way_out_is_not_the_entry_barrier(tmp_path):
+    # the block's barrier reached from contextlib's __exit__ (the main process waiting for
+    # the others): not the family
+    text = LOG.read_text().replace("in __enter__", "in __exit__")
+    assert findings_in(tmp_path, text)[0].id != "HANG_RANK_MISSING_COLLECTIVE"
