@@ -37,3 +37,21 @@ def test_the_barrier_on_the_way_out_is_not_the_entry_barrier(tmp_path):
     # the others): not the family
     text = LOG.read_text().replace("in __enter__", "in __exit__")
     assert findings_in(tmp_path, text)[0].id != "HANG_RANK_MISSING_COLLECTIVE"
+
+
+def test_a_store_wait_that_times_out_during_rank_0s_tokenizing_names_rank_0(tmp_path):
+    # the same pattern through the store: rank 1's socket wait on the store timed out while
+    # an unnamed progress bar (the main process's tokenizing) ran
+    lead = findings_of(Path("tests/fixtures/reallogs/L2_axolotl_rank1_store_timeout_during_"
+                            "tokenization.log"))[0]
+    assert (lead.id, lead.ranks) == ("HANG_RANK_MISSING_COLLECTIVE", [0])
+    assert "Tokenizing Prompts" in lead.title
+
+
+def test_a_store_wait_timeout_alone_names_no_rank(tmp_path):
+    # https://github.com/axolotl-ai-cloud/axolotl/issues/2684, without the progress bar
+    text = ("[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: socket "
+            "SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out "
+            "after 1800000ms\n")
+    lead = findings_in(tmp_path, text)[0]
+    assert lead.ranks == [] and lead.id != "HANG_RANK_MISSING_COLLECTIVE"

@@ -185,6 +185,24 @@ def _store_missing(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | No
                  "barrier: it crashed, hung earlier, or was never started"}, ranks=ranks)
 
 
+def _store_main_first(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
+    """Ranks other than 0 time out waiting on the store while a data-preparation progress
+    bar that names no rank runs: the "main process first" pattern, in the store instead of
+    a collective (rank 0 sets the key the others wait for once its work is done)."""
+    store = [e for e in ix.of(K.STORE_TIMEOUT) if not e.data.get("missing_ranks")]
+    culprits = _main_first(ix, set(ranks_of(store))) if store else []
+    if not culprits:
+        return None
+    return verdict(
+        ix, "HANG_RANK_MISSING_COLLECTIVE", f"rank {format_ranks(culprits)} was still "
+        f"preparing data ({ix.of(K.BUSY)[-1].get_str('activity')}) when rank "
+        f"{fmt(store)} timed out waiting on the store for it "
+        f"({store[0].data['timeout_ms']} ms)", store + ix.of(K.BUSY)[-1:],
+        {"busy": [e.quote(200) for e in ix.of(K.BUSY)][-3:],
+         "hint": "raise the process group's timeout, or prepare and cache the data before "
+                 "the job starts"}, ranks=culprits)
+
+
 def _nccl_id_never_published(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
     uid = ix.of(K.STORE_UNIQUEID)
     if not uid:
@@ -225,7 +243,7 @@ def _stalled_ops(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None
 
 
 # In the order their findings are reported.
-_NAMED_CULPRIT_FINDERS = (_desync_lagging, _barrier_missing, _store_missing,
+_NAMED_CULPRIT_FINDERS = (_desync_lagging, _barrier_missing, _store_missing, _store_main_first,
                           _nccl_id_never_published, _stalled_ops)
 
 

@@ -141,6 +141,19 @@ SIGNATURES: tuple[Signature, ...] = (
                  "complete", FIX + "op_mismatch.log", {"timeout_ms": 5000, "op": "recv"}),),
         convert={"timeout_ms": int}),
     Signature(
+        # the TCPStore client's socket wait for the server's answer (a get / wait on a key
+        # another rank sets): the store's own timeout, no key named
+        "store.socket_wait_timeout", K.STORE_TIMEOUT, "waitForInput: socket",
+        r"waitForInput: socket SocketImpl\(fd=\d+, addr=\S+, remote=(?P<remote>\S+?)\) "
+        r"timed out after (?P<timeout_ms>\d+)ms",
+        "COLLECTIVE_TIMEOUT", "torch >= 2.3 (c10d socket.cpp)",
+        (Example("[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: socket "
+                 "SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out "
+                 "after 1800000ms",
+                 "https://github.com/axolotl-ai-cloud/axolotl/issues/2684",
+                 {"remote": "[localhost]:29500", "timeout_ms": 1800000}),),
+        convert={"timeout_ms": int}),
+    Signature(
         "store.wait_timeout", K.STORE_TIMEOUT, "wait timeout after",
         r"wait timeout after (?P<timeout_ms>\d+)ms, keys: (?P<keys>\S+)",
         "COLLECTIVE_TIMEOUT", "torch >= 2.1",
