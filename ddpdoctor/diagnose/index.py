@@ -17,6 +17,10 @@ WAITING_FRAME = re.compile(r"/distributed/|/c10d|/multiprocessing/|threading\.py
                            r"queue\.py|subprocess\.py|socket\.py|popen_\w+\.py|/elastic/|"
                            r"in (?:sleep|wait|join|recv|accept|get)\b")
 _MAX_LINES = 6
+# What fixes the "main process first" family (rank 0 busy preparing data while the others
+# wait for it): rules_crash.main_first_wait and rules_collective._store_main_first
+MAIN_FIRST_HINT = ("raise the process group's timeout (init_process_group(timeout=...), "
+                   "ddp_timeout), or prepare and cache the dataset before the job starts")
 
 
 @dataclass(frozen=True)
@@ -148,8 +152,8 @@ def _node_local_ranks(evs: list[Event]) -> list[Event]:
                for e in evs if e.kind is EventKind.LAUNCH_LAYOUT}
     if not layouts or all((n or 0) <= 1 for n, _, _ in layouts):
         return evs
-    nodes = {node for _, _, node in layouts}
-    (_, procs, node), = layouts if len(layouts) == 1 else ((None, None, None),)
+    # one layout line: this log is one node's (several: several launchers, no mapping)
+    _, procs, node = next(iter(layouts)) if len(layouts) == 1 else (None, None, None)
 
     def mapped(e: Event) -> Event:
         if e.kind is not EventKind.PROCESS_EXIT or e.data.get("launcher") != "deepspeed":
@@ -157,7 +161,7 @@ def _node_local_ranks(evs: list[Event]) -> list[Event]:
         local = e.get_int("process")
         if local is None or e.rank != local:
             return e
-        if len(nodes) == 1 and procs is not None and node is not None:
+        if procs is not None and node is not None:
             return replace(e, rank=node * procs + local,
                            rank_from=f"DeepSpeed's layout: node_rank {node}")
         return replace(e, rank=None)

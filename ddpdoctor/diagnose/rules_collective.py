@@ -8,6 +8,7 @@ from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import (
+    MAIN_FIRST_HINT,
     WAITING_FRAME,
     EventIndex,
     Rule,
@@ -193,14 +194,12 @@ def _store_main_first(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict |
     culprits = _main_first(ix, set(ranks_of(store))) if store else []
     if not culprits:
         return None
+    busy = ix.of(K.BUSY)
     return verdict(
         ix, "HANG_RANK_MISSING_COLLECTIVE", f"rank {format_ranks(culprits)} was still "
-        f"preparing data ({ix.of(K.BUSY)[-1].get_str('activity')}) when rank "
-        f"{fmt(store)} timed out waiting on the store for it "
-        f"({store[0].data['timeout_ms']} ms)", store + ix.of(K.BUSY)[-1:],
-        {"busy": [e.quote(200) for e in ix.of(K.BUSY)][-3:],
-         "hint": "raise the process group's timeout, or prepare and cache the data before "
-                 "the job starts"}, ranks=culprits)
+        f"preparing data ({busy[-1].get_str('activity')}) when rank {fmt(store)} timed out "
+        f"waiting on the store for it ({store[0].data['timeout_ms']} ms)", store + busy[-1:],
+        {"busy": [e.quote(200) for e in busy][-3:], "hint": MAIN_FIRST_HINT}, ranks=culprits)
 
 
 def _nccl_id_never_published(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:

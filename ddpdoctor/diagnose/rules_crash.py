@@ -9,6 +9,7 @@ from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import CASCADE, Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import (
+    MAIN_FIRST_HINT,
     WAITING_FRAME,
     EventIndex,
     Rule,
@@ -163,8 +164,7 @@ def main_first_wait(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdic
     ev: dict[str, object] = {
         "busy": f"the main process was still inside {block}() (the work every other rank "
                 "waits for at its barrier)",
-        "hint": "raise the process group's timeout (init_process_group(timeout=...), "
-                "ddp_timeout), or prepare and cache the dataset before the job starts"}
+        "hint": MAIN_FIRST_HINT}
     who = "the main process of each node (local rank 0)" if local else "rank 0"
     waiters = f"rank {fmt(waited)}" if fmt(waited) else "the ranks waiting there"
     return [verdict(ix, "HANG_RANK_MISSING_COLLECTIVE", f"{who} did not reach the barrier of "
@@ -181,7 +181,8 @@ def command_line(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """The script's argparse refused its command line: each process printed its usage and
     exited 2 before training. ``torch.distributed.launch`` adds ``--local_rank=N`` (torch
     < 2.0) or ``--local-rank=N`` (2.x) to every worker's arguments, the usual cause."""
-    refused = [e for e in ix.of(K.CLI_ERROR) if e.rank not in explained_ranks(earlier)]
+    explained = explained_ranks(earlier)
+    refused = [e for e in ix.of(K.CLI_ERROR) if e.rank not in explained]
     if not refused:
         return []
     ranks = ranks_of(refused) or ranks_of(
@@ -214,7 +215,8 @@ def extension_build(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdic
     why = next((e.get_str("compiler_error") for e in built if e.data.get("compiler_error")),
                "")
     ranks = ranks_of(built)
-    deaths = [e for e in list(ix.root_failures) + ix.of(K.PROCESS_EXIT)
+    # a launcher's exit report can be the root failure too: each event once
+    deaths = [e for e in {id(e): e for e in [*ix.root_failures, *ix.of(K.PROCESS_EXIT)]}.values()
               if e.data.get("exit_code") and e.rank is not None]
     if not ranks:
         ranks = ranks_of(deaths)

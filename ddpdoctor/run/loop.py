@@ -106,8 +106,10 @@ class Loop:
 
     def adapt(self, threshold_s: float) -> None:
         """The adaptive hang threshold's new value: the loop's options are replaced, never
-        changed in place, and the result keeps the last (the report says it)."""
-        self.opts = self.result.options = replace(self.opts, hang_timeout=threshold_s)
+        changed in place, and the result keeps the last (the report says it). Called on
+        every poll: a copy only when the value moved."""
+        if threshold_s != self.opts.hang_timeout:
+            self.opts = self.result.options = replace(self.opts, hang_timeout=threshold_s)
 
     def heartbeats(self) -> dict[int, Heartbeat]:
         return read_heartbeats(self.jenv.heartbeat_dir, self.wall0)
