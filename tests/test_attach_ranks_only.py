@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,11 +35,28 @@ def env_with(**extra: str) -> dict[str, str]:
     return env
 
 
+def wait_exec(pid: int, argv: list[str]) -> None:
+    """Until the child has exec'd ``argv``: between fork and exec it is still a copy of
+    pytest (its command line and environment), and a test discovering it then would read
+    pytest's (a flake seen on a loaded machine)."""
+    want = "\0".join(argv) + "\0"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_text() == want:
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not exec {argv} in 30 s")
+
+
 @contextmanager
 def started(argv: list[str], **env: str):
     proc = subprocess.Popen(argv, env=env_with(**env), stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
+        wait_exec(proc.pid, argv)
         yield proc
     finally:
         proc.kill()

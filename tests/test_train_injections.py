@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -249,4 +250,11 @@ def test_hook_on_one_rank_is_a_collective_mismatch(tmp_path: Path) -> None:
             60, env={**os.environ, "TMPDIR": str(tmp_path)}, cwd=tmp_path)
     findings = json.loads(report.read_text())["findings"]
     assert findings[0]["id"] == "HANG_COLLECTIVE_MISMATCH", findings
-    assert findings[0]["ranks"] == [1]
+    if re.search(r"Root Cause \(first observed failure\):\n\[0\]:\n.*\n.*\n\s+rank\s+: 1 ",
+                 text):
+        assert findings[0]["ranks"] == [1]
+    else:
+        # on a loaded machine torchrun may stop before its summary (it once failed reading
+        # a rank's error file: JSONDecodeError), and rank 0 may raise too: the log then
+        # cannot say which rank hooked; the finding may name none, never the wrong one
+        assert findings[0]["ranks"] in ([], [1]), (findings, text[-3000:])
