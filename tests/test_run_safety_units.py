@@ -199,7 +199,7 @@ def test_signals_first_ctrl_c_is_passed_on_even_while_the_job_starts():
 
 
 def test_a_look_that_found_no_hang_is_followed_by_a_sooner_one_then_by_one_per_timeout():
-    from ddpdoctor.run.loop import relook_after
+    from ddpdoctor.run.steps import relook_after
 
     # a quarter of the timeout, half, then the timeout: a missed hang is caught within
     # 1.25 x the timeout; a long evaluation is looked at once per timeout after that

@@ -15,7 +15,7 @@ from ddpdoctor.core import redact
 from ddpdoctor.core.report import Report
 from ddpdoctor.hang.verdict import SpellMemory, looking_again
 from ddpdoctor.run import hang as hang_mod
-from ddpdoctor.run import jobnode
+from ddpdoctor.run import jobnode, steps
 from ddpdoctor.run.looks import Look, look, say
 from ddpdoctor.run.progress import ProgressTracker, read_heartbeats
 from ddpdoctor.run.secrets import scrub_report
@@ -78,14 +78,6 @@ class Node:
                               failed=rc not in (0, None) and not result.hang)
 
 
-def relook_after(hang_timeout: float, looks: int) -> float:
-    """Seconds until the next look in a quiet spell that ``looks`` looks found no hang:
-    a quarter of the timeout after the first, half after the second, then the timeout.
-    One look can miss (a CPU sample that lagged on a loaded host made a sleeping culprit
-    "still working" in CI); a long evaluation still gets one look per timeout."""
-    return hang_timeout * min(1.0, 0.25 * 2 ** (looks - 1))
-
-
 @dataclass
 class Loop:
     """The supervision loop's state, and its two ways to decide on a quiet job."""
@@ -99,9 +91,7 @@ class Loop:
     node: Node
     wall0: float
     rank_cache: dict[tuple[int, float], Identity] = field(default_factory=dict)
-    next_look: float = 0.0
-    warned_for: float = -1.0  # the quiet spell (its start) already warned about
-    looks_in_spell: int = 0  # looks that found no hang in the current quiet spell
+    spell: steps.Spell = field(default_factory=steps.Spell)  # replaced, never changed
     spell_memory: SpellMemory = field(default_factory=SpellMemory)
 
     def adapt(self, threshold_s: float) -> None:
@@ -153,32 +143,36 @@ class Loop:
             + (f"; culprit: {named}" if named else ""))
         for line in v.groups:
             say(f"  {redact.text(line)}")
-        if not self.opts.kill:
+        if steps.on_hang(self.opts.kill) is steps.Ending.KEEP:
             return False
         say(f"ddpdoctor run: stopping this node's part of the job (SIGTERM, SIGKILL after "
             f"{self.opts.grace:g} s; --no-kill keeps it running)")
         self.result.ended_by = "a confirmed hang"
         return True
 
+    def observe(self, now: float) -> steps.Quiet:
+        """This poll's view of the job, for the decision to look."""
+        view = self.node.view
+        return steps.Quiet(
+            now=now, stalled_s=self.tracker.stalled_for(now),
+            spell=self.tracker.last_progress, job_alive=self.job.poll() is None,
+            signalled=bool(self.sigs.received), hang_known=self.result.hang is not None,
+            leader_looks=view is not None and not view.lost and view.connected_at is not None)
+
     def local_turn(self, now: float) -> bool:
         """One node's own look (no job view, or the view was lost). True: stop the job."""
-        opts, result, tracker, job = self.opts, self.result, self.tracker, self.job
-        if self.node.view is not None and not self.node.view.lost \
-                and self.node.view.connected_at is not None:
-            return False  # the leader looks at the whole job
-        stalled = tracker.stalled_for(now)
-        if (result.hang is not None or self.sigs.received or stalled < opts.hang_timeout
-                or now < self.next_look or job.poll() is not None):
+        opts, tracker, job = self.opts, self.tracker, self.job
+        q = self.observe(now)
+        if steps.decide(q, self.spell, opts.hang_timeout) is not None:
             return False
-        spell = tracker.last_progress
-        seen, outcome = look(job, tracker, stalled, opts, self.rank_cache,
+        seen, outcome = look(job, tracker, q.stalled_s, opts, self.rank_cache,
                              now - job.started, self.heartbeats,
-                             announce=self.warned_for != spell)
+                             announce=self.spell.warned_for != q.spell)
         if seen is None:
             return False  # it ended by itself while being looked at
         where = {s.rank: s.where for s in getattr(outcome.diagnosis, "states", [])}
         v = seen.verdict
-        again = self.spell_memory.look_again(spell, v.confirmed,
+        again = self.spell_memory.look_again(q.spell, v.confirmed,
                                              [(r, where.get(r, "")) for r in v.culprits],
                                              v.working)
         if again:
@@ -186,22 +180,20 @@ class Loop:
                                    reason=looking_again(v.reason, again, where[again[0]]))
         if seen.verdict.confirmed:
             return self._local_hang(seen, outcome)
-        result.looks.append(seen)
-        del result.looks[:-20]
+        self.result.looks.append(seen)
+        del self.result.looks[:-20]
         self.node.steps.looked()
-        if self.warned_for != spell:
-            self.warned_for = spell
-            self.looks_in_spell = 0
-            say(f"ddpdoctor run: no output or step for {stalled:.0f} s, but no "
+        after = steps.no_hang(self.spell, q, opts.hang_timeout, time.monotonic())
+        self.spell = after.spell
+        if after.announce:
+            say(f"ddpdoctor run: no output or step for {q.stalled_s:.0f} s, but no "
                 f"hang: {redact.text(seen.verdict.reason)}; still watching")
-        self.looks_in_spell += 1
-        self.next_look = time.monotonic() + relook_after(opts.hang_timeout, self.looks_in_spell)
         return False
 
     def _local_hang(self, seen: Look, outcome: hang_mod.HangOutcome) -> bool:
         opts, result = self.opts, self.result
         result.hang = outcome
-        if opts.kill:
+        if steps.on_hang(opts.kill) is steps.Ending.STOP:
             say("ddpdoctor run: hang confirmed: " + redact.text(seen.verdict.reason)
                 + f"; stopping the job (SIGTERM, SIGKILL after {opts.grace:g} "
                 "s; --no-kill keeps it running)")
