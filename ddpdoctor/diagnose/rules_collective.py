@@ -246,11 +246,15 @@ _NAMED_CULPRIT_FINDERS = (_desync_lagging, _barrier_missing, _store_missing, _st
                           _nccl_id_never_published, _stalled_ops)
 
 
-def _silent(reporting: list[int]) -> list[int]:
-    """Ranks missing from ``reporting`` below its highest rank (needs two reporters)."""
-    if len(reporting) < 2:
+def _silent(timed_out: list[int], seen: set[int]) -> list[int]:
+    """Ranks missing below the highest rank that timed out, when they are few: N-1 ranks
+    reporting one collective name the one that did not. Many missing ranks say the log is
+    an excerpt of some ranks (a thread quoting four of eight), not that they hung; a rank
+    seen in any report of the collective (its work state) is not missing."""
+    if len(timed_out) < 2:
         return []
-    return sorted(set(range(max(reporting) + 1)) - set(reporting))
+    missing = sorted(set(range(max(timed_out) + 1)) - set(timed_out) - seen)
+    return missing if 2 * len(missing) <= len(set(timed_out) | seen) else []
 
 
 def _main_first(ix: EventIndex, reporting: set[int]) -> list[int]:
@@ -286,7 +290,8 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     # A rank whose progress line shows it busy elsewhere, and that reports no timeout.
     named = {r for e in ix.of(K.BUSY) if (r := e.get_int("busy_rank", e.rank)) is not None}
     busy = sorted(named - reporting)
-    culprits = _behind(states) or busy or _silent(ranks_of(evs)) or _main_first(ix, reporting)
+    culprits = (_behind(states) or busy or _silent(ranks_of(evs), reporting)
+                or _main_first(ix, reporting))
     if not culprits and not (_is_barrier(evs) and _others_seen(ix, reporting)):
         return []
     d = (evs or states)[0].data
