@@ -24,28 +24,41 @@ _TIMEOUTS = frozenset({K.NCCL_WATCHDOG, K.GLOO_TIMEOUT, K.NCCL_WORK_STATE, K.ERR
                        K.DESYNC_TIMEOUT_AT, K.DESYNC_STARTED})
 
 
+def _detail_verdict(ix: EventIndex, detail: list[Event]) -> Verdict:
+    """A check that compared the ranks' collectives said they differ: torch's fingerprint
+    (each rank's op and shape), NCCL's ("at and around rank N"), or a library's own."""
+    # rank -> the parts of its fingerprint (kb/c10d.py: _fingerprint)
+    colls: dict[str, dict[str, str | int]] = {}
+    for e in detail:
+        for r, fp in (e.typed("collectives", dict) if "collectives" in e.data else {}).items():
+            colls.setdefault(str(r), fp)
+    around = [e.typed("around_rank", int) for e in detail if "around_rank" in e.data]
+    if colls:
+        desc = "; ".join(f"rank {r}: {fp.get('op', '?')} shape [{fp.get('shape', '')}]"
+                         for r, fp in sorted(colls.items()))
+        title = f"ranks called different collectives ({desc})"
+        ranks = [int(r) for r in colls]
+    elif around:
+        title = (f"NCCL detected mismatched collectives at and around rank {around[0]}: "
+                 "ranks call different collectives (or the same with different sizes)")
+        ranks = around[:1]
+    else:
+        # a library's own cross-rank check (DeepSpeed's, accelerate's) caught it first
+        ranks = sorted({r for e in detail for r in e.ints("disagreeing", [])})
+        check = detail[0].get_str("check", "a cross-rank check")
+        title = (f"{check} found the ranks disagree"
+                 + (f" (rank {format_ranks(ranks)})" if ranks else "")
+                 + ": they would call different collectives (or the same with different "
+                 "sizes)")
+    return verdict(ix, "HANG_COLLECTIVE_MISMATCH", title, detail,
+                   {"collectives": colls} if colls else {}, ranks=ranks)
+
+
 def mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     out = []
     detail = ix.of(K.MISMATCH_DETAIL)
     if detail:
-        # rank -> the parts of its fingerprint (kb/c10d.py: _fingerprint)
-        colls: dict[str, dict[str, str | int]] = {}
-        for e in detail:
-            for r, fp in (e.typed("collectives", dict) if "collectives" in e.data
-                          else {}).items():
-                colls.setdefault(str(r), fp)
-        around = [e.typed("around_rank", int) for e in detail if "around_rank" in e.data]
-        if colls:
-            desc = "; ".join(f"rank {r}: {fp.get('op', '?')} shape [{fp.get('shape', '')}]"
-                             for r, fp in sorted(colls.items()))
-            title = f"ranks called different collectives ({desc})"
-            ranks = [int(r) for r in colls]
-        else:
-            title = (f"NCCL detected mismatched collectives at and around rank {around[0]}: "
-                     "ranks call different collectives (or the same with different sizes)")
-            ranks = around[:1]
-        out.append(verdict(ix, "HANG_COLLECTIVE_MISMATCH", title, detail,
-                           {"collectives": colls} if colls else {}, ranks=ranks))
+        out.append(_detail_verdict(ix, detail))
     size = ix.of(K.SIZE_MISMATCH)
     if size:
         d = size[0].data

@@ -91,7 +91,7 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """Fatal Python error / segmentation fault / exit 139: a crash in native code."""
     if earlier:
         return []
-    bad = ix.of(K.FATAL_PYTHON, K.SEGFAULT) or [
+    bad = [e for e in ix.of(K.FATAL_PYTHON, K.SEGFAULT) if not _watchdog_abort(ix, e)] or [
         e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") not in (None, *_OWN_RULE)
         and not _watchdog_abort(ix, e)]
     if not bad:
@@ -110,9 +110,12 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 def _watchdog_abort(ix: EventIndex, e: Event) -> bool:
     """NCCL's watchdog takes the process down with SIGABRT after a timeout, by design ("To
     avoid data inconsistency, we are taking the entire process down"): in a log with a
-    watchdog timeout, an exit by SIGABRT (-6), ranked or a launcher's, is the timeout's."""
+    watchdog timeout, an exit by SIGABRT (-6), ranked or a launcher's, is the timeout's, and
+    so is faulthandler's "Fatal Python error: Aborted" that the abort prints."""
     return bool(ix.of(K.NCCL_WATCHDOG)) and (e.data.get("signal") == "SIGABRT"
-                                             or e.get_int("exit_code") == -6)
+                                             or e.get_int("exit_code") == -6
+                                             or (e.kind is K.FATAL_PYTHON
+                                                 and e.get_str("what") == "Aborted"))
 
 
 def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

@@ -22,8 +22,12 @@ def _fingerprint(text: str) -> dict[str, str | int]:
 
 
 def _collectives(m: re.Match[str]) -> dict[str, dict[int, dict[str, str | int]]]:
-    return {"collectives": {int(m["rank_a"]): _fingerprint(m["coll_a"]),
-                            int(m["rank_b"]): _fingerprint(m["coll_b"])}}
+    # older torch names one rank ("is running inconsistent collective"), and a pasted line
+    # is often cut before the second: each rank the line names, with what it ran
+    out = {int(m["rank_a"]): _fingerprint(m["coll_a"])}
+    if m["rank_b"] is not None:
+        out[int(m["rank_b"])] = _fingerprint(m["coll_b"] or "")
+    return {"collectives": out}
 
 
 def _store_key_ranks(keys: str) -> list[int]:
@@ -88,15 +92,22 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         "c10d.collective_mismatch", K.MISMATCH_DETAIL, "Detected mismatch between collectives",
         r"Detected mismatch between collectives on ranks\. Rank (?P<rank_a>\d+) is running "
-        r"collective: (?P<coll_a>.*?), but Rank (?P<rank_b>\d+) is running collective: "
-        r"(?P<coll_b>.*)",
+        r"(?:inconsistent )?collective: (?P<coll_a>.*?)(?:, but Rank (?P<rank_b>\d+) is "
+        r"running collective: (?P<coll_b>.*)|$)",
         "HANG_COLLECTIVE_MISMATCH", "torch >= 1.10 with TORCH_DISTRIBUTED_DEBUG=DETAIL",
         (Example("[rank1]: RuntimeError: Detected mismatch between collectives on ranks. Rank 1 "
                  "is running collective: CollectiveFingerPrint(SequenceNumber=0, "
                  "OpType=BROADCAST, TensorShape=[4], TensorDtypes=Float), but Rank 0 is running "
                  "collective: CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, "
                  "TensorShape=[4], TensorDtypes=Float).", FIX + "mismatch_detail.log",
-                 {"rank_a": 1, "rank_b": 0}),),
+                 {"rank_a": 1, "rank_b": 0}),
+         # torch 1.10-1.12: one rank, "inconsistent collective"
+         Example("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is "
+                 "running inconsistent collective: CollectiveFingerPrint(OpType=BROADCAST, "
+                 "TensorShape=[4], TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype="
+                 "float (default), device=cuda, layout=Strided (default), requires_grad=false "
+                 "(default), pinned_memory=false (default), memory_format=(nullopt))",
+                 "https://github.com/speechbrain/speechbrain/issues/1166", {"rank_a": 0})),
         convert={"rank_a": int, "rank_b": int}, extra=_collectives),
     Signature(
         "gloo.size_mismatch", K.SIZE_MISMATCH, "Received data size doesn't match expected size",

@@ -33,6 +33,22 @@ def _exit(m: re.Match[str]) -> dict[str, object]:
 
 SIGNATURES = (
     Signature(
+        # ZeRO-3's cross-rank check (runtime/zero/utils.py, assert_lst_len_same_as_other_ranks):
+        # the ranks traced different module/parameter sequences, so they would gather
+        # different parameters: a collective mismatch caught before it hangs (MoE routing,
+        # a branch taken on some ranks)
+        "deepspeed.list_length_disagreement", K.MISMATCH_DETAIL,
+        "Detected a disagreement on list length",
+        r"Detected a disagreement on list length between rank(?P<rank_a>\d+) and "
+        r"rank(?P<rank_b>\d+)",
+        "HANG_COLLECTIVE_MISMATCH", "deepspeed ZeRO-3 (0.10 and later)",
+        (Example("[rank7]: RuntimeError: Detected a disagreement on list length between rank0 "
+                 "and rank7: ", "https://github.com/hiyouga/LlamaFactory/issues/10224",
+                 {"rank_a": 0, "rank_b": 7, "disagreeing": [0, 7]}),),
+        convert={"rank_a": int, "rank_b": int},
+        extra=lambda m: {"disagreeing": sorted({int(m["rank_a"]), int(m["rank_b"])}),
+                         "check": "ZeRO-3's parameter-trace length check"}),
+    Signature(
         "deepspeed.launcher_exit", K.PROCESS_EXIT, "exits with return code",
         r"\[(?P<command>.*?'--local_rank=(?P<local_rank>\d+)'.*?|.*?)\] exits with return "
         r"code = (?P<exit_code>-?\d+)",

@@ -14,6 +14,19 @@ from ddpdoctor.diagnose.kb.signature import Example, Signature
 
 SIGNATURES = (
     Signature(
+        # accelerate's debug mode (ACCELERATE_DEBUG_MODE=1) compares the shapes every process
+        # passes to a collective before calling it, and raises instead of hanging
+        "accelerate.operation_shape_mismatch", K.MISMATCH_DETAIL,
+        "Cannot apply desired operation due to shape mismatches",
+        r"Cannot apply desired operation due to shape mismatches",
+        "HANG_COLLECTIVE_MISMATCH", "accelerate >= 0.20 (debug mode)",
+        (Example("Cannot apply desired operation due to shape mismatches. All shapes across "
+                 "devices must be valid.",
+                 "https://github.com/huggingface/accelerate/blob/main/docs/source/"
+                 "basic_tutorials/troubleshooting.md#mismatched-tensor-shapes",
+                 {"check": "accelerate's debug-mode shape check"}),),
+        extra=lambda m: {"check": "accelerate's debug-mode shape check"}),
+    Signature(
         # DeepSpeed's multi-node runner checks each hostfile host with `ssh HOST hostname`
         # before it starts pdsh: exit status 255 is ssh's own failure (no route, no key, a
         # name that does not resolve)
