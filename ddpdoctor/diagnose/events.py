@@ -127,6 +127,10 @@ class EventKind(str, Enum):
     # num_local_procs=1, node_rank=1"): a local rank it names is a global one on one node only
     LAUNCH_LAYOUT = "launch_layout"
     SIDE_TRACEBACK = "side_traceback"  # a dashboard/logger's traceback (visdom, wandb, ...)
+    # an exception Python reported and went on from ("Exception ignored in: <obj>",
+    # "Exception ignored in atexit callback: <fn>": a destructor, an atexit hook): never
+    # a failure, whatever its class and message
+    IGNORED_EXCEPTION = "ignored_exception"
     HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"
     DS_CONFIG = "ds_config"  # DeepSpeed refusing its config ("Check batch related parameters")
     # a loss scaler skipped a step ("Gradient overflow. Skipping step"): routine in fp16
@@ -162,7 +166,8 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.NCCL_IFACES, EventKind.NCCL_COMM_INIT,
                            EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER,
                            EventKind.LOSS_VALUE, EventKind.JOB_DONE,
-                           EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT})
+                           EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT,
+                           EventKind.IGNORED_EXCEPTION})
 
 
 @dataclass(frozen=True)

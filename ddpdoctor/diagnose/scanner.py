@@ -70,6 +70,17 @@ _COLLECTIVES = frozenset({
     "_reduce_scatter_base"})
 
 
+# Python's report of an exception it could not raise and went on from (sys.unraisablehook:
+# a __del__, an atexit callback, a weakref callback, a ctypes callback, a thread's start):
+# the traceback that follows is printed, not raised
+_IGNORED = re.compile(r"^Exception ignored (?:in|on|while)\b")
+# the lines that chain a second traceback to the one before it
+# an ignored report's exception line comes within its traceback's length (64 frames kept)
+_IGNORED_SPAN = 2 * 64 + 8
+_CHAINED = ("During handling of the above exception", "The above exception was the direct "
+            "cause")
+
+
 # "main process first" blocks: YOLO's torch_distributed_zero_first, transformers' and
 # accelerate's main_process_first / local_main_process_first
 _MAIN_FIRST = re.compile(r"zero_first|main_process_first")
@@ -88,25 +99,17 @@ class LineScanner:
         self._summary = ""  # "", "failures" or "root"
         self._record: dict[str, object] = {}
         self._last: dict[tuple[EventKind, int | None], tuple[int, int]] = {}
+        # ranks whose next exception Python reported as ignored; and those whose last was
+        self._ignoring: dict[int | None, int] = {}  # rank -> the header's line number
+        self._ignored_last: set[int | None] = set()
 
     def feed(self, line: RawLine) -> None:
         rank, body = self._rank_and_body(line.text)
         stripped = body.strip()
         if self._summary_line(line, stripped, body):
             return
-        if "Traceback (most recent call last)" in stripped:
-            self._close_traceback(rank)
-            self._frames[rank] = []
-            self._tb_line[rank] = (line, stripped)
-            return
-        fm = _FRAME.match(body)
-        if fm:
-            if rank not in self._tb_line and not self._frames.get(rank):
-                # frames with no header above them: the log was cut inside a traceback
-                self._tb_line[rank] = (line, stripped)
-            frames = self._frames.setdefault(rank, [])
-            frames.append((fm["file"], int(fm["line"]), fm["fn"]))
-            del frames[:-_MAX_FRAMES]
+        if self._ignored_report(line, rank, stripped) or \
+                self._traceback_line(line, rank, stripped, body):
             return
         matches = list(match_line(stripped, line.cont))
         exc = (_EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
@@ -114,6 +117,8 @@ class LineScanner:
         exc_data: dict[str, object] = {}
         if exc:
             exc_data = self._exception_data(rank, exc.group(1), exc.group(2) or "")
+            if self._ends_ignored_report(line, rank, stripped, exc_data):
+                return
         if matches and self._in_side_tool(rank):
             # the message of a dashboard's traceback ("Connection refused" to visdom)
             self._emit(EventKind.SIDE_TRACEBACK, line, rank, stripped, {})
@@ -197,6 +202,51 @@ class LineScanner:
             self._close_traceback(rank)
         return self.events
 
+    def _traceback_line(self, line: RawLine, rank: int | None, stripped: str,
+                        body: str) -> bool:
+        """A traceback's header or one of its frames (kept for the exception line that
+        closes it); True when the line was one."""
+        if "Traceback (most recent call last)" in stripped:
+            self._close_traceback(rank)
+            self._frames[rank] = []
+            self._tb_line[rank] = (line, stripped)
+            return True
+        fm = _FRAME.match(body)
+        if fm is None:
+            return False
+        if rank not in self._tb_line and not self._frames.get(rank):
+            # frames with no header above them: the log was cut inside a traceback
+            self._tb_line[rank] = (line, stripped)
+        frames = self._frames.setdefault(rank, [])
+        frames.append((fm["file"], int(fm["line"]), fm["fn"]))
+        del frames[:-_MAX_FRAMES]
+        return True
+
+    def _ends_ignored_report(self, line: RawLine, rank: int | None, stripped: str,
+                             exc_data: dict[str, object]) -> bool:
+        """The exception line of an ignored report: its exception, its message's families
+        and the floor's reading of it are all Python's printout, not the rank's fate."""
+        opened_at = self._ignoring.pop(rank, None)
+        if opened_at is None or line.lineno - opened_at > _IGNORED_SPAN:
+            self._ignored_last.discard(rank)
+            return False
+        self._ignored_last.add(rank)
+        self._emit(EventKind.IGNORED_EXCEPTION, line, rank, stripped, exc_data)
+        return True
+
+    def _ignored_report(self, line: RawLine, rank: int | None, stripped: str) -> bool:
+        """Python's "Exception ignored in ..." header, or the line chaining a second
+        traceback to an ignored one: the next exception of the rank is ignored too. True
+        when the line was one of them."""
+        if _IGNORED.match(stripped):
+            self._ignoring[rank] = line.lineno
+            self._emit(EventKind.IGNORED_EXCEPTION, line, rank, stripped, {})
+            return True
+        if rank in self._ignored_last and stripped.startswith(_CHAINED):
+            self._ignoring[rank] = line.lineno
+            return True
+        return False
+
     def _close_traceback(self, rank: int | None) -> None:
         """A traceback whose exception line never came (its class name holds no keyword
         the reader looks for, or the log was cut): still a failure, with its frames."""
@@ -204,6 +254,9 @@ class LineScanner:
         frames = self._frames.get(rank)
         if opened is None or not frames:
             return
+        if self._ignoring.pop(rank, None) is not None:
+            self._frames.pop(rank, None)
+            return  # an ignored report cut before its exception line
         line, text = opened
         side = any(_SIDE_TOOL.search(f[0]) for f in frames)
         data = self._exception_data(rank, "", "")
