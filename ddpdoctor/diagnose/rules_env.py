@@ -183,6 +183,13 @@ def ib_errors(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if not ib:
         return _ib_async(ix)
     d = ib[0].data
+    if "code" not in d:
+        # libmlx5's own dump: the status is in its hex lines, not on the line
+        return [verdict(ix, "COMM_CONNECTIVITY", "the InfiniBand adapter reported a completion "
+                        f"with error (libmlx5, host {d.get('host', '?')}): a transfer on the "
+                        "link failed, or its peer went away", ib,
+                        {"hint": "check the link (ibstat, the port's error counters) and "
+                                 "whether a peer process died first"})]
     peer = f" from peer {d['peer']}" if d.get("peer") else ""
     hca = f" on {d['hca']}" if d.get("hca") else ""
     name = IB_STATUS.get(ib[0].typed("code", int), f"status {d['code']}")

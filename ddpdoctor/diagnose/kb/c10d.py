@@ -30,6 +30,13 @@ def _collectives(m: re.Match[str]) -> dict[str, dict[int, dict[str, str | int]]]
     return {"collectives": out}
 
 
+def _endpoint(m: re.Match[str]) -> dict[str, object]:
+    """The endpoint whichever way the line wrote it: ``(host, port)`` or ``host:port``."""
+    if m["host_colon"] is None:
+        return {}
+    return {"host": m["host_colon"], "port": int(m["port_colon"])}
+
+
 def _store_key_ranks(keys: str) -> list[int]:
     # c10d's store barrier waits on one key per rank ("/default_pg/0//cpu//0/1": rank 1);
     # the trailing number of each listed key names a rank that never arrived.
@@ -193,7 +200,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "c10d.client_connect_timeout", K.CONNECT_TIMEOUT, "The client socket has",
         r"The client socket has (?:timed out after (?:(?P<timeout_ms>\d+)ms|(?P<timeout_s>\d+)s) "
         r"while trying to connect to|failed to connect to any network address of) "
-        r"\((?P<host>[^,]+), (?P<port>\d+)\)",
+        r"(?:\((?P<host>[^,]+), (?P<port>\d+)\)|(?P<host_colon>[^\s()]+):(?P<port_colon>\d+))",
         "ENV_RENDEZVOUS_UNREACHABLE", "torch >= 1.11 (seconds before 2.2, ms after)",
         (Example("[E1122 00:43:44.877756097 socket.cpp:1028] [c10d] The client socket has timed "
                  "out after 5000ms while trying to connect to (127.0.0.1, 29799).",
@@ -206,8 +213,23 @@ SIGNATURES: tuple[Signature, ...] = (
          Example("[E socket.cpp:753] [c10d] The client socket has failed to connect to any "
                  "network address of (6841231, 47389).",
                  "https://github.com/hpcaitech/Open-Sora/issues/667",
-                 {"host": "6841231", "port": 47389})),
-        convert={"timeout_ms": int, "timeout_s": int, "port": int}),
+                 {"host": "6841231", "port": 47389}),
+         # torch 2.0: the endpoint as host:port
+         Example("[E socket.cpp:860] [c10d] The client socket has timed out after 60s while "
+                 "trying to connect to 192.0.0.1:1234",
+                 "https://github.com/pytorch/pytorch/issues/107021",
+                 {"timeout_s": 60, "host": "192.0.0.1", "port": 1234})),
+        convert={"timeout_ms": int, "timeout_s": int, "port": int}, extra=_endpoint),
+    Signature(
+        # torchelastic's c10d rendezvous backend wraps any failure to reach its store
+        # (timeout, refused, unresolved) in this error: the agent never joined
+        "elastic.rendezvous_connection_error", K.CONNECT_TIMEOUT,
+        "The connection to the C10d store has failed",
+        r"RendezvousConnectionError: The connection to the C10d store has failed",
+        "ENV_RENDEZVOUS_UNREACHABLE", "torch >= 1.9 (rdzv_backend=c10d)",
+        (Example("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The "
+                 "connection to the C10d store has failed. See inner exception for details.",
+                 "https://github.com/pytorch/pytorch/issues/107021", {}),)),
     Signature(
         "c10d.client_connect_errno", K.CONNECT_TIMEOUT, "The client socket has failed to connect",
         r"The client socket has failed to connect to (?P<host>\S+?):(?P<port>\d+) "

@@ -47,15 +47,19 @@ SIGNATURES = (
     Signature(
         "family.name_resolution", K.FAMILY_RESOLVE,
         ("not known", "not found", "name resolution", "servname", "getaddrinfo",
-         "associated with hostname"),
+         "associated with hostname", "does not resolve"),
         r"(?i)Name or service not known|nodename nor servname provided|Temporary failure in "
         r"name resolution|\bhost not found\b|getaddrinfo failed|No address associated with "
-        r"hostname",
-        "ENV_RENDEZVOUS_UNREACHABLE", "glibc / c10d / Python socket wording",
+        r"hostname|Name does not resolve",
+        "ENV_RENDEZVOUS_UNREACHABLE", "glibc / musl (Alpine, busybox) / c10d / Python socket "
+        "wording",
         (Example("ValueError: host not found: Name or service not known",
                  "https://github.com/pytorch/pytorch/issues/73682"),
          Example("Error: Rank -1 received an Exception. Detailed message: host not found: Name "
-                 "or service not known", "https://github.com/pytorch/elastic/issues/31"))),
+                 "or service not known", "https://github.com/pytorch/elastic/issues/31"),
+         # musl's EAI_NONAME, as busybox's nslookup prints it in a launch script
+         Example("nslookup: can't resolve 'dlc1dwuhvtro4c27-master-0': Name does not resolve",
+                 "https://github.com/modelscope/ms-swift/issues/6368"))),
     Signature(
         "family.too_many_open_files", K.FAMILY_LIMITS,
         ("open files", "Errno 24", "EMFILE"),

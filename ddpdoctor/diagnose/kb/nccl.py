@@ -166,6 +166,16 @@ SIGNATURES = (
         convert={"peer_port": int, "code": int, "opcode": int, "len": int, "vendor_err": int},
         extra=_ib),
     Signature(
+        # rdma-core's mlx5 provider dumps the failed completion itself (its status is in the
+        # hex dump that follows): the same failure as NCCL's "NET/IB : Got completion", seen
+        # below NCCL (or under any library on verbs)
+        "ibverbs.mlx5_completion_error", K.IB_COMPLETION, "got completion with error",
+        r"\bmlx5: (?P<host>\S+): got completion with error",
+        "COMM_CONNECTIVITY", "rdma-core (libmlx5), any NCCL",
+        (Example("(LLMRayActor pid=90738, ip=172.19.24.110) mlx5: host_unknown: got completion "
+                 "with error:", "https://github.com/OpenRLHF/OpenRLHF/issues/621",
+                 {"host": "host_unknown"}),)),
+    Signature(
         "nccl.ib_async_event", K.IB_ASYNC, "Got async event",
         r"NET/IB ?: Got async event ?: (?P<event>[a-z][\w ]*?)\s*$",
         "COMM_CONNECTIVITY", "NCCL >= 2.4",
