@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from logscan_helpers import findings_in, findings_of
 
 REAL = Path("tests/fixtures/reallogs")
