@@ -131,6 +131,10 @@ class EventKind(str, Enum):
     # "Exception ignored in atexit callback: <fn>": a destructor, an atexit hook): never
     # a failure, whatever its class and message
     IGNORED_EXCEPTION = "ignored_exception"
+    # informational: a reading of the host's memory the job printed (DeepSpeed's
+    # see_memory_usage "CPU Virtual Memory: used = 26.4 GB, percent = 84.6%"); near full
+    # just before a death nothing explains, the OOM killer is the likely cause
+    HOST_MEMORY = "host_memory"
     HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"
     DS_CONFIG = "ds_config"  # DeepSpeed refusing its config ("Check batch related parameters")
     # a loss scaler skipped a step ("Gradient overflow. Skipping step"): routine in fp16
@@ -167,7 +171,7 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER,
                            EventKind.LOSS_VALUE, EventKind.JOB_DONE,
                            EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT,
-                           EventKind.IGNORED_EXCEPTION})
+                           EventKind.IGNORED_EXCEPTION, EventKind.HOST_MEMORY})
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,30 @@ def _killed(ix: EventIndex, hits: list[Event]) -> Verdict | None:
                          "hint": _SIGKILL_HINT, "certainty": "likely"})
 
 
+# a host this full when a process dies with no error of its own: the OOM killer's work
+_HOST_MEMORY_FULL_PERCENT = 80.0
+
+
+def _memory_full(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    """A death with no error of its own (no signal named: a launcher killing its workers,
+    a bare exit) right after the job's last reading of host memory said it was nearly full:
+    the kernel's OOM killer, whose SIGKILL the launcher's report does not name."""
+    deaths = [e for e in hits if not e.data.get("signal")]
+    if not deaths:
+        return None
+    first = deaths[0]
+    before = [m for m in ix.of(K.HOST_MEMORY) if m.source == first.source
+              and m.lineno < first.lineno]
+    if not before or before[-1].typed("percent", float) < _HOST_MEMORY_FULL_PERCENT:
+        return None
+    last = before[-1]
+    return verdict(ix, "OOM", f"{_who(deaths)} died with no error of its own just after the "
+                   f"host's memory was {last.data['percent']:g}% used ({_q(last.text, 100)}): "
+                   "most likely the host's out-of-memory killer", [last, *deaths],
+                   {"evidence_kind": first.data["evidence"], "host_memory": last.where,
+                    "hint": _SIGKILL_HINT, "certainty": "likely"})
+
+
 def _signal_death(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     bad = [e for e in hits if e.data.get("signal")]
     if not bad:
@@ -161,7 +185,7 @@ def _cancelled(ix: EventIndex, hits: list[Event]) -> Verdict | None:
 
 # The families, the cause before its effect.
 FAMILIES: tuple[Callable[[EventIndex, list[Event]], Verdict | None], ...] = (
-    _cancelled, _hardware, _oom, _nonfinite, _bus_error, _killed, _signal_death,
+    _cancelled, _hardware, _oom, _nonfinite, _bus_error, _killed, _memory_full, _signal_death,
     _library_error, _exit_code)
 
 

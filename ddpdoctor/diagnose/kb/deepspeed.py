@@ -49,6 +49,17 @@ SIGNATURES = (
         extra=lambda m: {"disagreeing": sorted({int(m["rank_a"]), int(m["rank_b"])}),
                          "check": "ZeRO-3's parameter-trace length check"}),
     Signature(
+        # runtime/utils.py see_memory_usage, printed around engine and ZeRO set-up: the
+        # host's memory as psutil.virtual_memory() saw it
+        "deepspeed.host_memory", K.HOST_MEMORY, "CPU Virtual Memory",
+        r"CPU Virtual Memory:\s+used = (?P<used_gb>[\d.]+) GB, percent = (?P<percent>[\d.]+)%",
+        "OOM", "deepspeed (all)",
+        (Example("[2024-01-22 16:50:44,316] [INFO] [utils.py:799:see_memory_usage] CPU Virtual "
+                 "Memory: used = 26.4 GB, percent = 84.6%",
+                 "https://github.com/deepspeedai/DeepSpeed/issues/4571",
+                 {"used_gb": 26.4, "percent": 84.6}),),
+        convert={"used_gb": float, "percent": float}),
+    Signature(
         "deepspeed.launcher_exit", K.PROCESS_EXIT, "exits with return code",
         r"\[(?P<command>.*?'--local_rank=(?P<local_rank>\d+)'.*?|.*?)\] exits with return "
         r"code = (?P<exit_code>-?\d+)",
