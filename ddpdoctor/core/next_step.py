@@ -119,6 +119,25 @@ def _has(pattern: str) -> Callable[[Finding], bool]:
     return lambda f: bool(rx.search(_text(f)))
 
 
+# A program refusing its configuration before it trains: raised while validating its
+# arguments or config, or saying which version or which divisibility it needs, or which
+# launcher variable is missing. What fixes it is the launch, not the code.
+_CONFIG_WHERE = re.compile(r"(?:arguments|training_args|config\w*)\.py:\d+|in (?:validate_"
+                           r"args|_?validate\w*|check_args|parse_args|__post_init__)$")
+_CONFIG_SAYS = re.compile(
+    r"requires (?:PyTorch|torch|transformers|accelerate|deepspeed|CUDA|Python)\b[^.;]*?"
+    r"(?:>=|version|or (?:newer|later|higher))|is not divisible by|must be divisible by|"
+    r"KeyError: '(?:RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT)'|"
+    r"ImportError: cannot import name '\w+' from '(?:torch|transformers|accelerate|deepspeed|"
+    r"peft|trl|flash_attn)\b")
+
+
+def _config_refused(f: Finding) -> bool:
+    where = str(f.evidence.get("where") or "")
+    said = f"{f.title} {f.evidence.get('exception') or ''}"
+    return bool(_CONFIG_WHERE.search(where) or _CONFIG_SAYS.search(said))
+
+
 # (finding id or "*", test on the finding, action, reason): the first that holds wins.
 REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
     ("*", _has(r"DUE TO TIME LIMIT"), _T,
@@ -144,6 +163,9 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
     ("RANK_CRASHED", lambda f: f.evidence.get("family") == "extension_build", _K,
      "a C++/CUDA extension did not compile: fix the toolchain (compiler version, CUDA_HOME, "
      "headers) or install the op prebuilt"),
+    ("RANK_CRASHED", _config_refused, _K,
+     "the program refused its configuration (an argument or config check, a version it "
+     "needs, a size that must divide, a launcher variable): fix the launch, not the code"),
     ("RANK_CRASHED", lambda f: f.evidence.get("signal") == "SIGKILL", _K,
      "a SIGKILL with no error of its own is most often the host running out of memory: "
      "lower host memory use or raise the limit"),

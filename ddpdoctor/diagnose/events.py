@@ -135,6 +135,10 @@ class EventKind(str, Enum):
     # see_memory_usage "CPU Virtual Memory: used = 26.4 GB, percent = 84.6%"); near full
     # just before a death nothing explains, the OOM killer is the likely cause
     HOST_MEMORY = "host_memory"
+    # informational: a launcher saying a process or its worker group ended well
+    # (DeepSpeed's "Process N exits successfully.", torchelastic's "Local worker group
+    # finished (SUCCEEDED)"): what peers print after it is the job's teardown
+    LAUNCH_SUCCEEDED = "launch_succeeded"
     HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"
     DS_CONFIG = "ds_config"  # DeepSpeed refusing its config ("Check batch related parameters")
     # a loss scaler skipped a step ("Gradient overflow. Skipping step"): routine in fp16
@@ -171,7 +175,8 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER,
                            EventKind.LOSS_VALUE, EventKind.JOB_DONE,
                            EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT,
-                           EventKind.IGNORED_EXCEPTION, EventKind.HOST_MEMORY})
+                           EventKind.IGNORED_EXCEPTION, EventKind.HOST_MEMORY,
+                           EventKind.LAUNCH_SUCCEEDED})
 
 
 @dataclass(frozen=True)

@@ -423,10 +423,29 @@ def peer_gone(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     peer = ix.of(K.CONN_RESET, K.CONN_CLOSED, K.BROKEN_PIPE)
     if not peer:
         return []
+    if _launch_succeeded(ix):
+        # seen, and said, but no failure: the ids name failures, and this is none
+        return [verdict(ix, "UNRECOGNIZED_FAILURE", "connections were reset while the job "
+                        "ended, after its launcher said the processes exited successfully: "
+                        "the store's host left first at teardown (not a failure)",
+                        peer + ix.of(K.LAUNCH_SUCCEEDED),
+                        {"hint": "call dist.destroy_process_group() on every rank before it "
+                                 "exits to end without these lines"},
+                        ranks=[], severity="info")]
     return [verdict(ix, "RANK_CRASHED", "another rank went away (connection reset/closed by "
                     f"peer on rank {fmt(peer) or '?'}); its own error is not in these logs",
                     peer, {"hint": "the peer that closed the connection crashed first; its log "
                            "is not among the inputs: pass every rank's log"}, ranks=[])]
+
+
+def _launch_succeeded(ix: EventIndex) -> bool:
+    """A launcher said processes ended well, and no process is reported failed: no exit
+    report with a non-zero code or a signal, no failure line of the floor's."""
+    if not ix.of(K.LAUNCH_SUCCEEDED):
+        return False
+    failed = [e for e in ix.of(K.PROCESS_EXIT, K.TORCHRUN_FAILURE, K.AGENT_FAILED, K.FLOOR,
+                               K.EXCEPTION, K.TRACEBACK) if e.is_failure]
+    return not failed
 
 
 def _follows_cascade(ix: EventIndex, e: Event) -> bool:

@@ -271,6 +271,9 @@ def _cuda_oom(ix: EventIndex, cuda: list[Event]) -> list[Verdict]:
                     ".cuda()/torch.device('cuda') without an index"})]
     if holder == "others":
         held = ", ".join(_gib(b) for b in others[:4]) + (", ..." if len(others) > 4 else "")
+        unlisted = cuda[0].get_int("unlisted_bytes", 0) > _CONTEXT_MAX
+        held = ("processes the message does not name: another container's, or a previous "
+                "run's that outlived it" if unlisted and len(others) == 1 else held)
         return [verdict(
             ix, "GPU_MEMORY_OCCUPIED", f"other processes hold {_gib(sum(others))} of GPU "
             f"{gpu} ({held}) against this process's {_gib(mine)}, so it ran out ({msg}): "
@@ -285,6 +288,9 @@ def _cuda_oom(ix: EventIndex, cuda: list[Event]) -> list[Verdict]:
 
 
 _CONTEXT_MAX = 2 * 2**30  # a CUDA context and a little: what a stray rank leaves on a GPU
+# other processes holding this much of a GPU took room the job counted on, even where the
+# job holds more than they do
+_OCCUPIED_SHARE = 0.25
 
 
 def _gib(n: int) -> str:
@@ -298,22 +304,36 @@ def memory_holders(d: Mapping[str, object]) -> tuple[str, int, list[int]]:
 
     raw = d.get("others_bytes")
     others = [b for b in raw if isinstance(b, int)] if isinstance(raw, list) else []
+    unlisted = d.get("unlisted_bytes")
+    if isinstance(unlisted, int) and unlisted > _CONTEXT_MAX:
+        others.append(unlisted)  # held by processes the message does not name
     mine = d.get("in_use_bytes")
     if not isinstance(mine, int):
-        ours = size_bytes(str(d.get("allocated_by_pytorch") or "")) or 0
-        # before "this process has" was printed (torch < 2.2) the list held this process
-        # too: the smallest entry that holds what PyTorch allocated here
-        fits = [b for b in others if ours and b >= ours]
-        if fits:
-            others.remove(min(fits))
-        elif not ours and len(others) == 1:
+        found = _mine_in_list(d, others)
+        if found is None:
             return "mine", others[0], []  # one process listed and nothing else: maybe us
-        mine = min(fits) if fits else ours
-    if not others or mine >= sum(others):
+        mine = found
+    total = size_bytes(str(d.get("total_capacity") or "")) or 0
+    small = not total or sum(others) < _OCCUPIED_SHARE * total
+    if not others or (mine >= sum(others) and small):
         return "mine", mine, others
     if len(others) >= 2 and max(others) <= min(_CONTEXT_MAX, int(1.1 * min(others))):
         return "stray", mine, others
     return "others", mine, others
+
+
+def _mine_in_list(d: Mapping[str, object], others: list[int]) -> int | None:
+    """This process's bytes where the message did not say them (torch < 2.2 listed this
+    process among the others): the smallest entry that holds what PyTorch allocated here,
+    taken out of ``others``; None when one process is listed and nothing else is known."""
+    ours = size_bytes(str(d.get("allocated_by_pytorch") or "")) or 0
+    fits = [b for b in others if ours and b >= ours]
+    if fits:
+        others.remove(min(fits))
+        return min(fits)
+    if not ours and len(others) == 1:
+        return None
+    return ours
 
 
 def _allocator_oom(ix: EventIndex, cpu: list[Event]) -> list[Verdict]:

@@ -37,6 +37,11 @@ def _gpu(m: re.Match[str]) -> dict[str, object]:
         out["others_bytes"] = [b for b in held if b is not None]
     if m["in_use"] and (mine := size_bytes(m["in_use"])) is not None:
         out["in_use_bytes"] = mine
+        total, free = size_bytes(m["total_capacity"] or ""), size_bytes(m["free"] or "")
+        if total is not None and free is not None:
+            # what neither this process nor a listed one holds: processes the message
+            # cannot name (another container's, a previous run's leftovers)
+            out["unlisted_bytes"] = max(0, total - free - mine - sum(b for b in held if b))
     return out
 
 
@@ -136,10 +141,15 @@ SIGNATURES = (
         convert={"gpu": int, "gpu_old": int}, extra=_gpu),
     Signature(
         # NCCL's own allocation (buffers, channels) failing: its WARN is the OOM.
-        "oom.nccl_cuda_failure", K.CUDA_OOM, "Cuda failure 'out of memory'",
-        r"Cuda failure 'out of memory'", "OOM", "NCCL (all releases)",
+        "oom.nccl_cuda_failure", K.CUDA_OOM, "'out of memory'",
+        r"Cuda failure (?:\d+ )?'out of memory'", "OOM", "NCCL (all releases; the code from 2.19)",
         (Example("ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out "
-                 "of memory'", "https://github.com/NVIDIA/nccl/issues/1235"),)),
+                 "of memory'", "https://github.com/NVIDIA/nccl/issues/1235"),
+         Example("localhost: [2026-03-31 15:32:44] DGX2-1:2394670:2396491 [1] include/alloc.h:228 "
+                 "NCCL WARN Cuda failure 2 'out of memory'",
+                 "https://github.com/stark-sim/megatron-deepspeed-lock-clock/blob/b872e98467445c"
+                 "1c039bef9c5be5fa276f3e882c/.context/dual8_tp4pp1dp2_smoke_nohup_20260331_r2.log"
+                 "#L1-L2981"))),
     Signature(
         # The CUDA runtime's own code for a failed allocation (cudaErrorMemoryAllocation),
         # outside the caching allocator's message: a context created on a full GPU, a
@@ -501,6 +511,23 @@ SIGNATURES = (
                  "488fe7937/train.err#L1-L135",
                  {"exception": "OutOfMemoryError", "replica": 0, "device": 0})),
         convert={"replica": int, "device": int}),
+    Signature(
+        # A launcher's own word that a process, or its whole worker group, ended well: the
+        # resets and store warnings its peers print after it are the teardown
+        # (rules_crash.peer_gone)
+        "launcher.succeeded", K.LAUNCH_SUCCEEDED,
+        ("exits successfully", "finished (SUCCEEDED)", "finished (WorkerState.SUCCEEDED)"),
+        r"Process (?P<pid>\d+) exits successfully|Local worker group finished "
+        r"\((?:WorkerState\.)?SUCCEEDED\)",
+        "RANK_CRASHED", "deepspeed.launcher.launch; torchelastic's agent",
+        (Example("[2023-04-18 03:20:41,455] [INFO] [launch.py:460:main] Process 73593 exits "
+                 "successfully.", "https://github.com/microsoft/DeepSpeedExamples/blob/master/"
+                 "applications/DeepSpeed-Chat/training/step1_supervised_finetuning/"
+                 "training_log_output/opt-1.3b-globalBatchSize128.log", {"pid": 73593}),
+         Example("INFO:torch.distributed.elastic.agent.server.api:Local worker group finished "
+                 "(SUCCEEDED). Waiting 300 seconds for other agents to finish",
+                 "https://github.com/ultralytics/yolov5/issues/5160")),
+        convert={"pid": int}),
     Signature(
         # A trainer's own word that training is over: a crash after it (an abort or a
         # segfault while the process exits) cost no result (rules_crash.after_completion)
