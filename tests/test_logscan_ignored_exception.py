@@ -61,3 +61,35 @@ def test_the_chained_exception_of_an_ignored_report_is_ignored_too(tmp_path):
 def test_the_same_traceback_not_ignored_is_a_failure(tmp_path):
     text = "".join(_report().splitlines(True)[1:])  # without Python's "ignored" header
     assert _errors(findings_in(tmp_path, text))
+
+
+# The same family in older wordings and other printers (blind run 38: two healthy MLPerf
+# runs called crashes): Python < 3.12's "Error in atexit._run_exitfuncs:" header, and
+# multiprocessing's finalizer loop, which prints a finalizer's traceback and goes on.
+ATEXIT = REAL / "X21_sharp_error_atexit_stale_handle_healthy.log"
+FINALIZERS = REAL / "X21_teardown_sem_unlink_traceback_healthy.log"
+
+
+def test_pythons_older_atexit_error_header_is_ignored_too():
+    assert _errors(findings_of(ATEXIT)) == []
+
+
+def test_multiprocessing_finalizer_tracebacks_are_printed_not_raised():
+    assert _errors(findings_of(FINALIZERS)) == []
+
+
+def test_the_same_exception_raised_by_the_job_is_a_failure(tmp_path):
+    lines = FINALIZERS.read_text().splitlines(True)
+    start = next(i for i, x in enumerate(lines) if x.startswith("Traceback"))
+    report = lines[start:start + 8]
+    # raised from the training script, not from multiprocessing's finalizer loop
+    report[1] = '  File "/workspace/ssd/train.py", line 775, in main\n'
+    assert _errors(findings_in(tmp_path, "".join(report)))
+
+
+def test_an_atexit_header_far_before_a_real_error_does_not_hide_it(tmp_path):
+    header = next(x for x in ATEXIT.read_text().splitlines(True) if "atexit" in x)
+    text = (header + "OSError: [Errno 116] Stale file handle\n"
+            + "".join(f"step {i}\n" for i in range(300)) + "RuntimeError: the real one\n")
+    found = _errors(findings_in(tmp_path, text))
+    assert found and "the real one" in found[0].title

@@ -73,7 +73,12 @@ _COLLECTIVES = frozenset({
 # Python's report of an exception it could not raise and went on from (sys.unraisablehook:
 # a __del__, an atexit callback, a weakref callback, a ctypes callback, a thread's start):
 # the traceback that follows is printed, not raised
-_IGNORED = re.compile(r"^Exception ignored (?:in|on|while)\b")
+_IGNORED = re.compile(r"^Exception ignored (?:in|on|while)\b|^Error in atexit\._run_exitfuncs:$")
+# Loops of the standard library that print an exception's traceback and go on to the next
+# callback (the process's exit status is not theirs to change): (file, function) of the
+# traceback's outermost frame
+_PRINTS_AND_GOES_ON = (("multiprocessing/util.py", "_run_finalizers"),
+                       ("atexit", "_run_exitfuncs"))
 # the lines that chain a second traceback to the one before it
 # an ignored report's exception line comes within its traceback's length (64 frames kept)
 _IGNORED_SPAN = 2 * 64 + 8
@@ -227,6 +232,8 @@ class LineScanner:
         """The exception line of an ignored report: its exception, its message's families
         and the floor's reading of it are all Python's printout, not the rank's fate."""
         opened_at = self._ignoring.pop(rank, None)
+        if exc_data.get("printed_by"):
+            opened_at = line.lineno  # a finalizer loop printed it and went on
         if opened_at is None or line.lineno - opened_at > _IGNORED_SPAN:
             self._ignored_last.discard(rank)
             return False
@@ -268,6 +275,9 @@ class LineScanner:
         self._tb_line.pop(rank, None)
         frames = self._frames.pop(rank, [])
         data: dict[str, object] = {"exception": f"{name}: {message}".strip().rstrip(":")}
+        if frames and any(frames[0][0].endswith(f) and frames[0][2] == fn
+                          for f, fn in _PRINTS_AND_GOES_ON):
+            data["printed_by"] = frames[0][2]
         user = [f for f in frames if not is_library_frame(f[0])]
         if user:
             file, lineno, fn = user[-1]
