@@ -130,7 +130,7 @@ def _crossed_waits(ix: EventIndex) -> list[Verdict]:
             if e.rank not in first or e.typed("seq", int) < first[e.rank].typed("seq", int):
                 first[e.rank] = e
     others = {e.rank for e in ix.events if e.rank is not None} - set(first)
-    if len(first) < 2 or others or ix.of(K.NCCL_WORK_STATE):
+    if len(first) < 2 or others or not _states_cross(ix, first):
         return []
     fps = {r: (e.data["op"], e.data.get("numel_in"), e.data.get("numel_out"))
            for r, e in first.items()}
@@ -146,6 +146,22 @@ def _crossed_waits(ix: EventIndex) -> list[Verdict]:
                      "hint": "find where the ranks' code paths part (an evaluation, a log or "
                              "a save on some ranks only); TORCH_DISTRIBUTED_DEBUG=DETAIL "
                              "names the two calls"}, ranks=[])]
+
+
+def _states_cross(ix: EventIndex, first: dict[int, Event]) -> bool:
+    """The watchdogs' work-state lines, where the log has them, agree that the ranks
+    crossed: a rank stuck later in the sequence says it completed the number another rank
+    is stuck in (possible only when they called different collectives there). Without
+    work-state lines the fingerprints alone decide."""
+    done: dict[int, int] = {}
+    for e in ix.of(K.NCCL_WORK_STATE):
+        if e.rank is not None:
+            done[e.rank] = max(done.get(e.rank, -1), e.typed("last_completed", int))
+    if not done:
+        return True
+    stuck = {r: e.typed("seq", int) for r, e in first.items()}
+    low = min(stuck, key=lambda r: stuck[r])
+    return all(done.get(r, -1) >= stuck[low] for r in stuck if r != low)
 
 
 def _fp_text(fp: tuple[object, ...]) -> str:

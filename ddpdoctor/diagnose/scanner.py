@@ -14,8 +14,8 @@ from ddpdoctor.diagnose.kb.signature import Signature
 from ddpdoctor.diagnose.reader import RawLine, split_rank_prefix
 
 _EXCEPTION = re.compile(
-    r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet))"
-    r"(?::\s?(.*))?$")
+    r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet|Iteration|"
+    r"GeneratorExit))(?::\s?(.*))?$")
 # The same exception line behind a prefix a logger or launcher added ("opt.0 [stderr] ",
 # "2023-04-29 06:01:12 [pid 28936] [uuid] ", "[1,12]<stderr>:"): the name follows a bracket,
 # an angle bracket or a colon, and is a CamelCase class name ending in Error/Exception.
@@ -49,6 +49,8 @@ _MAX_FRAMES = 64
 MAX_EVENTS_PER_KIND = 200
 # The words the scanner's own state machines need, beyond the signatures' needles.
 SCANNER_NEEDLES = ("rror", "xception", "Interrupt", "raceback", 'File "', "Root Cause",
+                   # the builtins whose names end in none of the above
+                   "StopIteration", "StopAsyncIteration", "GeneratorExit",
                    "Failures:", "======", "exitcode", "rank      :", "host      :",
                    "traceback :", ".cpp:")
 
@@ -275,16 +277,7 @@ class LineScanner:
         self._tb_line.pop(rank, None)
         frames = self._frames.pop(rank, [])
         data: dict[str, object] = {"exception": f"{name}: {message}".strip().rstrip(":")}
-        if frames and any(frames[0][0].endswith(f) and frames[0][2] == fn
-                          for f, fn in _PRINTS_AND_GOES_ON):
-            data["printed_by"] = frames[0][2]
-        user = [f for f in frames if not is_library_frame(f[0])]
-        if user:
-            file, lineno, fn = user[-1]
-            data["where"] = f"{file}:{lineno} in {fn}"
-        if frames:
-            file, lineno, fn = frames[-1]
-            data["raised_at"] = f"{file}:{lineno} in {fn}"
+        data.update(_placed(frames))
         if any("torch/utils/data/" in f[0] for f in frames):
             data["in_dataloader"] = True
         coll = [f[2] for f in frames if f[0].endswith("distributed_c10d.py")
@@ -372,6 +365,23 @@ class LineScanner:
             return
         self.events.append(Event(kind, self.source, line.lineno, rank, text, data))
         self._last[key] = (count + 1, len(self.events) - 1)
+
+
+def _placed(frames: list[tuple[str, int, str]]) -> dict[str, object]:
+    """Where a traceback's exception came from: the user's last frame, the last frame, and
+    the loop that printed it and went on (its outermost frame), if one did."""
+    out: dict[str, object] = {}
+    if frames and any(frames[0][0].endswith(f) and frames[0][2] == fn
+                      for f, fn in _PRINTS_AND_GOES_ON):
+        out["printed_by"] = frames[0][2]
+    user = [f for f in frames if not is_library_frame(f[0])]
+    if user:
+        file, lineno, fn = user[-1]
+        out["where"] = f"{file}:{lineno} in {fn}"
+    if frames:
+        file, lineno, fn = frames[-1]
+        out["raised_at"] = f"{file}:{lineno} in {fn}"
+    return out
 
 
 def _int(value: object) -> int:
