@@ -39,8 +39,10 @@ def test_slow_link_names_the_throttled_rank_after_the_fault(two_nodes, tmp_path)
     assert slow["ranks"] == [1] and slow["rank"] == 0, slow
     ev = slow["evidence"]
     assert ev["direction"] == "egress" and list(ev["slow_links_ms"]) == ["1->0"]
-    # planted at the start of step 4, probed at the end of steps 4 and 5: confirmed at 5
-    assert ev["step"] == 5, ev
+    # planted at the start of step 4, probed at the end of steps 4 and 5: confirmed at 5;
+    # on a loaded machine the probe before the fault (step 3) can be slow by chance, and
+    # the first slow probe after it (step 4) confirms: never before the fault
+    assert ev["step"] in (4, 5), ev
     assert ev["links_ms"]["1->0"] > 10 * ev["links_ms"]["0->1"]
     # bandwidth-bound: the bytes beyond an eighth take most of the time (76.6 of 87.7 ms)
     assert ev["extra_bytes_ms"]["1->0"] > 0.7 * ev["links_ms"]["1->0"], ev

@@ -66,7 +66,7 @@ class Node:
         assert view is not None and tracker is not None
         rc = result.returncode
         own = self.sent
-        if rc not in (0, None) and not result.hang:
+        if rc not in (0, None) and not result.watched.hang:
             own = jobnode.local_failure(job, tracker, rc) or own
             if own is not None and (self.sent is None or (own.rank, own.finding_id) != (
                     self.sent.rank, self.sent.finding_id)):
@@ -74,8 +74,8 @@ class Node:
         exits = tracker.exits
         ending = min(self.stopping_at or time.monotonic(),
                      exits[0].time if exits else float("inf"))
-        return jobnode.finish(view, own, self.steps, result.job_verdicts, ending,
-                              failed=rc not in (0, None) and not result.hang)
+        return jobnode.finish(view, own, self.steps, result.watched.job_verdicts, ending,
+                              failed=rc not in (0, None) and not result.watched.hang)
 
 
 @dataclass
@@ -99,7 +99,8 @@ class Loop:
         changed in place, and the result keeps the last (the report says it). Called on
         every poll: a copy only when the value moved."""
         if threshold_s != self.opts.hang_timeout:
-            self.opts = self.result.options = replace(self.opts, hang_timeout=threshold_s)
+            self.opts = self.result.watched.options = replace(self.opts,
+                                                              hang_timeout=threshold_s)
 
     def heartbeats(self) -> dict[int, Heartbeat]:
         return read_heartbeats(self.jenv.heartbeat_dir, self.wall0)
@@ -119,8 +120,9 @@ class Loop:
         v = view.take_verdict()
         if v is None:
             return False
-        self.result.job_verdicts.append(v)
-        del self.result.job_verdicts[:-20]
+        watched = self.result.watched
+        watched.job_verdicts.append(v)
+        del watched.job_verdicts[:-20]
         if not v.confirmed:
             self.node.steps.looked()
             if v.reason != self.node.said:
@@ -133,9 +135,10 @@ class Loop:
     def _job_hang(self, v: jobnode.Verdict) -> bool:
         from ddpdoctor.jobview.report import culprit_text
 
-        if self.result.hang is not None:
+        watched = self.result.watched
+        if watched.hang is not None:
             return False  # --no-kill: said once already
-        self.result.hang = hang_mod.HangOutcome(v.no_progress_s, self.tracker.last_what)
+        watched.hang = hang_mod.HangOutcome(v.no_progress_s, self.tracker.last_what)
         if not self.opts.hang_fixed:
             self.adapt(v.threshold_s)  # the job's, as the leader judged it
         named = ", ".join(culprit_text(c) for c in v.culprits)
@@ -147,7 +150,7 @@ class Loop:
             return False
         say(f"ddpdoctor run: stopping this node's part of the job (SIGTERM, SIGKILL after "
             f"{self.opts.grace:g} s; --no-kill keeps it running)")
-        self.result.ended_by = "a confirmed hang"
+        watched.stopped_for_hang = True
         return True
 
     def observe(self, now: float) -> steps.Quiet:
@@ -156,7 +159,8 @@ class Loop:
         return steps.Quiet(
             now=now, stalled_s=self.tracker.stalled_for(now),
             spell=self.tracker.last_progress, job_alive=self.job.poll() is None,
-            signalled=bool(self.sigs.received), hang_known=self.result.hang is not None,
+            signalled=bool(self.sigs.received),
+            hang_known=self.result.watched.hang is not None,
             leader_looks=view is not None and not view.lost and view.connected_at is not None)
 
     def local_turn(self, now: float) -> bool:
@@ -180,8 +184,9 @@ class Loop:
                                    reason=looking_again(v.reason, again, where[again[0]]))
         if seen.verdict.confirmed:
             return self._local_hang(seen, outcome)
-        self.result.looks.append(seen)
-        del self.result.looks[:-20]
+        looks = self.result.watched.looks
+        looks.append(seen)
+        del looks[:-20]
         self.node.steps.looked()
         after = steps.no_hang(self.spell, q, opts.hang_timeout, time.monotonic())
         self.spell = after.spell
@@ -192,12 +197,12 @@ class Loop:
 
     def _local_hang(self, seen: Look, outcome: hang_mod.HangOutcome) -> bool:
         opts, result = self.opts, self.result
-        result.hang = outcome
+        result.watched.hang = outcome
         if steps.on_hang(opts.kill) is steps.Ending.STOP:
             say("ddpdoctor run: hang confirmed: " + redact.text(seen.verdict.reason)
                 + f"; stopping the job (SIGTERM, SIGKILL after {opts.grace:g} "
                 "s; --no-kill keeps it running)")
-            result.ended_by = "a confirmed hang"
+            result.watched.stopped_for_hang = True
             return True
         view = Report(command="run")
         outcome.add_to(view, opts.hang_timeout)

@@ -133,15 +133,15 @@ def _output_check(report: Report, job: Job, rank_paths: dict[int, Path]) -> None
 
 
 def _stall_check(report: Report, result: RunResult, opts: RunOptions) -> None:
-    if not result.looks:
+    if not result.watched.looks:
         return
-    last = result.looks[-1]
-    longest = max(lk.quiet_s for lk in result.looks)
+    last = result.watched.looks[-1]
+    longest = max(lk.quiet_s for lk in result.watched.looks)
     report.checks.append(Check(
         "stall", f"quiet (no output, no step) for up to {longest:.0f} s (--hang-timeout "
-        f"{opts.hang_timeout:g}); looked {len(result.looks)} time(s), no hang confirmed: "
+        f"{opts.hang_timeout:g}); looked {len(result.watched.looks)} time(s), no hang confirmed: "
         f"{last.verdict.reason}; the job was left running", status="warning", group=GROUP,
-        data={"looks": [lk.to_dict() for lk in result.looks],
+        data={"looks": [lk.to_dict() for lk in result.watched.looks],
               "rule": "run stops a job only on a confirmed hang (docs/run.md)"}))
 
 

@@ -27,17 +27,30 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class RunResult:
-    report: Report
-    exit_code: int
+class Watched:
+    """What the supervision loop found: written by the loop alone (loop.py), read by the
+    end of the job (runner.py) and the report (outcome.py)."""
+
     # the options as they stood at the end: the adaptive hang threshold the job reached
     options: RunOptions
-    returncode: int | None = None
     hang: HangOutcome | None = None
+    stopped_for_hang: bool = False  # the loop ended the job for a confirmed hang
+    looks: list[Look] = field(default_factory=list)  # quiet spells that were no hang
+    job_verdicts: list[Verdict] = field(default_factory=list)  # the job view's, the last 20
+
+
+@dataclass
+class RunResult:
+    """One supervised run: the loop's findings (``watched``, the loop's to write), how the
+    job ended (runner.py's), and the report and exit code (outcome.py's)."""
+
+    report: Report
+    exit_code: int
+    watched: Watched
+    returncode: int | None = None
     interrupted: int = 0
     run_dir: str = ""
     notes: list[str] = field(default_factory=list)
-    looks: list[Look] = field(default_factory=list)  # quiet spells that were no hang
     killed: list[Killed] = field(default_factory=list)
     ended_by: str = "the job exited"  # why run ended the job's tree
     teardown: str = ""  # the signal run got, if one ended it
@@ -45,7 +58,6 @@ class RunResult:
     memory: MemoryHistory | None = None
     secrets: list[str] = field(default_factory=list)
     tracker: ProgressTracker | None = None
-    job_verdicts: list[Verdict] = field(default_factory=list)
     job_end: NodeEnd | None = None  # what the job view knew at the end
     # mp.spawn / multiprocessing children and the rank read from each (run/spawn_ranks.py)
     spawn: SpawnRanks = field(default_factory=SpawnRanks)
@@ -53,3 +65,11 @@ class RunResult:
     attempt_ends: list[AttemptEnd] = field(default_factory=list)
     # where the launcher wrote its ranks' output instead of the console (run/redirected.py)
     redirect: Redirect | None = None
+
+    @property
+    def hang(self) -> HangOutcome | None:
+        return self.watched.hang
+
+    @property
+    def options(self) -> RunOptions:
+        return self.watched.options

@@ -33,6 +33,7 @@ from ddpdoctor.run.progress import ProgressTracker, TreeSample, sample_tree
 from ddpdoctor.run.reaper import Reaper
 from ddpdoctor.run.redirected import redirect_of
 from ddpdoctor.run.result import RunResult as RunResult  # its old home's name
+from ddpdoctor.run.result import Watched
 from ddpdoctor.run.signals import RunSignals
 from ddpdoctor.run.tree import JobTree, set_subreaper
 
@@ -88,7 +89,7 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
     report = Report(command="run")
     report.world.update({"command": shlex.join(redact.argv(cmd)), "run_dir": run_dir,
                          "env": env_snapshot(jenv.env)})
-    result = RunResult(report, 0, opts, run_dir=run_dir, notes=list(jenv.notes),
+    result = RunResult(report, 0, Watched(opts), run_dir=run_dir, notes=list(jenv.notes),
                        secrets=secret_values(jenv.env, cmd),
                        redirect=redirect_of(cmd, Path.cwd()))
     wall0 = time.time()
@@ -206,6 +207,8 @@ def _end_job(job: Job, tree: JobTree, sigs: RunSignals, result: RunResult,
              opts: RunOptions) -> None:
     """The one cleanup path: whatever of the job's tree still lives ends here."""
     t0 = time.monotonic()
+    if result.watched.stopped_for_hang:
+        result.ended_by = "a confirmed hang"
     if sigs.teardown:
         result.ended_by = sigs.teardown
     first = signal.SIGKILL if sigs.hurry else signal.SIGTERM
