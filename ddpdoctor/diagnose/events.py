@@ -139,6 +139,9 @@ class EventKind(str, Enum):
     # (DeepSpeed's "Process N exits successfully.", torchelastic's "Local worker group
     # finished (SUCCEEDED)"): what peers print after it is the job's teardown
     LAUNCH_SUCCEEDED = "launch_succeeded"
+    # "NCCL communicator was aborted on rank N": the Python side of an abort that came
+    # from elsewhere (the watchdog after a timeout, a peer's error): fallout
+    NCCL_ABORTED = "nccl_aborted"
     HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"
     DS_CONFIG = "ds_config"  # DeepSpeed refusing its config ("Check batch related parameters")
     # a loss scaler skipped a step ("Gradient overflow. Skipping step"): routine in fp16
@@ -160,7 +163,7 @@ CASCADE = frozenset({
     EventKind.CONN_REFUSED, EventKind.CONNECT_TIMEOUT, EventKind.CPP_ABORT, EventKind.DL_EXITED,
     EventKind.AGENT_FAILED, EventKind.NCCL_DETAIL, EventKind.NCCL_WORK_STATE,
     EventKind.NCCL_PEER_LOST, EventKind.NCCL_WARN, EventKind.ERROR_LINE, EventKind.NCCL_CUDA,
-    EventKind.TEARDOWN, EventKind.TRACEBACK,
+    EventKind.TEARDOWN, EventKind.TRACEBACK, EventKind.NCCL_ABORTED,
 })
 # What a rank prints when a peer went away under it: the rank that says so was alive.
 PEER_LOSS = frozenset({EventKind.CONN_RESET, EventKind.CONN_CLOSED, EventKind.BROKEN_PIPE,

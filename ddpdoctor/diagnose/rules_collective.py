@@ -374,9 +374,12 @@ def _waiting_elsewhere(ix: EventIndex, culprits: list[int], op: object) -> dict[
 
 
 def _first_timed_out(watchdog: list[Event]) -> list[Event]:
-    """The timeout reports of the lowest sequence number: the collective that hung first."""
+    """The timeout reports of the lowest sequence number: the collective that hung first.
+    Lines that name no number (the C++ frame of the watchdog's check) say nothing of which
+    collective: they count only when no line names one."""
+    numbered = [e for e in watchdog if e.data.get("seq") is not None]
     by_seq: dict[int, list[Event]] = {}
-    for e in watchdog:
+    for e in numbered or watchdog:
         by_seq.setdefault(e.get_int("seq", -1), []).append(e)
     return min(by_seq.items(), key=lambda kv: kv[0])[1] if by_seq else []
 

@@ -105,6 +105,17 @@ SIGNATURES = (
                  "network error, NCCL version 2.21.5",
                  "https://github.com/NVIDIA/nccl/issues/2076"),)),
     Signature(
+        # ProcessGroupNCCL's error for work on a communicator its watchdog (or another
+        # failure) already aborted: the rank felt the abort, it did not cause it
+        "nccl.communicator_aborted", K.NCCL_ABORTED, "communicator was aborted",
+        r"NCCL communicator was aborted on rank (?P<aborted_rank>\d+)",
+        "COLLECTIVE_TIMEOUT", "torch >= 1.13",
+        (Example("[rank3]: torch.distributed.DistBackendError: NCCL communicator was aborted on "
+                 "rank 3.", "https://github.com/SujeethJinesh/LatentWire/blob/14b5adf34cc130cd"
+                 "47f18b1cf0be61ac99f90f24/paper_writing/runs/ablations_20251108_190831/"
+                 "2a_stable_32tok/train.log#L1-L911", {"aborted_rank": 3}),),
+        convert={"aborted_rank": int}),
+    Signature(
         "nccl.error_class", K.NCCL_DETAIL,
         ("ncclRemoteError", "ncclSystemError", "ncclInvalidUsage", "ncclInternalError",
          "ncclUnhandledCudaError", "ncclInvalidArgument"),
