@@ -86,6 +86,7 @@ REAPER_SCHEMA = "ddpdoctor.reaper/1"
 # --- Store keys (the check launcher's TCPStore) -----------------------------------------------
 PROGRESS_KEY = "ddpdoctor/progress/{rank}"
 PRE_DONE_KEY = "ddpdoctor/pre_done/{rank}"
+FN_DONE_KEY = "ddpdoctor/fn_done/{rank}"
 CHECK_KEY = "ddpdoctor/check/{run}/{attempt}/{kind}/{rank}"  # kind: "pre" or "res"
 # The socket mesh (check/mesh.py): {what} is "addr/<rank>" ("host:port node"), "addresses"
 # (rank 0's JSON table of them all), "done" (a counter), "all_done" or "failed" (flags).
@@ -176,6 +177,8 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract(PROGRESS_KEY, "store key", "check rank", "check launcher", "count:label reached"),
     Contract(PRE_DONE_KEY, "store key", "check rank", "check ranks",
              "pre-init evidence saved"),
+    Contract(FN_DONE_KEY, "store key", "check rank", "check ranks",
+             "the rank's function returned (or failed): peers may tear down"),
     Contract(CHECK_KEY, "store key", "check worker", "check worker (rank 0)",
              "a rank's pre-init data / result"),
     Contract(MESH_KEY, "store key", "check rank (mesh)", "check ranks (mesh)",

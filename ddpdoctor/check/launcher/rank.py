@@ -9,10 +9,14 @@ import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddpdoctor.check.launcher.outcome import STATUS_ERROR, STATUS_OK, RankContext
 from ddpdoctor.core import safefile
-from ddpdoctor.core.contract import PRE_DONE_KEY, RANK_PRE_FILE, RANK_RESULT_FILE
+from ddpdoctor.core.contract import FN_DONE_KEY, PRE_DONE_KEY, RANK_PRE_FILE, RANK_RESULT_FILE
+
+if TYPE_CHECKING:
+    import torch.distributed
 
 
 def rank_entry(fn: Callable[..., object], args: tuple[object, ...], result_dir: str, backend: str,
@@ -26,6 +30,7 @@ def rank_entry(fn: Callable[..., object], args: tuple[object, ...], result_dir: 
     local_rank = int(os.environ["LOCAL_RANK"])
     out = Path(result_dir) / RANK_RESULT_FILE.format(rank=rank)
     device = "cpu"
+    store = None
     try:
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
@@ -70,12 +75,35 @@ def rank_entry(fn: Callable[..., object], args: tuple[object, ...], result_dir: 
     # An unpredictable O_EXCL temp name, renamed over the result: a link planted in a
     # shared --log-dir is replaced, never followed.
     safefile.write_atomic(out, data)
+    _done(store, rank, world, wait=payload["status"] == STATUS_OK and dist.is_initialized())
     if payload["status"] == STATUS_OK:
         if dist.is_initialized():
             dist.destroy_process_group()
         return
     # Exit non-zero without raising: elastic's own error reporting would add noise.
     os._exit(1)
+
+
+# Long enough for a loaded peer to finish joining; short enough that a peer that died
+# does not stretch the check (its result, saved above, is what the launcher reads)
+_DONE_WAIT_S = 10.0
+
+
+def _done(store: torch.distributed.TCPStore | None, rank: int, world: int, wait: bool) -> None:
+    """Say this rank is done and wait, briefly, for the others: a rank whose function needs
+    no collective can finish while a loaded peer is still inside init_process_group, and
+    tearing its process group down then fails the peer's connect ("remote worker
+    crashing"): a healthy check reported as a failed rank. A rank that failed only says so
+    (its peers need not wait for it)."""
+    if store is None:
+        return
+    try:
+        store.set(FN_DONE_KEY.format(rank=rank), "1")
+        if wait:
+            store.wait([FN_DONE_KEY.format(rank=r) for r in range(world)],
+                       timedelta(seconds=_DONE_WAIT_S))
+    except Exception:  # a peer that died or a store gone: nothing to wait for
+        pass
 
 
 def behave_like_a_torchrun_rank() -> None:
