@@ -3,12 +3,12 @@ move of issue #17 must not change them. The 'before' key set was recorded from m
 commit 74ab0be (``python tests/test_check_report_keys.py`` rewrites it) with the same run."""
 
 import json
-import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port
 
 FIXTURE = Path(__file__).parent / "fixtures" / "check_report_keys.json"
 PROBES = ["env", "rendezvous", "connectivity", "dataloader"]
@@ -33,18 +33,12 @@ def key_paths(obj: Any, prefix: str = "", depth_left: int | None = None) -> set[
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def check_report_keys() -> list[str]:
     """A real check on 2 CPU ranks with a variable planted on rank 1 (ENV_VAR_MISMATCH)."""
     from ddpdoctor.check.run import run_check
 
     report = run_check(2, PROBES, "gloo", 60.0,
-                       opts={"master_addr": "127.0.0.1", "master_port": _free_port()},
+                       opts={"master_addr": "127.0.0.1", "master_port": free_port()},
                        rank_env={1: {"NCCL_DEBUG": "INFO"}})
     data = report.to_dict()
     # Only the planted finding: a rank slowed by a loaded machine may add its own finding,

@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from conftest import kill_tree
 
@@ -44,22 +45,6 @@ def _env(tmp: Path, **extra: str) -> dict:
 def _torchrun(job: str, out: Path, *args: str) -> list[str]:
     return [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2",
             str(JOBS / f"{job}_job.py"), str(out), *args]
-
-
-def _free_port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            if port >= 65535:
-                continue
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no two free consecutive ports")
 
 
 def _stepped(text: str) -> bool:
@@ -117,7 +102,7 @@ class Runs:
                               env=_env(self.tmp), start_new_session=True)
         extra, env = [], {"DDPDOCTOR_WATCH_EVERY": "5"}
         if self.framework == "lightning":
-            self.port = _free_port_pair()
+            self.port = free_port(2)
             extra = ["--metrics-port", str(self.port)]
             env["TEST_SCRAPE_DIR"] = str(self.scrape_dir)
         self.report_path = self.tmp / "report.json"

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from run_helpers import PY, RunJob, doctor, findings, kill_tree, run_all
 
 pytestmark = pytest.mark.slow
@@ -36,22 +36,16 @@ RESTART = str(JOBS / "restart_job.py")
 TORCHRUN = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1"]
 
 
-def _port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def _restart(mode: str) -> list[str]:
-    return [*TORCHRUN, "--master-port", _port(), RESTART, mode]
+    return [*TORCHRUN, "--master-port", str(free_port()), RESTART, mode]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("launches")
     jobs = {
-        "crash": RunJob("crash", base / "crash", [PY, SPAWN, "crash", _port()]),
-        "hang": RunJob("hang", base / "hang", [PY, SPAWN, "hang", _port()],
+        "crash": RunJob("crash", base / "crash", [PY, SPAWN, "crash", str(free_port())]),
+        "hang": RunJob("hang", base / "hang", [PY, SPAWN, "hang", str(free_port())],
                        args=["--hang-timeout", "6"]),
         "once": RunJob("once", base / "once", _restart("once")),
         "always": RunJob("always", base / "always", _restart("always")),
@@ -132,7 +126,7 @@ def test_run_restart_that_repeats_the_failure(runs):
 def test_attach_numbers_multiprocessing_ranks_by_their_locals(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path), HANG_READY_DIR=str(tmp_path),
                OMP_NUM_THREADS="1")
-    job = subprocess.Popen([PY, SPAWN, "hang", _port(), "--launch", "process"], env=env,
+    job = subprocess.Popen([PY, SPAWN, "hang", str(free_port()), "--launch", "process"], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     try:

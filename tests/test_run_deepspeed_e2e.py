@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import socket
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from run_helpers import RunJob, findings, run_all
 
 pytestmark = [pytest.mark.slow,
@@ -30,15 +30,9 @@ def _deepspeed() -> str:
     return str(beside) if beside.exists() else (shutil.which("deepspeed") or "deepspeed")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def ds_job(fault: str, rank: int) -> list[str]:
     # no hostfile: the launcher runs on localhost; --num_gpus is its rank count on CPU too
-    return [_deepspeed(), "--num_gpus", "2", "--master_port", str(_free_port()), SCRIPT,
+    return [_deepspeed(), "--num_gpus", "2", "--master_port", str(free_port()), SCRIPT,
             "--fault", fault, "--fault-rank", str(rank)]
 
 

@@ -81,11 +81,12 @@ def test_run_reads_the_ranks_output_from_the_launchers_files(tmp_path):
                    + trainer("--steps", "5", "--inject", "crash@1:2")[3:],
                    ["--hang-timeout", "60"])]
     if importlib.util.find_spec("deepspeed") is not None:
-        from test_run_deepspeed_e2e import _deepspeed, _free_port
+        from ports import free_port
+        from test_run_deepspeed_e2e import _deepspeed
 
         jobs.append(RunJob("deepspeed", tmp_path / "deepspeed",
                            [_deepspeed(), "--enable_each_rank_log", "ranklogs", "--num_gpus",
-                            "2", "--master_port", str(_free_port()), DS_SCRIPT, "--fault",
+                            "2", "--master_port", str(free_port()), DS_SCRIPT, "--fault",
                             "raise", "--fault-rank", "0"],
                            ["--hang-timeout", "60"], env={"DS_ACCELERATOR": "cpu"}))
     run_all(jobs, deadline_s=260)

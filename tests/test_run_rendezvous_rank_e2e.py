@@ -14,10 +14,10 @@ The three run side by side (~25 s on 2 busy cores).
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from run_helpers import PY, RunJob, findings, run_all
 
 pytestmark = pytest.mark.slow
@@ -28,33 +28,16 @@ TIMEOUT_S = "3"
 BAD_ADDR = "198.51.100.7"
 
 
-def _free_pair() -> int:
-    """A port whose next port is free too (the odd task's)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no pair of free ports")
-
-
 @pytest.fixture(scope="module")
 def rdzv_runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("run-rdzv")
     shell = str(JOBS / "rdzv_tasks.sh")
     jobs = {
-        "port": RunJob("port", base / "port", ["sh", shell, str(_free_pair()), "1",
+        "port": RunJob("port", base / "port", ["sh", shell, str(free_port(2)), "1",
                                                TIMEOUT_S], env={"PYTHON": PY}),
         "addr": RunJob("addr", base / "addr", [PY, str(JOBS / "rdzv_launch.py"),
-                                               str(_free_pair()), "1", BAD_ADDR, TIMEOUT_S]),
-        "healthy": RunJob("healthy", base / "healthy", ["sh", shell, str(_free_pair()), "-1",
+                                               str(free_port(2)), "1", BAD_ADDR, TIMEOUT_S]),
+        "healthy": RunJob("healthy", base / "healthy", ["sh", shell, str(free_port(2)), "-1",
                                                         TIMEOUT_S], env={"PYTHON": PY}),
     }
     run_all(list(jobs.values()), deadline_s=150)
