@@ -540,9 +540,13 @@ def store_barrier(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]
     missing = sorted(set(range(world)) - waiting)
     named = missing if len(missing) == world - joined else []
     who = f": rank {format_ranks(named)}" if named else ""
-    return [verdict(ix, "RANK_UNRESPONSIVE",
+    # at the barrier's deadline the waiting ranks raise: the missing ones never entered a
+    # collective the others timed out in; still waiting, they are stuck (or never started)
+    timed_out = any(e.data.get("timed_out") for e in evs)
+    return [verdict(ix, "HANG_RANK_MISSING_COLLECTIVE" if timed_out else "RANK_UNRESPONSIVE",
                     f"{world - joined} of {world} ranks never reached init_process_group{who}; "
-                    f"the others wait in its store barrier (worker_count={joined})", evs,
+                    f"the others {'timed out' if timed_out else 'wait'} in its store barrier "
+                    f"(worker_count={joined})", evs,
                     {"waiting_ranks": sorted(waiting), "world_size": world,
                      "worker_count": joined,
                      "hint": "the missing rank is stuck before init_process_group (an import, "

@@ -199,6 +199,10 @@ class LineScanner:
             if r is None:
                 break
             rank, body = r, rest
+        if rank is None and self._summary and "rank" in self._record:
+            # a torchrun summary record's traceback (its frames and exception line) is its
+            # rank's: the rank's own output may not be in the log at all
+            rank = _int(self._record["rank"])
         if rank is None:
             rank = self.file_rank
         return rank, body

@@ -307,4 +307,20 @@ SIGNATURES += (
                  "0:00:00)", "https://github.com/AlibabaResearch/efficientteacher/issues/85",
                  {"world_size": 2, "worker_count": 4})),
         convert={"rank": int, "world_size": int, "worker_count": int}),
+    # the same barrier at its deadline: the rank raising it waited, it did not crash
+    Signature(
+        "c10d.store_barrier_timeout", K.STORE_BARRIER_WAIT,
+        "Timed out initializing process group in store based barrier",
+        r"Timed out initializing process group in store based barrier on rank: "
+        r"(?P<rank>\d+), for key: \S+ \(world_size=(?P<world_size>\d+), "
+        r"worker_count=(?P<worker_count>\d+)",
+        "HANG_RANK_MISSING_COLLECTIVE", "torch 1.8 - 2.0 (distributed_c10d._store_based_barrier)",
+        (Example(" 94: RuntimeError: Timed out initializing process group in store based barrier "
+                 "on rank: 94, for key: store_based_barrier_key:1 (world_size=256, "
+                 "worker_count=247, timeout=0:30:00)",
+                 "https://github.com/loubnabnl/nanotron-smol-cluster/blob/"
+                 "4406dd800f0d466ea6f17eb8247ee56eeaf1a153/logs/32n-2gbs-test-3619762.out",
+                 {"rank": 94, "world_size": 256, "worker_count": 247}),),
+        convert={"rank": int, "world_size": int, "worker_count": int},
+        extra=lambda m: {"timed_out": True}),
 )
