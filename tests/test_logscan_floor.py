@@ -88,10 +88,11 @@ def _diagnose(text: str):
     # a GPU lost (OWOD#81)
     ("Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. Reboot the "
      "system to recover this GPU\n", "GPU_HEALTH", []),
-    # a bare exit code from mpirun (horovod#1421)
+    # a bare exit code from mpirun (horovod#1421): its "Process name: [[job,1],R]" is rank R,
+    # a bare exit like every other launcher's report of one
     ("mpirun detected that one or more processes exited with non-zero status, thus causing\n"
      "the job to be terminated. The first process to do so was:\n\n"
-     "  Process name: [[29973,1],0]\n  Exit code:    1\n", "UNRECOGNIZED_FAILURE", []),
+     "  Process name: [[29973,1],0]\n  Exit code:    1\n", "RANK_CRASHED", [0]),
     # slurm's time limit (JAX-Toolbox#398)
     ("slurmstepd: error: *** JOB 18886 ON compute-permanent-node-954 CANCELLED AT "
      "2023-11-24T10:25:54 DUE TO TIME LIMIT ***\n", "UNRECOGNIZED_FAILURE", []),

@@ -49,6 +49,8 @@ _RANK_PREFIX = re.compile(r"\[(?:rank|default|trainer)(\d+)(?:\|\d+)?\]:[ ]?")
 _LIGHTNING_PREFIX = re.compile(r"\[rank: (\d+)\] ")
 # srun --label (-l): every line of task N starts "N: "; a task is a rank under srun
 _SRUN_LABEL = re.compile(r" {0,4}(\d{1,5}): (?=\S)")
+# Open MPI's --tag-output (mpirun, horovodrun): "[1,3]<stderr>:text", [jobid,rank]<stream>
+_MPI_TAG = re.compile(r"\[\d+,(\d+)\]<std(?:out|err|diag)>: ?")
 # Ray's actor prefixes (Ray Train, Ray-launched Megatron/OpenRLHF workers): `(worker6,
 # rank=6, pid=8930, ip=10.42.3.242)`, `(head, rank=0, pid=123)`, `(RayTrainWorker pid=5,
 # ip=10.0.0.1)`; a rank only where the prefix says `rank=N`.
@@ -103,14 +105,16 @@ def rank_from_path(path: str) -> int | None:
 def split_rank_prefix(text: str) -> tuple[int | None, str]:
     """``"[rank1]: ValueError: x"`` -> ``(1, "ValueError: x")``; no prefix -> ``(None, text)``.
     Ray's actor prefix is taken off too (its rank, where it names one), Lightning's
-    (``"[rank: 1] ..."``) and srun's ``--label`` prefix (``"1: ValueError: x"``, the task).
+    (``"[rank: 1] ..."``), srun's ``--label`` prefix (``"1: ValueError: x"``, the task) and
+    Open MPI's ``--tag-output`` (``"[1,1]<stderr>:ValueError: x"``).
 
     The prefix may follow a pid or timestamp that some launchers and log collectors add, so
     it is looked for near the start of the line, not only at column 0.
     """
     m = _RANK_PREFIX.search(text, 0, 64)
     if m is None:
-        label = _LIGHTNING_PREFIX.match(text) or _SRUN_LABEL.match(text)
+        label = (_LIGHTNING_PREFIX.match(text) or _SRUN_LABEL.match(text)
+                 or _MPI_TAG.match(text))
         if label is not None:
             return int(label.group(1)), text[label.end():]
         ray = _RAY_PREFIX.match(text)

@@ -94,7 +94,7 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     bad = [e for e in ix.of(K.FATAL_PYTHON, K.SEGFAULT) if not _watchdog_abort(ix, e)] or [
         e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") not in (None, *_OWN_RULE)
         and not _watchdog_abort(ix, e)]
-    if not bad:
+    if not bad or _after_connect_failure(ix, bad[0]):
         return []
     e = bad[0]
     what = e.data.get("what") or e.data.get("signal") or "Segmentation fault"
@@ -105,6 +105,13 @@ def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return [verdict(ix, "RANK_CRASHED", f"{'rank ' + fmt(bad) if fmt(bad) else 'a process'} "
                     f"crashed in native code: {what}", bad, ev | ({"where": frames[0]}
                                                                if frames else {}))]
+
+
+def _after_connect_failure(ix: EventIndex, e: Event) -> bool:
+    """NCCL (2.8 and older) can crash in native code on its own error path once a socket
+    connect failed in its bootstrap: the crash is that failure's, and the connect failure
+    (its address and errno) says what to fix."""
+    return any(ix.pos(c) < ix.pos(e) for c in ix.of(K.NCCL_SOCKET))
 
 
 def _watchdog_abort(ix: EventIndex, e: Event) -> bool:

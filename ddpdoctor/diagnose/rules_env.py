@@ -149,12 +149,23 @@ _VIRTUAL_IFACE = re.compile(
 
 def nccl_ifaces(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A connection NCCL could not make, from a host whose NCCL listed container or
-    virtual interfaces beside a real one: the socket transport tried those."""
+    virtual interfaces beside a real one (the socket transport tried those), or loopback
+    alone (which reaches no other host)."""
     failed = ix.of(K.NCCL_SYSTEM, K.NCCL_SOCKET)
     listed = ix.of(K.NCCL_IFACES)
-    if not failed or not listed:
+    if not listed:
         return []
     names = list(dict.fromkeys(n for e in listed for n in e.typed("interfaces", list)))
+    refused = ix.of(K.CONN_REFUSED)
+    if names == ["lo"] and (failed or refused):
+        return [verdict(ix, "ENV_NCCL_CONFIG",
+                        "NCCL's sockets use the loopback interface alone (lo), and its "
+                        "connections fail: loopback reaches no other node; set "
+                        "NCCL_SOCKET_IFNAME to the interface the nodes share",
+                        (failed or refused)[:3] + listed[:1],
+                        {"interfaces": names, "setting": "NCCL_SOCKET_IFNAME"}, ranks=[])]
+    if not failed:
+        return []
     virtual = [n for n in names if _VIRTUAL_IFACE.match(n)]
     real = [n for n in names if n not in virtual and n != "lo"]
     if not virtual or not real:

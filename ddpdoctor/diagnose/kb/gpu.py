@@ -5,6 +5,9 @@ from __future__ import annotations
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.kb.signature import Example, Signature
 
+_ASSERT_SOURCE = ("https://github.com/jaeyun95/error_collections/blob/"
+                  "05887ec21a10a2c6c828e4b553349f79805be2e1/README.md")
+
 SIGNATURES = (
     Signature(
         "cuda.uncorrectable_ecc", K.GPU_ECC, "ECC error",
@@ -93,4 +96,29 @@ SIGNATURES = (
                  "https://github.com/jade-hpc-gpu/jade-hpc-gpu.github.io/issues/194",
                  {"message": "uncorrectable ECC error encountered"}),),
         fallback=True),
+    # torch < 1.5's wording of the same CUDA errors ("cuda runtime error (710) : ...")
+    Signature(
+        "cuda.runtime_error", K.CUDA_ERROR, "cuda runtime error (",
+        r"cuda runtime error \((?P<code>\d+)\) : (?P<message>.+?)(?: at \S+:\d+)?$",
+        "RANK_CRASHED", "torch < 1.5 (THC)",
+        (Example("[1,1]<stderr>:RuntimeError: cuda runtime error (710) : device-side assert "
+                 "triggered at /tmp/pip-req-build-l1dtn3mo/aten/src/THC/THCReduceAll.cuh:321",
+                 _ASSERT_SOURCE, {"code": "710", "message": "device-side assert triggered"}),),
+        fallback=True),
+    # a CUDA kernel's own assert (an index out of range): the process's CUDA context is
+    # dead, and its next CUDA call raises "device-side assert triggered"
+    Signature(
+        "cuda.kernel_assert", K.CUDA_ERROR, "Assertion `",
+        r"\.cu:\d+: .*block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] "
+        r"Assertion `(?P<assertion>[^`]+)` failed",
+        "RANK_CRASHED", "CUDA (all)",
+        (Example("/tmp/pip-req-build-l1dtn3mo/aten/src/THC/THCTensorIndex.cu:362: void "
+                 "indexSelectLargeIndex(TensorInfo<T, IndexType>, TensorInfo<T, IndexType>, "
+                 "TensorInfo<long, IndexType>, int, int, IndexType, IndexType, long) [with T = "
+                 "c10::Half, IndexType = unsigned int, DstDim = 2, SrcDim = 2, IdxDim = -2, "
+                 "IndexIsMajor = true]: block: [4,0,0], thread: [96,0,0] Assertion `srcIndex < "
+                 "srcSelectDimSize` failed.", _ASSERT_SOURCE,
+                 {"assertion": "srcIndex < srcSelectDimSize"}),),
+        extra=lambda m: {"message": f"device-side assert triggered (a kernel's assertion "
+                                    f"`{m['assertion']}` failed)"}),
 )

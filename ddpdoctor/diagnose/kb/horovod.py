@@ -1,4 +1,4 @@
-"""Horovod's own words for a collective that some ranks never joined.
+"""Horovod's own words for a collective that some ranks never joined, and for its shutdown.
 
 Horovod's stall inspector (horovod/common/stall_inspector.cc) lists every tensor that some
 ranks submitted and others did not, after 60 s: "NAME [ready ranks: 0, 1, 3]". The ranks
@@ -25,4 +25,14 @@ SIGNATURES: tuple[Signature, ...] = (
                  "https://github.com/horovod/horovod/issues/100",
                  {"ready_ranks": [1]})),
         convert={"ready_ranks": ints}),
+    # what every other rank raises once one rank's exception (or exit) shut Horovod down:
+    # the fallout of that rank's failure, as an aborted NCCL communicator is
+    Signature(
+        "horovod.shut_down", K.NCCL_ABORTED, "Horovod has been shut down",
+        r"Horovod has been shut down\. This was caused by an exception on one of the ranks",
+        "RANK_CRASHED", "horovod >= 0.16",
+        (Example("[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an "
+                 "exception on one of the ranks or an attempt to allreduce, allgather or "
+                 "broadcast a tensor after one of the ranks finished execution.",
+                 "https://github.com/ChenRocks/UNITER/issues/31"),)),
 )

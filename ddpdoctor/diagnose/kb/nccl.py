@@ -139,13 +139,19 @@ SIGNATURES = (
                  "https://github.com/pytorch/pytorch/issues/150852"),)),
     Signature(
         "nccl.socket_connect_failed", K.NCCL_SOCKET, "Connect to",
-        r"(?P<call>socketStartConnect|connectAddress|socketConnect|socketProgressState): Connect "
-        r"to (?P<address>[^<\s]+)<(?P<port>\d+)> failed ?: (?P<reason>[^\n]+?)\s*$",
-        "COMM_CONNECTIVITY", "NCCL >= 2.12",
+        r"(?:(?P<call>socketStartConnect|connectAddress|socketConnect|socketProgressState): "
+        r"|NCCL WARN )Connect to (?P<address>[^<\s]+)<(?P<port>\d+)> failed ?: "
+        r"(?P<reason>[^\n]+?)\s*$",
+        "COMM_CONNECTIVITY", "NCCL >= 2.12 (a function's name first), NCCL < 2.12 (socket.h)",
         (Example("socketStartConnect: Connect to 127.0.0.1<45069> failed : Software caused "
                  "connection abort", "https://github.com/awslabs/awsome-distributed-ai/issues/192",
                  {"address": "127.0.0.1", "port": 45069,
-                  "reason": "Software caused connection abort"}),),
+                  "reason": "Software caused connection abort"}),
+         Example("4: cgpu14:53622:56536 [0] include/socket.h:406 NCCL WARN Connect to "
+                 "192.168.184.61<42427> failed : No route to host",
+                 "https://github.com/sparticlesteve/nersc-pytorch-testing/blob/"
+                 "645da4232cde0a93b8806517bbaadc70458ba8c2/nccl-test-shifter-1450334.out",
+                 {"address": "192.168.184.61", "port": 42427, "reason": "No route to host"})),
         convert={"port": int}),
     Signature(
         "nccl.socket_peer_lost", K.NCCL_PEER_LOST, "Call to recv from",

@@ -49,6 +49,10 @@ def _launcher_exit(m: re.Match[str]) -> dict[str, object]:
     return launcher_exit("composer", int(m["exit_code"]))
 
 
+def _mpirun_exit(m: re.Match[str]) -> dict[str, object]:
+    return launcher_exit("mpirun", int(m["exit_code"]))
+
+
 def _lightning_exit(m: re.Match[str]) -> dict[str, object]:
     return launcher_exit("lightning", int(m["exit_code"]))
 
@@ -373,6 +377,17 @@ SIGNATURES = (
                  "https://github.com/mosaicml/llm-foundry/issues/215",
                  {"process": 0, "exit_code": 1}),),
         convert={"process": int, "exit_code": int}, extra=_launcher_exit),
+    Signature(
+        # Open MPI's report of the first process that exited non-zero: "Process name:
+        # [[jobid,1],R]" (R its rank in MPI_COMM_WORLD), its code on the next line
+        "mpirun.first_nonzero", K.PROCESS_EXIT, "Process name: [[",
+        r"Process name: \[\[\d+,\d+\],(?P<process>\d+)\]\s+Exit code:\s+(?P<exit_code>-?\d+)",
+        "RANK_CRASHED", "Open MPI >= 1.6 (mpirun, horovodrun)",
+        (Example("Process name: [[22323,1],0] Exit code:    1",
+                 "https://github.com/CipherDoc34/pytorch_horovod_profiling/blob/"
+                 "d137e2fd3812c48f80fcbbc732b89653883ab63e/3epochs.out#L64-L65",
+                 {"process": 0, "exit_code": 1}),),
+        convert={"process": int, "exit_code": int}, extra=_mpirun_exit),
     Signature(
         # Lightning's own launcher (ddp strategy, no torchrun) watching the ranks it started;
         # its "[rank: N]" prefix is the dead child's local rank (reader.py)
