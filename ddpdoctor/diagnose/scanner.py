@@ -109,6 +109,7 @@ class LineScanner:
         # ranks whose next exception Python reported as ignored; and those whose last was
         self._ignoring: dict[int | None, int] = {}  # rank -> the header's line number
         self._ignored_last: set[int | None] = set()
+        self._lent = ""  # where the current line's rank came from, when not the line
 
     def feed(self, line: RawLine) -> None:
         rank, body = self._rank_and_body(line.text)
@@ -199,10 +200,12 @@ class LineScanner:
             if r is None:
                 break
             rank, body = r, rest
+        self._lent = ""
         if rank is None and self._summary and "rank" in self._record:
             # a torchrun summary record's traceback (its frames and exception line) is its
             # rank's: the rank's own output may not be in the log at all
             rank = _int(self._record["rank"])
+            self._lent = "torchrun's summary"
         if rank is None:
             rank = self.file_rank
         return rank, body
@@ -367,7 +370,8 @@ class LineScanner:
         if at >= 0 and count >= MAX_EVENTS_PER_KIND:
             self.events[at] = replace(self.events[at], repeats=self.events[at].repeats + 1)
             return
-        self.events.append(Event(kind, self.source, line.lineno, rank, text, data))
+        self.events.append(Event(kind, self.source, line.lineno, rank, text, data,
+                                 rank_from=self._lent))
         self._last[key] = (count + 1, len(self.events) - 1)
 
 
