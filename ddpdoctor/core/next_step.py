@@ -171,6 +171,9 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "lower host memory use or raise the limit"),
     ("RANK_CRASHED", _has(r"(?i)Xid|ECC|fallen off the bus|uncorrectable"), _D,
      "the crash comes with a hardware error: drain the node"),
+    ("UNRECOGNIZED_FAILURE", lambda f: bool(f.evidence.get("stopped_by")), _R,
+     "the job was stopped from outside, not broken: run it again (from its last checkpoint), "
+     "where the signal cannot reach it"),
 )
 
 

@@ -78,9 +78,31 @@ def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
         return evs, None
     i = agents[0]
     first = evs[i]
-    evs[i] = replace(first, rank=first.get_int("local_rank") if first.rank is None
-                     else first.rank, data={**first.data, "first": True})
+    rank = first.rank
+    if rank is None and _local_is_global(evs, first.get_int("local_rank")):
+        rank = first.get_int("local_rank")
+    evs[i] = replace(first, rank=rank, data={**first.data, "first": True})
     return evs, evs[i]
+
+
+def _local_is_global(evs: list[Event], local: int | None) -> bool:
+    """The agent's "local_rank: L" is the global rank on one node only. Where the ranks'
+    own lines carry only higher global ranks and never L's (a pod or node of a larger job
+    whose one rank prints "[rank3]:" while its agent says local_rank 0), L is not a rank
+    of this log: the failure is left unnamed rather than pinned on rank L. Fallout lines
+    do not count: on one node, rank 1's reset connection after rank 0 died says nothing
+    against rank 0."""
+    if local is None:
+        return False
+    # a rank's fallout (a reset connection) may be all a single node's survivor printed
+    own = {e.rank for e in evs if e.rank is not None and not e.rank_from
+           and e.kind not in _REPORTS and e.kind not in CASCADE}
+    return not own or local in own or min(own) < local
+
+
+# reports about a rank by someone else (a launcher, the kernel, the floor), not its own lines
+_REPORTS = frozenset({EventKind.TORCHRUN_FAILURE, EventKind.HOST_OOM, EventKind.AGENT_FAILED,
+                      EventKind.FLOOR, EventKind.PROCESS_EXIT})
 
 
 def _not_teardown(evs: list[Event], failures: list[Event]) -> tuple[list[Event], Event | None]:

@@ -6,6 +6,7 @@ import re
 from collections import defaultdict
 
 from ddpdoctor.core.findings import format_ranks
+from ddpdoctor.core.signames import signal_name
 from ddpdoctor.diagnose.events import CASCADE, Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import (
@@ -133,9 +134,7 @@ def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     store wait is a hang someone stopped: the other rules read it."""
     if earlier:
         return []
-    # Traceback headers of interleaved ranks and the launcher's teardown come first
-    first = next((e for e in ix.events if e.is_failure and e.kind not in (K.TRACEBACK, K.TEARDOWN)
-                  and not (e.kind is K.FLOOR and is_teardown(e))), None)
+    first = _first_failure(ix)
     if first is None or first.kind is not K.EXCEPTION or \
             first.get_str("exception", "").split(":")[0].strip() != "KeyboardInterrupt":
         return []
@@ -154,6 +153,45 @@ def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                              "stopped making progress first, it hung: `ddpdoctor attach` on "
                              "the next hang names where each rank waits"},
                     ranks=[], severity="warning")]
+
+
+def _first_failure(ix: EventIndex) -> Event | None:
+    # Traceback headers of interleaved ranks and the launcher's teardown come first
+    return next((e for e in ix.events if e.is_failure and e.kind not in (K.TRACEBACK, K.TEARDOWN)
+                 and not (e.kind is K.FLOOR and is_teardown(e))), None)
+
+
+_SIGNALLED = re.compile(r"SignalException: Process (?P<pid>\d+) got signal: (?P<sig>\d+)")
+_WHO_SENT = {
+    "SIGHUP": "the terminal or session that started it closed (start it under nohup, tmux, "
+              "screen or setsid, or from the scheduler)",
+    "SIGTERM": "a scheduler, a time limit, a preemption or a person stopped it (its log or "
+               "`sacct`/`kubectl describe` says which)",
+    "SIGINT": "Ctrl-C or a wrapper's SIGINT stopped it",
+}
+
+
+def launcher_signalled(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """torchrun's agent got a signal from outside ("SignalException: Process P got signal:
+    S") and passed it on to its ranks, before any rank failed: the job was stopped, not
+    broken; nothing the ranks printed after it is theirs. A SIGINT is a Ctrl-C (a warning,
+    as an interrupted job is); any other signal ended a run that did not finish."""
+    if earlier:
+        return []
+    first = _first_failure(ix)
+    m = _SIGNALLED.search(first.get_str("exception", "")) if first is not None \
+        and first.kind is K.EXCEPTION else None
+    if first is None or m is None:
+        return []
+    name = signal_name(int(m["sig"])) or f"signal {m['sig']}"
+    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the launcher (pid {m['pid']}) was stopped by "
+                    f"{name} from outside and passed it on to the ranks; no rank failed "
+                    "before it", [first],
+                    {"stopped_by": name,
+                     "hint": _WHO_SENT.get(name, "something outside the job sent it") + "; "
+                             "the ranks' last lines say how far it got (resume from the last "
+                             "checkpoint)"},
+                    ranks=[], severity="warning" if name == "SIGINT" else "error")]
 
 
 _TIMED_OUT = re.compile(r"(?i)time[d ]?out")
@@ -477,6 +515,8 @@ RULES = (
     Rule("cuda_crash", cuda_crash, _CRASH_FALLOUT),
     Rule("native_crash", native_crash, _CRASH_FALLOUT),
     Rule("interrupted", interrupted, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK}),
+    Rule("launcher_signalled", launcher_signalled,
+         _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK, K.EXCEPTION}),
     Rule("main_first_wait", main_first_wait, _CRASH_FALLOUT | CASCADE),
     Rule("command_line", command_line, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TEARDOWN,
                                                                    K.TRACEBACK}),
