@@ -36,6 +36,9 @@ def test_on_one_node_a_silent_local_rank_0_is_still_rank_0(tmp_path):
     agent = next(x for x in POD_LOG.read_text().splitlines(True) if "failed (exitcode" in x)
     text = "[rank1]: RuntimeError: Connection reset by peer\n" + agent
     assert [f.ranks for f in findings_in(tmp_path, text)][0] == [0]
+    # nor does a banner rank 1 printed
+    banner = "[rank1]: NCCL version 2.8.3+cuda11.1\n"  # as X30_shifter_* prints it
+    assert [f.ranks for f in findings_in(tmp_path, banner + agent)][0] == [0]
 
 
 def test_the_launcher_stopped_by_sighup_is_a_stop_not_a_crash():

@@ -89,13 +89,13 @@ def _local_is_global(evs: list[Event], local: int | None) -> bool:
     """The agent's "local_rank: L" is the global rank on one node only. Where the ranks'
     own lines carry only higher global ranks and never L's (a pod or node of a larger job
     whose one rank prints "[rank3]:" while its agent says local_rank 0), L is not a rank
-    of this log: the failure is left unnamed rather than pinned on rank L. Fallout lines
-    do not count: on one node, rank 1's reset connection after rank 0 died says nothing
-    against rank 0."""
+    of this log: the failure is left unnamed rather than pinned on rank L. Only a rank's
+    own failure lines count: on one node, rank 1's banner or its reset connection after
+    rank 0 died says nothing against rank 0."""
     if local is None:
         return False
     # a rank's fallout (a reset connection) may be all a single node's survivor printed
-    own = {e.rank for e in evs if e.rank is not None and not e.rank_from
+    own = {e.rank for e in evs if e.rank is not None and not e.rank_from and e.is_failure
            and e.kind not in _REPORTS and e.kind not in CASCADE}
     return not own or local in own or min(own) < local
 
