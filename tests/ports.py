@@ -57,8 +57,11 @@ def _ephemeral() -> int:
 def free_port(span: int = 1) -> int:
     """A free port (with the ``span - 1`` ports after it free too) for this worker's next job."""
     for _ in range(_BLOCK):
+        offset = next(_NEXT)
+        for _ in range(span - 1):
+            next(_NEXT)  # the span's other ports are this job's too: the next pick skips them
         # an unusual ephemeral range leaves no room below it: the kernel's pick, as before
-        port = _START + next(_NEXT) % (_BLOCK - span) if _LOW >= 1024 else _ephemeral()
+        port = _START + offset % (_BLOCK - span) if _LOW >= 1024 else _ephemeral()
         if port + span <= 65536 and all(_bindable(port + k) for k in range(span)):
             return port
     raise RuntimeError(f"no {span} free port(s) near {_START}")

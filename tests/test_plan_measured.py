@@ -38,7 +38,7 @@ def _measure(tmp: Path, nproc: int, strategies: list[str]) -> dict[str, dict]:
     return {r["strategy"]: r for r in recs if r["event"] == "summary"}
 
 
-def _check(summaries: dict[str, dict], strategies: list[str], nproc: int) -> None:
+def _rows(summaries: dict[str, dict], strategies: list[str], nproc: int) -> list:
     shape = from_preset("tiny")
     # the trainer on CPU: fp32, single-tensor AdamW (no foreach temporaries)
     setup = Setup(world=nproc, precision=PRECISIONS["fp32"], batch_size=BATCH,
@@ -49,14 +49,31 @@ def _check(summaries: dict[str, dict], strategies: list[str], nproc: int) -> Non
         assert len(measured) == nproc
         rows += compare(name, shape, setup, measured)
     print(table(rows))
-    for c in rows:
+    return rows
+
+
+def _check(summaries: dict[str, dict], strategies: list[str], nproc: int) -> None:
+    for c in _rows(summaries, strategies, nproc):
         assert c.measured_states > 0 and c.measured_peak > 0
         assert abs(c.states_error) <= STATES_TOLERANCE, (c.strategy, c.rank, c.states_error)
         assert abs(c.total_error) <= TOTAL_TOLERANCE, (c.strategy, c.rank, c.total_error)
 
 
+# A pipeline stage's peak holds the activations it received and has not yet used, and how
+# many those are depends on how the two stages' steps interleave, which a loaded machine
+# changes (pp's last stage: 2,223,264 bytes on every idle run, 2,023,328 once beside another
+# job). Its model states are exact whatever the load; a peak off by more than the tolerance
+# is measured once more, alone, before it counts as a miss.
+_INTERLEAVED = {"pp"}
+
+
 def test_two_rank_strategies_match_the_measurement(tmp_path: Path) -> None:
     summaries = _measure(tmp_path, 2, TWO_RANK)
+    off = {c.strategy for c in _rows(summaries, TWO_RANK, 2)
+           if abs(c.total_error) > TOTAL_TOLERANCE} & _INTERLEAVED
+    for name in off:
+        (tmp_path / name).mkdir()
+        summaries[name] = _measure(tmp_path / name, 2, [name])[name]
     _check(summaries, TWO_RANK, 2)
     # what the shards are, independently of the plan: zero3 holds half of ddp's params
     ddp, z3 = summaries["ddp"]["rank_memory"][0], summaries["zero3"]["rank_memory"][0]

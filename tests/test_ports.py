@@ -25,6 +25,14 @@ def test_a_span_is_free_as_a_whole():
             s.bind(("127.0.0.1", p))
 
 
+def test_the_next_pick_skips_the_whole_span(monkeypatch):
+    # a job given port P with span 2 also uses P + 1 (its odd task's store): a CI run beside
+    # a job saw the next job of the worker handed P + 1, and the two jobs' ranks met
+    monkeypatch.setattr(ports, "_NEXT", iter(range(10, 20)))
+    first = ports.free_port(2)
+    assert ports.free_port(2) >= first + 2
+
+
 def test_a_taken_port_is_skipped(monkeypatch):
     held = socket.socket()
     try:
