@@ -6,8 +6,9 @@
   not a rank of this log and the failure is not pinned on rank 0.
 - torchrun's agent stopped by a signal from outside ("SignalException: Process P got
   signal: 1", SIGHUP when the terminal that started it under nohup-less shells closed)
-  before any rank failed: the job was stopped, not broken; next step restart. A SIGINT is
-  a Ctrl-C (a warning, as an interrupted job is).
+  before any rank failed: the job was stopped, not broken. A SIGINT is
+  a Ctrl-C (a warning, as an interrupted job is). Next step: start it where a closed
+  terminal cannot reach it (a config), any other signal: restart.
 
 Real logs, URLs in their sidecars; the variants are cut from them."""
 
@@ -47,11 +48,13 @@ def test_the_launcher_stopped_by_sighup_is_a_stop_not_a_crash():
         errors = [f for f in found if f.severity == "error"]
         assert [(f.id, f.ranks) for f in errors] == [("UNRECOGNIZED_FAILURE", [])], log
         assert "stopped by SIGHUP from outside" in errors[0].title
-        assert decide(found).action is Action.RESTART
+        # the fix is where it is started, not its code: a config
+        assert decide(found).action is Action.FIX_CONFIG
 
 
 def test_a_sigint_to_the_launcher_is_a_warning(tmp_path):
-    text = SIGHUP_LOG.read_text().replace("got signal: 1", "got signal: 2")
+    text = (SIGHUP_LOG.read_text().replace("got signal: 1", "got signal: 2")
+            .replace("Received 1 death signal", "Received 2 death signal"))
     found = findings_in(tmp_path, text)
     stopped = [f for f in found if "stopped by SIGINT" in f.title]
     assert stopped and stopped[0].severity == "warning"
@@ -62,3 +65,10 @@ def test_a_rank_that_failed_before_the_signal_is_the_finding(tmp_path):
     text = "[rank1]: ValueError: bad batch\n" + SIGHUP_LOG.read_text()
     lead = findings_in(tmp_path, text)[0]
     assert (lead.id, lead.ranks) == ("RANK_CRASHED", [1])
+
+
+def test_the_agents_own_line_alone_says_the_stop(tmp_path):
+    # an excerpt cut before the launcher's traceback (accelerate launch, G2_*)
+    line = next(x for x in SIGHUP_LOG.read_text().splitlines(True) if "death signal" in x)
+    lead = findings_in(tmp_path, line)[0]
+    assert lead.id == "UNRECOGNIZED_FAILURE" and "stopped by SIGHUP" in lead.title

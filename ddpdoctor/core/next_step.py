@@ -157,9 +157,13 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "the rank the others waited for was busy with real work (preprocessing, saving, "
      "evaluating): raise the collective timeout, or do that work before the process group "
      "starts"),
-    ("RANK_CRASHED", lambda f: f.evidence.get("family") == "command_line", _C,
+    ("RANK_CRASHED", lambda f: f.evidence.get("family") == "command_line"
+     and bool(re.search(r"--local[-_]rank", str(f.evidence.get("message", "")))), _C,
      "the script's argument parser refused what the launcher passed: accept it (--local_rank "
      "/ --local-rank) or launch with torchrun"),
+    ("RANK_CRASHED", lambda f: f.evidence.get("family") == "command_line", _K,
+     "the script's argument parser refused the command line it was given: fix the launch "
+     "command's arguments"),
     ("RANK_CRASHED", lambda f: f.evidence.get("family") == "extension_build", _K,
      "a C++/CUDA extension did not compile: fix the toolchain (compiler version, CUDA_HOME, "
      "headers) or install the op prebuilt"),
@@ -171,9 +175,12 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "lower host memory use or raise the limit"),
     ("RANK_CRASHED", _has(r"(?i)Xid|ECC|fallen off the bus|uncorrectable"), _D,
      "the crash comes with a hardware error: drain the node"),
+    ("UNRECOGNIZED_FAILURE", lambda f: f.evidence.get("stopped_by") == "SIGHUP", _K,
+     "the terminal or session that started the job closed and took it down: start it where "
+     "that cannot reach it (nohup, tmux, screen, setsid, or the scheduler), from its last "
+     "checkpoint"),
     ("UNRECOGNIZED_FAILURE", lambda f: bool(f.evidence.get("stopped_by")), _R,
-     "the job was stopped from outside, not broken: run it again (from its last checkpoint), "
-     "where the signal cannot reach it"),
+     "the job was stopped from outside, not broken: run it again (from its last checkpoint)"),
 )
 
 

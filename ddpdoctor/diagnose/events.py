@@ -142,6 +142,9 @@ class EventKind(str, Enum):
     # "NCCL communicator was aborted on rank N": the Python side of an abort that came
     # from elsewhere (the watchdog after a timeout, a peer's error): fallout
     NCCL_ABORTED = "nccl_aborted"
+    # torchelastic's agent got a signal from outside ("Received 1 death signal, shutting
+    # down workers"): the job was stopped, no rank failed (rules_crash.launcher_signalled)
+    LAUNCHER_SIGNALLED = "launcher_signalled"
     HOROVOD_STALL = "horovod_stall"  # the stall inspector: "OP [ready ranks: 0, 1, 3]"
     DS_CONFIG = "ds_config"  # DeepSpeed refusing its config ("Check batch related parameters")
     # a loss scaler skipped a step ("Gradient overflow. Skipping step"): routine in fp16

@@ -270,6 +270,22 @@ PATTERNS: tuple[FloorPattern, ...] = (
           "https://github.com/horovod/horovod/issues/1516")),
         accept=lambda d: True),
     FloorPattern(
+        # nccl-tests' own report of a failed call ("Test NCCL failure common.cu:777 '...'",
+        # "host pid N: Test failure common.cu:1189"), and an Ascend CANN runtime error code
+        # (EI0002: an HCCL collective timed out): a library's error, whatever it says
+        "accel.test_or_runtime_failure", Evidence.LIBRARY_ERROR,
+        ("Test CUDA failure", "Test NCCL failure", ": Test failure", "[PID: "),
+        r"Test (?:CUDA |NCCL )?failure \S+:\d+|^E[A-Z]\d{4}: \[PID: \d+\]",
+        (("fastmoe: Test NCCL failure common.cu:777 'unhandled system error'",
+          "https://github.com/NVIDIA/nccl/issues/473"),
+         (" .. gpu-1-1 pid 3617715: Test failure common.cu:1189",
+          "https://github.com/NVIDIA/nccl-tests/issues/369"),
+         ("EI0002: [PID: 7277] 2024-11-28-11:59:30.645.648 The wait execution of the Notify "
+          "register times out.", "https://github.com/Ascend/pytorch/blob/"
+          "af7cebeb892bfed77d9cdf1f227470f1046f8646/docs/zh/user_guide/troubleshooting/"
+          "troubleshooting_cases/HCCL_timeout.md")),
+        accept=lambda d: True),
+    FloorPattern(
         "kubernetes.evicted", Evidence.LAUNCHER_DEATH, ("Evicted", "low on resource"),
         r"Warning\s+Evicted\s|^Reason:\s+Evicted\b|\d+/\d+\s+Evicted\s|"
         r"The node was low on resource: (?P<resource>[\w-]+)",

@@ -179,14 +179,19 @@ def launcher_signalled(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Ver
     if earlier:
         return []
     first = _first_failure(ix)
+    signum = first.get_int("signum") if first is not None \
+        and first.kind is K.LAUNCHER_SIGNALLED else None
     m = _SIGNALLED.search(first.get_str("exception", "")) if first is not None \
         and first.kind is K.EXCEPTION else None
-    if first is None or m is None:
+    if m is not None:
+        signum = int(m["sig"])
+    if first is None or signum is None:
         return []
-    name = signal_name(int(m["sig"])) or f"signal {m['sig']}"
-    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the launcher (pid {m['pid']}) was stopped by "
-                    f"{name} from outside and passed it on to the ranks; no rank failed "
-                    "before it", [first],
+    name = signal_name(signum) or f"signal {signum}"
+    said = ix.of(K.LAUNCHER_SIGNALLED) + [e for e in ix.of(K.EXCEPTION)
+                                          if _SIGNALLED.search(e.get_str("exception", ""))]
+    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the launcher was stopped by {name} from "
+                    "outside and passed it on to the ranks; no rank failed before it", said,
                     {"stopped_by": name,
                      "hint": _WHO_SENT.get(name, "something outside the job sent it") + "; "
                              "the ranks' last lines say how far it got (resume from the last "
@@ -233,8 +238,11 @@ def command_line(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     refused = [e for e in ix.of(K.CLI_ERROR) if e.rank not in explained]
     if not refused:
         return []
-    ranks = ranks_of(refused) or ranks_of(
-        [e for e in ix.root_failures if e.data.get("exit_code") == 2])
+    # argparse exits 2: every rank the launcher reports with that code printed its usage
+    # (an unprefixed usage line lent the root rank says nothing about the others)
+    ranks = ranks_of([e for e in refused if not e.rank_from]) or ranks_of(
+        [e for e in ix.of(K.TORCHRUN_FAILURE, K.PROCESS_EXIT) if e.data.get("exit_code") == 2]
+        + [e for e in ix.root_failures if e.data.get("exit_code") == 2])
     message = refused[0].get_str("message")
     if len(refused) > 1:  # every worker names its own --local-rank=N: one message
         message = _LOCAL_RANK_VALUE.sub(r"\1=N", message)
@@ -246,7 +254,7 @@ def command_line(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                       "(parser.add_argument('--local_rank', '--local-rank', type=int)), or "
                       "launch with torchrun, which sets LOCAL_RANK in the environment "
                       "instead")
-    deaths = [e for e in ix.root_failures if e.rank in ranks]
+    deaths = [e for e in ix.of(K.TORCHRUN_FAILURE) if e.rank in ranks]
     return [verdict(ix, "RANK_CRASHED", f"{who}: {refused[0].get_str('prog')} refused its "
                     f"command line: {cut(message, 160)}", refused + deaths, ev, ranks=ranks)]
 
@@ -516,7 +524,7 @@ RULES = (
     Rule("native_crash", native_crash, _CRASH_FALLOUT),
     Rule("interrupted", interrupted, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK}),
     Rule("launcher_signalled", launcher_signalled,
-         _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK, K.EXCEPTION}),
+         _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK, K.EXCEPTION, K.LAUNCHER_SIGNALLED}),
     Rule("main_first_wait", main_first_wait, _CRASH_FALLOUT | CASCADE),
     Rule("command_line", command_line, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TEARDOWN,
                                                                    K.TRACEBACK}),

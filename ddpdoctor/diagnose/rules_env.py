@@ -36,6 +36,13 @@ def device_mapping(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict
         title = (f"rank {d['rank_a']} and rank {d['rank_b']} both use CUDA device "
                  f"{d['device']}: each rank needs its own GPU")
         ev = {"device": d["device"], "ranks_on_device": ranks}
+    elif d.get("busy"):
+        ranks = ranks_of(dup)
+        title = ("a rank's CUDA device was busy or unavailable: the GPU is in exclusive-process "
+                 "mode and another process holds it (two ranks given one GPU, or a process "
+                 "left over from an earlier run)")
+        ev = {"hint": "nvidia-smi shows which processes hold each GPU; map each rank to its "
+                      "own GPU (LOCAL_RANK) and stop leftovers"}
     else:
         ranks = ranks_of(dup)
         title = ("a rank asked for a CUDA device that does not exist (invalid device ordinal): "

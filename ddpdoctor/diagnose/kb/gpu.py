@@ -73,28 +73,52 @@ SIGNATURES = (
     Signature(
         # PyTorch's ROCm build says "HIP error" where the CUDA build says "CUDA error"
         "cuda.illegal_memory_access", K.CUDA_ILLEGAL, "illegal memory access",
-        r"(?P<watchdog>NCCL watchdog thread terminated with exception: )?(?:CUDA|HIP) error: an "
-        r"illegal memory access was encountered", "RANK_CRASHED", "CUDA (all), ROCm (HIP)",
+        r"(?P<watchdog>NCCL watchdog thread terminated with exception: )?(?:(?:CUDA|HIP) error: "
+        r"|Test CUDA failure \S+:\d+ ')an illegal memory access was encountered", "RANK_CRASHED",
+        "CUDA (all), ROCm (HIP); nccl-tests",
         (Example("[E ProcessGroupNCCL.cpp:916] [Rank 0] NCCL watchdog thread terminated with "
                  "exception: CUDA error: an illegal memory access was encountered",
                  "https://github.com/vllm-project/vllm/issues/4108",
                  {"watchdog": "NCCL watchdog thread terminated with exception:"}),
          Example("torch.AcceleratorError: HIP error: an illegal memory access was encountered",
-                 "https://github.com/ROCm/legacy-rocm-build/issues/5742"))),
+                 "https://github.com/ROCm/legacy-rocm-build/issues/5742"),
+         Example("     2097152         32768     float    none      -1 node0: Test CUDA failure "
+                 "common.cu:389 'an illegal memory access was encountered'",
+                 "https://github.com/NVIDIA/nccl-tests/issues/355"))),
     Signature(
         "cuda.invalid_device_ordinal", K.DUPLICATE_GPU, "invalid device ordinal",
-        r"(?:CUDA error|cuda runtime error \(\d+\)) ?: invalid device ordinal",
+        r"(?:(?:CUDA error|cuda runtime error \(\d+\)) ?: |Test CUDA failure \S+:\d+ '?)"
+        r"invalid device ordinal",
         "GPU_DEVICE_MAPPING",
-        "CUDA (all)",
+        "CUDA (all); nccl-tests",
         (Example("RuntimeError: cuda runtime error (10) : invalid device ordinal at "
                  "/pytorch/torch/csrc/cuda/Module.cpp:33",
-                 "https://github.com/HRNet/HRNet-Semantic-Segmentation/issues/171"),)),
+                 "https://github.com/HRNet/HRNet-Semantic-Segmentation/issues/171"),
+         Example("nvidiatools-29-workload: Test CUDA failure common.cu:1030 invalid device "
+                 "ordinal", "https://github.com/NVIDIA/nccl-tests/issues/323"))),
+    Signature(
+        # cudaErrorDevicesUnavailable: the GPU is in exclusive-process compute mode and
+        # another process (another rank given the same GPU, or a leftover) holds it
+        "cuda.devices_unavailable", K.DUPLICATE_GPU, "is/are busy or unavailable",
+        r"CUDA-capable device\(s\) is/are busy or unavailable", "GPU_DEVICE_MAPPING",
+        "CUDA (all)",
+        (Example("gpu-1-1: Test CUDA failure common.cu:1304 'CUDA-capable device(s) is/are busy "
+                 "or unavailable'", "https://github.com/NVIDIA/nccl-tests/issues/369"),),
+        extra=lambda m: {"busy": True}),
     Signature(
         "cuda.error", K.CUDA_ERROR, ("CUDA error", "HIP error"),
         r"(?:CUDA|HIP) error: (?P<message>[^\n]+)", "RANK_CRASHED", "CUDA (all), ROCm (HIP)",
         (Example("RuntimeError: CUDA error: uncorrectable ECC error encountered",
                  "https://github.com/jade-hpc-gpu/jade-hpc-gpu.github.io/issues/194",
                  {"message": "uncorrectable ECC error encountered"}),),
+        fallback=True),
+    # nccl-tests' report of a failed CUDA call ("Test CUDA failure common.cu:389 '...'")
+    Signature(
+        "nccl_tests.cuda_failure", K.CUDA_ERROR, "Test CUDA failure",
+        r"Test CUDA failure \S+:\d+ '?(?P<message>[^'\n]+?)'?\s*$", "RANK_CRASHED", "nccl-tests",
+        (Example("gpu-1-1: Test CUDA failure common.cu:1304 'CUDA-capable device(s) is/are busy "
+                 "or unavailable'", "https://github.com/NVIDIA/nccl-tests/issues/369",
+                 {"message": "CUDA-capable device(s) is/are busy or unavailable"}),),
         fallback=True),
     # torch < 1.5's wording of the same CUDA errors ("cuda runtime error (710) : ...")
     Signature(

@@ -527,6 +527,15 @@ SIGNATURES = (
                  {"exception": "OutOfMemoryError", "replica": 0, "device": 0})),
         convert={"replica": int, "device": int}),
     Signature(
+        "elastic.death_signal", K.LAUNCHER_SIGNALLED, "death signal, shutting down workers",
+        r"Received (?P<signum>\d+) death signal, shutting down workers",
+        "UNRECOGNIZED_FAILURE", "torch.distributed.elastic's agent (torchrun, accelerate launch)",
+        (Example("WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, "
+                 "shutting down workers",
+                 "https://github.com/hiyouga/ChatGLM-Efficient-Tuning/issues/72",
+                 {"signum": 1}),),
+        convert={"signum": int}),
+    Signature(
         # A launcher's own word that a process, or its whole worker group, ended well: the
         # resets and store warnings its peers print after it are the teardown
         # (rules_crash.peer_gone)
