@@ -213,6 +213,8 @@ class Event:
         if self.kind in (EventKind.PROCESS_EXIT, EventKind.AGENT_FAILED,
                          EventKind.TORCHRUN_FAILURE):
             return self.data.get("exit_code") != 0
+        if self.kind is EventKind.LAUNCHER_SIGNALLED:  # a Ctrl-C stopped it: not a failure
+            return self.data.get("signame") != "SIGINT" and self.data.get("signum") != 2
         return True
 
     def typed(self, key: str, kind: type[_T]) -> _T:

@@ -172,24 +172,24 @@ _WHO_SENT = {
 
 
 def launcher_signalled(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    """torchrun's agent got a signal from outside ("SignalException: Process P got signal:
-    S") and passed it on to its ranks, before any rank failed: the job was stopped, not
-    broken; nothing the ranks printed after it is theirs. A SIGINT is a Ctrl-C (a warning,
-    as an interrupted job is); any other signal ended a run that did not finish."""
+    """The launcher got a signal from outside (torchrun's "SignalException: Process P got
+    signal: S" or its agent's "Received S death signal", DeepSpeed's "Main process received
+    SIGINT") and passed it on to its ranks, before any rank failed of its own: the job was
+    stopped, not broken; what the ranks and the launcher print after it is that stop. A
+    SIGINT is a Ctrl-C (a warning, as an interrupted job is); any other signal ended a run
+    that did not finish."""
     if earlier:
         return []
-    first = _first_failure(ix)
-    signum = first.get_int("signum") if first is not None \
-        and first.kind is K.LAUNCHER_SIGNALLED else None
-    m = _SIGNALLED.search(first.get_str("exception", "")) if first is not None \
-        and first.kind is K.EXCEPTION else None
-    if m is not None:
-        signum = int(m["sig"])
-    if first is None or signum is None:
-        return []
-    name = signal_name(signum) or f"signal {signum}"
     said = ix.of(K.LAUNCHER_SIGNALLED) + [e for e in ix.of(K.EXCEPTION)
                                           if _SIGNALLED.search(e.get_str("exception", ""))]
+    if not said or any(e.data.get("pattern") == "slurm.cancelled" for e in ix.of(K.FLOOR)):
+        return []  # the scheduler's cancel says who stopped it (rules_floor reads it)
+    said.sort(key=ix.pos)
+    first = said[0]
+    if any(ix.pos(e) < ix.pos(first) for e in ix.events if e.is_failure
+           and e.kind not in _STOP_NOISE and not (e.kind is K.FLOOR and is_teardown(e))):
+        return []  # a rank failed first: the signal is not the story
+    name = _signal_of(first)
     return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the launcher was stopped by {name} from "
                     "outside and passed it on to the ranks; no rank failed before it", said,
                     {"stopped_by": name,
@@ -197,6 +197,19 @@ def launcher_signalled(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Ver
                              "the ranks' last lines say how far it got (resume from the last "
                              "checkpoint)"},
                     ranks=[], severity="warning" if name == "SIGINT" else "error")]
+
+
+# what a launcher prints while it stops its workers: reports of the stop, not failures
+_STOP_NOISE = frozenset({K.TRACEBACK, K.TEARDOWN, K.PROCESS_EXIT, K.AGENT_FAILED,
+                         K.TORCHRUN_FAILURE, K.FLOOR})
+
+
+def _signal_of(e: Event) -> str:
+    if e.data.get("signame"):
+        return e.get_str("signame")
+    m = _SIGNALLED.search(e.get_str("exception", ""))
+    signum = int(m["sig"]) if m else e.get_int("signum") or 0
+    return signal_name(signum) or f"signal {signum}"
 
 
 _TIMED_OUT = re.compile(r"(?i)time[d ]?out")

@@ -122,6 +122,20 @@ KNOWN_BUGS = (
              "2a8874e7d1e6:2196:2275 [1] graph/xml.h:101 NCCL WARN Attribute arch of node cpu "
              "not found", "https://github.com/aws/aws-ofi-nccl/issues/785")),
     KnownBug(
+        "windows-tcpstore-libuv", "https://github.com/pytorch/pytorch/issues/139990",
+        "the rendezvous store (TCPStore) uses libuv by default, but PyTorch's Windows wheels "
+        "are built without it: creating the store fails on Windows",
+        "torch 2.4 and later on Windows",
+        "see pytorch/pytorch#139990 for the release that defaults to USE_LIBUV=0 on Windows",
+        "set USE_LIBUV=0 in the environment (or pass use_libuv=False to the TCPStore / "
+        "rendezvous URL)",
+        {},
+        _sig("windows-tcpstore-libuv", "use_libuv was requested",
+             r"use_libuv was requested but PyTorch was build without libuv support",
+             "torch >= 2.4 (Windows wheels)",
+             "RuntimeError: use_libuv was requested but PyTorch was build without libuv support",
+             "https://github.com/pytorch/pytorch/issues/139990")),
+    KnownBug(
         "ddp-broadcast-buffers-inplace", "https://github.com/pytorch/pytorch/issues/22095",
         "DDP with broadcast_buffers=True overwrites module buffers in place on every forward: "
         "a module run twice before backward fails autograd's version check",

@@ -536,6 +536,16 @@ SIGNATURES = (
                  {"signum": 1}),),
         convert={"signum": int}),
     Signature(
+        # DeepSpeed's launcher stopping its workers because it was signalled itself
+        "deepspeed.launcher_signalled", K.LAUNCHER_SIGNALLED, "Main process received SIG",
+        r"Main process received (?P<signame>SIG[A-Z]+), exiting",
+        "UNRECOGNIZED_FAILURE", "deepspeed.launcher.launch (sigkill_handler)",
+        (Example("[2025-02-20 20:27:14,902] [INFO] [launch.py:328:sigkill_handler] Main process "
+                 "received SIGINT, exiting",
+                 "https://github.com/CqGao112/CN-Mini-Phi3/blob/"
+                 "4074a0161045ab30257f5fd976d9e8d83db948b7/dpo.log#L329",
+                 {"signame": "SIGINT"}),)),
+    Signature(
         # A launcher's own word that a process, or its whole worker group, ended well: the
         # resets and store warnings its peers print after it are the teardown
         # (rules_crash.peer_gone)
