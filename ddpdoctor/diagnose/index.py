@@ -142,13 +142,12 @@ def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event
     """
     if root_rank is None:
         return evs
-    # reports about a rank (by the launcher, the kernel, the floor) are not the rank's own lines
-    skip = {EventKind.TORCHRUN_FAILURE, EventKind.HOST_OOM, EventKind.AGENT_FAILED,
-            EventKind.FLOOR, EventKind.PROCESS_EXIT}
-    if any(e.rank == root_rank for e in evs if e.kind not in CASCADE and e.kind not in skip):
+    if any(e.rank == root_rank for e in evs if e.kind not in CASCADE
+           and e.kind not in _REPORTS):
         return evs
     return [replace(e, rank=root_rank, rank_from="torchrun's summary (line carries no rank)")
-            if e.rank is None and e.kind not in skip and not e.kind.value.startswith("desync_")
+            if e.rank is None and e.kind not in _REPORTS
+            and not e.kind.value.startswith("desync_")
             else e for e in evs]
 
 

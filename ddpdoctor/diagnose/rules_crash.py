@@ -187,7 +187,7 @@ def launcher_signalled(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Ver
     said.sort(key=ix.pos)
     first = said[0]
     if any(ix.pos(e) < ix.pos(first) for e in ix.events if e.is_failure
-           and e.kind not in _STOP_NOISE and not (e.kind is K.FLOOR and is_teardown(e))):
+           and e.kind not in _STOP_NOISE):
         return []  # a rank failed first: the signal is not the story
     name = _signal_of(first)
     return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the launcher was stopped by {name} from "
