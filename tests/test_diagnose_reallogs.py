@@ -74,13 +74,12 @@ NOTHING_TO_SEE = {"L2_nccl_ibext_plugin_ignores_ib_disable_dgx",
                   "J1_kubeflow_pytorchjob_istio_sidecar_gloo_init_hang",
                   # nccl-tests hanging with the IOMMU on: the banner, then silence
                   "J1_nccl_tests_allreduce_hang_iommu_p2p_1080ti",
-                  # batch K1_: start-up banners then silence (a JIT extension's build lock, a
-                  # Lightning multi-node init, rccl-tests after its header); NCCL's proxy
+                  # batch K1_: start-up banners then silence (a JIT extension's build lock,
+                  # rccl-tests after its header); NCCL's proxy
                   # reading an HTTP GET as its peer (a WARN healthy jobs print too); two
                   # divergences, said as a warning or not at all (a log cut inside a spike
                   # that recovers reads the same: never called a failure)
                   "K1_jit_extension_lock_hang_torch_extensions_multinode_sft",
-                  "K1_lightning_slurm_no_srun_multinode_init_hang",
                   "K1_rocm_mi100_rccl_allreduce_hangs_after_header_iommu_not_passthrough",
                   "K1_nccl_proxy_accepts_http_get_wrong_magic_hang_multinode",
                   "K1_ds_104b_optimizer_reset_resume_overflow_loss_scale_halving_spike_then_nan",
@@ -89,7 +88,10 @@ NOTHING_TO_SEE = {"L2_nccl_ibext_plugin_ignores_ib_disable_dgx",
                   # batch M1_: Ray Train's one NCCL INFO line (the interface it was given),
                   # RCCL's IOMMU warning before a hang with no further line
                   "M1_ray_train_default_nccl_socket_ifname_wrong_on_ib_cluster",
-                  "M1_rocm_vllm_tp_hang_p2p_enabled_iommu_warn"}
+                  "M1_rocm_vllm_tp_hang_p2p_enabled_iommu_warn",
+                  # batch X51_: a hang shown only by the reporter's own prints (eight
+                  # "before allreduce", one "after")
+                  "X51_allreduce_shape_mismatch_rank0_hang"}
 
 
 def test_no_failed_job_is_called_healthy(results):
@@ -103,7 +105,7 @@ def test_no_healthy_run_is_called_failed(results):
 
 def test_the_next_step_matches_what_fixed_it(results):
     """Where the thread says what fixed it and the finding is right, the next step agrees
-    at least 80% of the time (measured 84%, docs/diagnose.md). The rest the log cannot
+    at least 80% of the time (measured 82%, docs/diagnose.md). The rest the log cannot
     tell apart from the usual cause: a SIGKILL from a memory leak in the loop (code, not
     config), a DNS name not resolvable *yet* (restart, not config), a scheduler's time
     limit (raise it, or fix the config that asked for too little)."""

@@ -129,7 +129,11 @@ _CONFIG_SAYS = re.compile(
     r"(?:>=|version|or (?:newer|later|higher))|is not divisible by|must be divisible by|"
     r"KeyError: '(?:RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT)'|"
     r"ImportError: cannot import name '\w+' from '(?:torch|transformers|accelerate|deepspeed|"
-    r"peft|trl|flash_attn)\b")
+    r"peft|trl|flash_attn)\b|"
+    # a checkpoint that is another run's: its optimizer groups or its recorded settings
+    # disagree with this run's (resumed from the wrong directory, or the config changed)
+    r"loaded state dict (?:has a different number of parameter groups|contains a parameter "
+    r"group)|and checkpoint ?value \S+ for .+ do not match")
 
 
 def _config_refused(f: Finding) -> bool:
@@ -153,6 +157,10 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
                r"Permission denied"), _K,
      "a path, a program or the disk the launch relies on is missing or full: fix the launch "
      "configuration (paths, installed programs, free space)"),
+    ("HANG_RANK_MISSING_COLLECTIVE", lambda f: f.evidence.get("family") == "rank_census", _K,
+     "ranks of the world never started, or several processes took one rank: the launch "
+     "does not start one process per rank (srun and its task count, the launcher's "
+     "--nnodes / --node-rank on every node)"),
     ("HANG_RANK_MISSING_COLLECTIVE", lambda f: bool(f.evidence.get("busy")), _T,
      "the rank the others waited for was busy with real work (preprocessing, saving, "
      "evaluating): raise the collective timeout, or do that work before the process group "
@@ -175,6 +183,10 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "lower host memory use or raise the limit"),
     ("RANK_CRASHED", _has(r"(?i)Xid|ECC|fallen off the bus|uncorrectable"), _D,
      "the crash comes with a hardware error: drain the node"),
+    ("UNRECOGNIZED_FAILURE", lambda f: f.evidence.get("family") == "own_exit", _R,
+     "the program ended the run itself on a condition it checks (a time budget, a speed "
+     "gate, data used up): read its output for the condition, then run it again (from its "
+     "last checkpoint) or change what it checks"),
     ("UNRECOGNIZED_FAILURE", lambda f: f.evidence.get("stopped_by") == "SIGHUP", _K,
      "the terminal or session that started the job closed and took it down: start it where "
      "that cannot reach it (nohup, tmux, screen, setsid, or the scheduler), from its last "

@@ -16,7 +16,7 @@ Pipeline: reader (bytes -> picked lines, bounded memory) -> scanner + knowledge 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
 from ddpdoctor.core.findings import Finding
@@ -63,7 +63,14 @@ def scan_stream(stream: BinaryIO, name: str, rank: int | None = None) -> tuple[l
     scanner = LineScanner(name, rank)
     for line in iter_picked(stream, KEYWORDS, stats):
         scanner.feed(line)
-    return scanner.finish(), stats
+    return _with_tail(scanner.finish(), stats.lines), stats
+
+
+def _with_tail(events: list[Event], lines: int) -> list[Event]:
+    """Each start-up census line gets how many lines of its input follow it: a census at the
+    very end of a log is a start-up that never finished (rules_census)."""
+    return [replace(e, data={**e.data, "tail": lines - e.lineno})
+            if e.kind is EventKind.RANK_ANNOUNCE else e for e in events]
 
 
 def scan_inputs(inputs: Iterable[LogInput]) -> ScanResult:

@@ -157,6 +157,15 @@ class EventKind(str, Enum):
     # read again for the dump's frames (diagnose/stackdump.py), which make a STACK_DUMP
     STACK_HEADER = "stack_header"
     STACK_DUMP = "stack_dump"
+    # informational: a rank announcing itself at process-group start-up with the world it
+    # expects (Lightning's "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4"), or the
+    # start-up saying every member joined ("All distributed processes registered"): the
+    # census of who came (rules_collective.rank_census)
+    RANK_ANNOUNCE = "rank_announce"
+    # informational: a batch script's own line that failed ("slurm_script: line 372:
+    # python: command not found") after which ranks printed: without `set -e` the script
+    # went on and launched the job (index._script_went_on)
+    SCRIPT_WENT_ON = "script_went_on"
 
 
 # What other ranks report when one rank goes away (or a collective never completes).
@@ -182,7 +191,8 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.LOSS_VALUE, EventKind.JOB_DONE,
                            EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT,
                            EventKind.IGNORED_EXCEPTION, EventKind.HOST_MEMORY,
-                           EventKind.LAUNCH_SUCCEEDED})
+                           EventKind.LAUNCH_SUCCEEDED, EventKind.RANK_ANNOUNCE,
+                           EventKind.SCRIPT_WENT_ON})
 
 
 @dataclass(frozen=True)

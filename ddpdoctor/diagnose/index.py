@@ -36,8 +36,8 @@ class EventIndex:
     @classmethod
     def build(cls, events: Iterable[Event]) -> EventIndex:
         evs, root = _first_failure(_node_local_ranks(list(events)))
-        evs = _attribute_unprefixed(evs, root.rank if root else None)
-        evs = _one_process(evs)
+        evs = _attribute_unprefixed(_one_per_failed_rank(evs), root.rank if root else None)
+        evs = _script_went_on(_one_process(evs))
         by_kind: dict[EventKind, list[Event]] = {}
         for e in evs:
             by_kind.setdefault(e.kind, []).append(e)
@@ -134,6 +134,24 @@ def _versions(version_events: list[Event]) -> dict[str, str]:
     return versions
 
 
+def _one_per_failed_rank(evs: list[Event]) -> list[Event]:
+    """The same exception printed once by each process torchrun's summary says failed (all
+    with one exit code), none of the copies with a rank: each copy is one of those ranks'.
+    Which copy is whose cannot be told and does not matter: they say the same."""
+    records = [e for e in evs if e.kind is EventKind.TORCHRUN_FAILURE and e.rank is not None]
+    failed = sorted({e.rank for e in records if e.rank is not None})
+    unranked = [i for i, e in enumerate(evs) if e.kind is EventKind.EXCEPTION and e.rank is None]
+    if len(failed) < 2 or len(unranked) != len(failed) \
+            or len({e.get_int("exit_code") for e in records}) != 1 \
+            or len({evs[i].get_str("exception") for i in unranked}) != 1:
+        return evs
+    out = list(evs)
+    for i, rank in zip(unranked, failed):
+        out[i] = replace(evs[i], rank=rank,
+                         rank_from="torchrun's summary: one identical traceback per failed rank")
+    return out
+
+
 def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event]:
     """Give torchrun's first failed rank the root-cause lines that carry no rank.
 
@@ -149,6 +167,22 @@ def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event
             if e.rank is None and e.kind not in _REPORTS
             and not e.kind.value.startswith("desync_")
             else e for e in evs]
+
+
+# A shell script's own line failing ("slurm_script: line 372: python: command not found")
+_SCRIPT_LINE = re.compile(r"\bline \d+: .*: command not found$")
+
+
+def _script_went_on(evs: list[Event]) -> list[Event]:
+    """A batch script's command that was not found, after which two or more ranks printed:
+    without `set -e` the script went on and launched the job (a helper command of its
+    set-up failed, not the launch): informational, not the job's failure."""
+    out = list(evs)
+    for i, e in enumerate(evs):
+        if e.kind is EventKind.FAMILY_START and e.rank is None and _SCRIPT_LINE.search(e.text) \
+                and len({x.rank for x in evs[i + 1:] if x.rank is not None}) >= 2:
+            out[i] = replace(e, kind=EventKind.SCRIPT_WENT_ON)
+    return out
 
 
 def _one_process(evs: list[Event]) -> list[Event]:

@@ -319,8 +319,11 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     # A rank whose progress line shows it busy elsewhere, and that reports no timeout.
     named = {r for e in ix.of(K.BUSY) if (r := e.get_int("busy_rank", e.rank)) is not None}
     busy = sorted(named - reporting)
-    culprits = (_behind(states) or busy or _silent(ranks_of(evs), reporting)
-                or _main_first(ix, reporting))
+    culprits = _behind(states) or busy or _silent(ranks_of(evs), reporting)
+    main = _main_first(ix, reporting)
+    if main and (not culprits or (not busy and culprits == main)):
+        # rank 0's own data-preparation progress line: it was busy, not stuck
+        culprits = busy = main
     if not culprits and not (_is_barrier(evs) and _others_seen(ix, reporting)):
         return []
     d = (evs or states)[0].data

@@ -362,6 +362,35 @@ _MEMORY = re.compile(r"OutOfMemory|\bMemoryError\b|out of memory|running low on 
                      r"Cannot allocate memory|can't allocate memory", re.IGNORECASE)
 
 
+def own_exit(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """Every rank the launcher reports exited with one and the same chosen code (2 to 127:
+    not Python's 1 for an uncaught exception, not a signal's 128+N) and none printed an
+    error: the program stopped itself (``sys.exit(65)`` after a check of its own), no rank
+    crashed first, whichever the launcher calls the root cause."""
+    if earlier:
+        return []
+    # torchrun's summary records and its agent's "failed (exitcode: N) local_rank: L" line
+    records = ix.of(K.TORCHRUN_FAILURE, K.AGENT_FAILED)
+    codes = {e.get_int("exit_code") for e in records}
+    # one process per pid (the agent's line and the summary's record of it are one)
+    procs = {e.get_int("pid") or ("rank", e.rank) for e in records}
+    if len(procs) < 2 or len(codes) != 1:
+        return []
+    code = codes.pop()
+    if code is None or not 2 <= code <= 127:
+        return []
+    ranks = sorted({e.rank for e in records if e.rank is not None})
+    who = f" (rank {format_ranks(ranks)})" if len(ranks) == len(procs) else ""
+    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"every rank the launcher reports{who} "
+                    f"exited with code {code} and none printed an "
+                    f"error: the program stopped itself with an exit code of its own "
+                    f"(sys.exit({code}) after a check it makes); its own output says why",
+                    records, {"exit_code": code, "family": "own_exit",
+                              "hint": f"search the training script and its libraries for "
+                                      f"exit({code}) / sys.exit({code}): the condition "
+                                      "before it is the reason"}, ranks=[])]
+
+
 def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A death no line above explains: torchrun's first failure, a signal, a bare exit."""
     explained = explained_ranks(earlier)
@@ -544,6 +573,7 @@ RULES = (
     Rule("extension_build", extension_build, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TEARDOWN,
                                                                          K.TRACEBACK}),
     Rule("exceptions", exceptions, _CRASH_FALLOUT | CASCADE),
+    Rule("own_exit", own_exit, _CRASH_FALLOUT | CASCADE),
     Rule("dead_ranks", dead_ranks, _CRASH_FALLOUT | CASCADE),
 )
 ALONE = (

@@ -47,19 +47,44 @@ def nccl_versions_differ(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[V
 
 def nccl_plugins_differ(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """Nodes that load different NCCL network plugins (HPC-X's on some, NCCL's internal one
-    on others) do not speak the same transport: the job hangs with no error."""
-    by_plugin: dict[str, list[Event]] = defaultdict(list)
+    on others) do not speak the same transport: the job hangs with no error.
+
+    One node describes its plugin in several lines (its name, "Loaded net plugin NCCL RDMA
+    Plugin v6"; its file, "Plugin Path : /opt/hpcx/.../libnccl-net.so"): nodes are compared
+    by what they loaded, an external plugin or NCCL's internal one, and by the plugin's
+    file where two nodes name one."""
+    by_host: dict[str, list[Event]] = defaultdict(list)
     for e in ix.of(K.NCCL_NET):
         if e.data.get("plugin") and _HOST.match(e.text):
-            by_plugin[str(e.data["plugin"])].append(e)
-    hosts = {p: sorted({_who(e) for e in evs}) for p, evs in by_plugin.items()}
-    if len(hosts) < 2 or len({h for hs in hosts.values() for h in hs}) < 2:
+            by_host[_who(e)].append(e)
+    loaded = {h: _loaded(evs) for h, evs in by_host.items()}
+    if not _differ(loaded):
         return []
-    said = "; ".join(f"{p} on {', '.join(h)}" for p, h in sorted(hosts.items()))
-    evs = [e for group in by_plugin.values() for e in group]
+    said = "; ".join(f"{h}: {', '.join(sorted(ps))}" for h, ps in sorted(loaded.items()))
+    evs = sorted((e for group in by_host.values() for e in group), key=ix.pos)
+    hosts: dict[str, list[str]] = defaultdict(list)
+    for h, ps in sorted(loaded.items()):
+        for p in sorted(ps):
+            hosts[p].append(h)
     return [verdict(ix, "ENV_VERSION_MISMATCH", f"the nodes load different NCCL network "
                     f"plugins ({said}): install the same NCCL network plugin on every node, "
-                    "or none", evs, {"nccl_net_plugins": hosts}, ranks=[])]
+                    "or none", evs, {"nccl_net_plugins": dict(hosts)}, ranks=[])]
+
+
+def _differ(loaded: dict[str, set[str]]) -> bool:
+    """Whether some node loaded NCCL's internal plugin and another an external one, or two
+    nodes name different plugin files."""
+    kinds = {"internal" if ps == {"internal"} else "external" for ps in loaded.values()}
+    files = {frozenset(f) for ps in loaded.values() if (f := {p for p in ps
+                                                             if p.startswith("/")})}
+    return len(kinds) > 1 or len(files) > 1
+
+
+def _loaded(evs: list[Event]) -> set[str]:
+    """What one node's lines say it loaded: the internal plugin only where no line names
+    an external one (a node may look for a plugin in several places before it finds one)."""
+    named = {str(e.data["plugin"]) for e in evs}
+    return named - {"internal"} or named
 
 
 def driver_mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

@@ -40,6 +40,9 @@ _C10D_ERROR = re.compile(r"^\[E\d*(?: [\d:.]+)* ?[\w.]+\.(?:cpp|hpp|h):\d+\]")
 # printed and handled, the job goes on. Weak evidence, never a failure on its own.
 _SIDE_TOOL = re.compile(r"/(?:visdom|wandb|mlflow|comet_ml|neptune|tensorboard\w*|clearml|"
                         r"aim|swanlab)/")
+# a side tool's own command-line program (its console script): the process is the tool
+_SIDE_PROGRAM = re.compile(r"/bin/(?:visdom|wandb|mlflow|comet|neptune|tensorboard|clearml|"
+                           r"aim|swanlab)$")
 _LIBRARY_PATH = re.compile(r"(?:site-packages|dist-packages|/lib/python\d[\d.]*/|^<frozen "
                            r"|/bin/[^/]+$)")
 _SUMMARY_FIELD = re.compile(r"^\s{2}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?"
@@ -88,6 +91,14 @@ _CHAINED = ("During handling of the above exception", "The above exception was t
             "cause")
 
 
+# A log record's header at level W(arning) or I(nfo): torch._logging's and glog's
+# "W0619 13:43:42.034000 237636 torch/_inductor/codecache.py:1045] ", c10's "[W619
+# 13:43:12.371397423 ProcessGroupNCCL.cpp:936] ". A traceback inside such a record was
+# logged by a program that went on (logger.warning(..., exc_info=True)), not raised
+_LOGGED = re.compile(r"^(?:[WI]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|"
+                     r"\[[WI]\d{3,4} \d\d:\d\d:\d\d\.\d+ [^\]]*\])")
+
+
 # "main process first" blocks: YOLO's torch_distributed_zero_first, transformers' and
 # accelerate's main_process_first / local_main_process_first
 _MAIN_FIRST = re.compile(r"zero_first|main_process_first")
@@ -114,18 +125,21 @@ class LineScanner:
     def feed(self, line: RawLine) -> None:
         rank, body = self._rank_and_body(line.text)
         stripped = body.strip()
-        if self._summary_line(line, stripped, body):
+        if self._summary_line(line, stripped, body) or _logged_traceback(stripped):
             return
         if self._ignored_report(line, rank, stripped) or \
                 self._traceback_line(line, rank, stripped, body):
             return
         matches = list(match_line(stripped, line.cont))
-        exc = (_EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
-               or _RECORDED_EXCEPTION.match(stripped))
+        exc = _exception(stripped)
         exc_data: dict[str, object] = {}
+        side_program = False
         if exc:
             exc_data = self._exception_data(rank, exc.group(1), exc.group(2) or "")
-            if self._ends_ignored_report(line, rank, stripped, exc_data):
+            # the scanner's own mark, not a field of the line: kept out of every event's data
+            side_program = bool(exc_data.pop("side_tool", False))
+            if self._logged_exception(line, rank, stripped, exc_data, bool(matches)) or \
+                    self._ends_ignored_report(line, rank, stripped, exc_data):
                 return
         if matches and self._in_side_tool(rank):
             # the message of a dashboard's traceback ("Connection refused" to visdom)
@@ -135,7 +149,10 @@ class LineScanner:
         if exc and not matches:
             if exc.group(1).endswith(_LAUNCHER_EXCEPTIONS):
                 return  # a launcher reporting a child's death: the floor reads the report
-            self._emit(EventKind.EXCEPTION, line, rank, stripped, exc_data)
+            # a traceback from a side tool's own program, all in its files, is that tool
+            # failing (the `wandb` command a batch script ran), not a rank
+            self._emit(EventKind.SIDE_TRACEBACK if side_program else EventKind.EXCEPTION,
+                       line, rank, stripped, exc_data)
         elif not matches and not exc and _C10D_ERROR.match(stripped):
             self._emit(EventKind.ERROR_LINE, line,
                        self._line_rank(rank, self._nccl_rank(stripped)), stripped, {})
@@ -144,6 +161,14 @@ class LineScanner:
             if sig.kind is EventKind.DL_WORKER_EXCEPTION:
                 # The next exception of this rank is the worker's, re-raised.
                 self._in_worker[rank] = _int(data["worker"])
+
+    def _logged_exception(self, line: RawLine, rank: int | None, stripped: str,
+                          exc_data: dict[str, object], matched: bool) -> bool:
+        """An exception a warning record logged (the program went on): said as ignored."""
+        if matched or not _LOGGED.match(stripped):
+            return False
+        self._emit(EventKind.IGNORED_EXCEPTION, line, rank, stripped, exc_data)
+        return True
 
     def _emit_matches(self, line: RawLine, rank: int | None, stripped: str,
                       matches: list[tuple[Signature, dict[str, object]]],
@@ -277,6 +302,7 @@ class LineScanner:
         side = any(_SIDE_TOOL.search(f[0]) for f in frames)
         data = self._exception_data(rank, "", "")
         data.pop("exception", None)
+        data.pop("side_tool", None)  # the frames' own test below decides what this is
         self._emit(EventKind.SIDE_TRACEBACK if side else EventKind.TRACEBACK, line, rank, text,
                    data)
 
@@ -285,6 +311,9 @@ class LineScanner:
         frames = self._frames.pop(rank, [])
         data: dict[str, object] = {"exception": f"{name}: {message}".strip().rstrip(":")}
         data.update(_placed(frames))
+        if frames and _SIDE_PROGRAM.search(frames[0][0]) and \
+                all(_SIDE_TOOL.search(f[0]) for f in frames[1:]):
+            data["side_tool"] = True
         if any("torch/utils/data/" in f[0] for f in frames):
             data["in_dataloader"] = True
         coll = [f[2] for f in frames if f[0].endswith("distributed_c10d.py")
@@ -373,6 +402,19 @@ class LineScanner:
         self.events.append(Event(kind, self.source, line.lineno, rank, text, data,
                                  rank_from=self._lent))
         self._last[key] = (count + 1, len(self.events) - 1)
+
+
+def _exception(stripped: str) -> re.Match[str] | None:
+    """An exception line: bare, behind a logger's or launcher's prefix, or in an error
+    record's JSON."""
+    return (_EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
+            or _RECORDED_EXCEPTION.match(stripped))
+
+
+def _logged_traceback(stripped: str) -> bool:
+    """A warning record's traceback header: its frames and exception line are the record's,
+    printed by a program that went on."""
+    return "Traceback (most recent call last)" in stripped and bool(_LOGGED.match(stripped))
 
 
 def _placed(frames: list[tuple[str, int, str]]) -> dict[str, object]:

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from ddpdoctor.core.findings import Finding, Severity, format_ranks
 from ddpdoctor.diagnose import (
     known_bugs,
+    rules_census,
     rules_collective,
     rules_crash,
     rules_deepspeed,
@@ -39,7 +40,7 @@ RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE, rules_versions
                            + rules_training.RULES + rules_collective.RULES + rules_crash.RULES
                            + rules_collective.ALONE[:1] + rules_crash.ALONE[:1]
                            + rules_collective.ALONE[1:] + rules_crash.ALONE[1:]
-                           + (rules_floor.RULE,))
+                           + (rules_census.RULE, rules_floor.RULE))
 
 _LABELS = {
     EventKind.CONN_RESET: "'Connection reset by peer'",

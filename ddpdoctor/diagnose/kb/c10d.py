@@ -117,15 +117,22 @@ SIGNATURES: tuple[Signature, ...] = (
                  "https://github.com/speechbrain/speechbrain/issues/1166", {"rank_a": 0})),
         convert={"rank_a": int, "rank_b": int}, extra=_collectives),
     Signature(
-        "gloo.size_mismatch", K.SIZE_MISMATCH, "Received data size doesn't match expected size",
-        r"(?:(?P<received_bytes>\d+) vs (?P<expected_bytes>\d+)\. )?Received data size doesn't "
-        r"match expected size",
+        # the enforce itself ("the message is longer than the buffer the receiver posted"):
+        # older gloo prints only the condition, newer adds the sentence
+        "gloo.size_mismatch", K.SIZE_MISMATCH,
+        ("Received data size doesn't match expected size", "op.preamble.length <= op.nbytes"),
+        r"op\.preamble\.length <= op\.nbytes\. (?P<received_bytes>\d+) vs "
+        r"(?P<expected_bytes>\d+)|Received data size doesn't match expected size",
         "HANG_COLLECTIVE_MISMATCH", "gloo (all torch releases)",
         (Example("  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/"
                  "transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4. Received "
                  "data size doesn't match expected size. Is there a distributed collective "
                  "mismatch in your code?", FIX + "size_mismatch.log",
-                 {"received_bytes": 8, "expected_bytes": 4}),),
+                 {"received_bytes": 8, "expected_bytes": 4}),
+         Example("  what():  [enforce fail at /opt/pytorch/pytorch/third_party/gloo/gloo/"
+                 "transport/tcp/pair.cc:446] op.preamble.length <= op.nbytes. 256000 vs 128000",
+                 "https://github.com/NVIDIA/nccl/issues/1394",
+                 {"received_bytes": 256000, "expected_bytes": 128000})),
         convert={"received_bytes": int, "expected_bytes": int}),
     Signature(
         "gloo.monitored_barrier", K.MONITORED_BARRIER, "failed to pass monitoredBarrier",
@@ -323,4 +330,42 @@ SIGNATURES += (
                  {"rank": 94, "world_size": 256, "worker_count": 247}),),
         convert={"rank": int, "world_size": int, "worker_count": int},
         extra=lambda m: {"timed_out": True}),
+)
+
+# What each rank says at process-group start-up, and what says every member came: the
+# census of rules_collective.rank_census (ranks never started, or two processes taking one
+# rank, leave a start-up that never ends)
+SIGNATURES += (
+    Signature(
+        "lightning.rank_announce", K.RANK_ANNOUNCE, "GLOBAL_RANK:",
+        r"[Ii]nitializing (?:ddp|distributed|deepspeed distributed): GLOBAL_RANK: "
+        r"(?P<announced>\d+), MEMBER: \d+/(?P<world_size>\d+)",
+        "HANG_RANK_MISSING_COLLECTIVE", "pytorch-lightning >= 1.0 (every rank, at set-up)",
+        (Example("initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8",
+                 "https://github.com/Lightning-AI/pytorch-lightning/issues/8707",
+                 {"announced": 0, "world_size": 8}),
+         Example("Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2",
+                 "https://github.com/facebookresearch/dinov2/blob/93aad6083b64e9dc88bf98beb124"
+                 "920ffeb5e85f/distillation/wandb/run-20250109_155123-o9mij305/files/output.log",
+                 {"announced": 0, "world_size": 2})),
+        convert={"announced": int, "world_size": int}),
+    Signature(
+        "lightning.all_registered", K.RANK_ANNOUNCE, "All distributed processes registered",
+        r"All distributed processes registered\. Starting with (?P<registered>\d+) processes",
+        "HANG_RANK_MISSING_COLLECTIVE", "pytorch-lightning >= 1.0 (rank 0, after set-up)",
+        (Example("All distributed processes registered. Starting with 2 processes",
+                 "https://github.com/facebookresearch/dinov2/blob/93aad6083b64e9dc88bf98beb124"
+                 "920ffeb5e85f/distillation/wandb/run-20250109_155123-o9mij305/files/output.log",
+                 {"registered": 2}),),
+        convert={"registered": int}),
+    Signature(
+        "c10d.store_barrier_completed", K.RANK_ANNOUNCE, "Completed store-based barrier",
+        r"Completed store-based barrier for key:\S+ with (?P<registered>\d+) nodes",
+        "HANG_RANK_MISSING_COLLECTIVE", "torch 1.8 - 2.0 (distributed_c10d._store_based_barrier)",
+        (Example("10/27/2022 09:59:21 - INFO - torch.distributed.distributed_c10d - Rank 0: "
+                 "Completed store-based barrier for key:store_based_barrier_key:2 with 1 nodes.",
+                 "https://github.com/microsoft/DeepSpeedExamples/blob/d0df7a8c1d154f75fba856f0a"
+                 "0a58cc51fb93f85/random_ltd/gpt_finetuning/output1/check/train_with_kernel_"
+                 "fp16.log", {"registered": 1}),),
+        convert={"registered": int}),
 )
