@@ -133,18 +133,17 @@ class LineScanner:
         matches = list(match_line(stripped, line.cont))
         exc = _exception(stripped)
         exc_data: dict[str, object] = {}
-        side_program = False
+        side_program = raised_in_side_tool = False
         if exc:
             exc_data = self._exception_data(rank, exc.group(1), exc.group(2) or "")
             # the scanner's own mark, not a field of the line: kept out of every event's data
             side_program = bool(exc_data.pop("side_tool", False))
+            raised_in_side_tool = bool(exc_data.pop("in_side_tool", False))
             if self._logged_exception(line, rank, stripped, exc_data, bool(matches)) or \
                     self._ends_ignored_report(line, rank, stripped, exc_data):
                 return
-        if matches and self._in_side_tool(rank):
-            # the message of a dashboard's traceback ("Connection refused" to visdom)
-            self._emit(EventKind.SIDE_TRACEBACK, line, rank, stripped, {})
-            matches = []
+        matches = self._side_message(line, rank, stripped, matches,
+                                     (side_program, raised_in_side_tool))
         self._emit_matches(line, rank, stripped, matches, exc_data)
         if exc and not matches:
             if exc.group(1).endswith(_LAUNCHER_EXCEPTIONS):
@@ -303,17 +302,17 @@ class LineScanner:
         data = self._exception_data(rank, "", "")
         data.pop("exception", None)
         data.pop("side_tool", None)  # the frames' own test below decides what this is
+        data.pop("in_side_tool", None)
         self._emit(EventKind.SIDE_TRACEBACK if side else EventKind.TRACEBACK, line, rank, text,
                    data)
 
     def _exception_data(self, rank: int | None, name: str, message: str) -> dict[str, object]:
-        self._tb_line.pop(rank, None)
+        opened = self._tb_line.pop(rank, None)
+        headed = opened is not None and "Traceback (most recent" in opened[1]
         frames = self._frames.pop(rank, [])
         data: dict[str, object] = {"exception": f"{name}: {message}".strip().rstrip(":")}
         data.update(_placed(frames))
-        if frames and _SIDE_PROGRAM.search(frames[0][0]) and \
-                all(_SIDE_TOOL.search(f[0]) for f in frames[1:]):
-            data["side_tool"] = True
+        data.update(_side_marks(frames, headed))
         if any("torch/utils/data/" in f[0] for f in frames):
             data["in_dataloader"] = True
         coll = [f[2] for f in frames if f[0].endswith("distributed_c10d.py")
@@ -375,6 +374,20 @@ class LineScanner:
             last = self.events[-1]
             self.events[-1] = replace(last, data={**last.data, "traceback": val})
 
+    def _side_message(self, line: RawLine, rank: int | None, stripped: str,
+                      matches: list[tuple[Signature, dict[str, object]]],
+                      marks: tuple[bool, bool]) -> list[tuple[Signature, dict[str, object]]]:
+        """The matches of the line, none where it is the message of a side tool's traceback
+        ("Connection refused" to a visdom that is down: not the job's rendezvous). ``marks``:
+        the exception's traceback is the side tool's own program, any frame of it is in one.
+        A side program's own traceback is told where its exception line is."""
+        side_program, raised_in_side_tool = marks
+        if not matches or not (side_program or raised_in_side_tool or self._in_side_tool(rank)):
+            return matches
+        if not side_program:
+            self._emit(EventKind.SIDE_TRACEBACK, line, rank, stripped, {})
+        return []
+
     def _in_side_tool(self, rank: int | None) -> bool:
         """Whether this rank's open traceback was raised inside a side tool (a dashboard)."""
         frames = self._frames.get(rank) if rank in self._tb_line else None
@@ -415,6 +428,25 @@ def _logged_traceback(stripped: str) -> bool:
     """A warning record's traceback header: its frames and exception line are the record's,
     printed by a program that went on."""
     return "Traceback (most recent call last)" in stripped and bool(_LOGGED.match(stripped))
+
+
+def _side_marks(frames: list[tuple[str, int, str]], headed: bool) -> dict[str, object]:
+    """The scanner's marks on a traceback touched by a side tool: ``side_tool`` when the
+    traceback is the tool's own, ``in_side_tool`` when any frame is in it."""
+    marks: dict[str, object] = {}
+    if not frames or not any(_SIDE_TOOL.search(f[0]) for f in frames):
+        if frames and _SIDE_PROGRAM.search(frames[0][0]) and len(frames) == 1:
+            marks["side_tool"] = True
+        return marks
+    marks["in_side_tool"] = True  # read before the frames go: the exception line ends them
+    # A traceback that starts inside a side tool was printed by the tool's own handler (an
+    # uncaught one starts at the program's entry; only the header says the first frame kept
+    # is the outermost), or it is the tool's own program failing: not a rank's death.
+    if (headed and _SIDE_TOOL.search(frames[0][0])) or (
+            _SIDE_PROGRAM.search(frames[0][0])
+            and all(_SIDE_TOOL.search(f[0]) for f in frames[1:])):
+        marks["side_tool"] = True
+    return marks
 
 
 def _placed(frames: list[tuple[str, int, str]]) -> dict[str, object]:
