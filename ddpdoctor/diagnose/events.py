@@ -166,6 +166,10 @@ class EventKind(str, Enum):
     # python: command not found") after which ranks printed: without `set -e` the script
     # went on and launched the job (index._script_went_on)
     SCRIPT_WENT_ON = "script_went_on"
+    # informational: a launcher starting (torchrun's OMP_NUM_THREADS banner, the deprecated
+    # torch.distributed.launch's warning, DeepSpeed's "WORLD INFO DICT"): where a log holds
+    # several launches, one starts here (launches.split)
+    LAUNCH_START = "launch_start"
 
 
 # What other ranks report when one rank goes away (or a collective never completes).
@@ -192,7 +196,7 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT,
                            EventKind.IGNORED_EXCEPTION, EventKind.HOST_MEMORY,
                            EventKind.LAUNCH_SUCCEEDED, EventKind.RANK_ANNOUNCE,
-                           EventKind.SCRIPT_WENT_ON})
+                           EventKind.SCRIPT_WENT_ON, EventKind.LAUNCH_START})
 
 
 @dataclass(frozen=True)

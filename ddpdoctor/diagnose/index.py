@@ -137,19 +137,46 @@ def _versions(version_events: list[Event]) -> dict[str, str]:
 def _one_per_failed_rank(evs: list[Event]) -> list[Event]:
     """The same exception printed once by each process torchrun's summary says failed (all
     with one exit code), none of the copies with a rank: each copy is one of those ranks'.
-    Which copy is whose cannot be told and does not matter: they say the same."""
+    Which copy is whose cannot be told and does not matter: they say the same. Processes
+    printing at once into one stream interleave their tracebacks: one whose exception line
+    was lost in the tangle (or glued to another's) still counts as a copy."""
     records = [e for e in evs if e.kind is EventKind.TORCHRUN_FAILURE and e.rank is not None]
     failed = sorted({e.rank for e in records if e.rank is not None})
     unranked = [i for i, e in enumerate(evs) if e.kind is EventKind.EXCEPTION and e.rank is None]
-    if len(failed) < 2 or len(unranked) != len(failed) \
-            or len({e.get_int("exit_code") for e in records}) != 1 \
-            or len({evs[i].get_str("exception") for i in unranked}) != 1:
+    lost = [i for i, e in enumerate(evs) if e.kind is EventKind.TRACEBACK and e.rank is None
+            and e.data.get("interleaved")]
+    said = _one_exception([evs[i] for i in unranked])
+    if len(failed) < 2 or len(unranked) + len(lost) != len(failed) or said is None \
+            or len({e.get_int("exit_code") for e in records}) != 1:
         return evs
+    return _copies_ranked(evs, unranked, lost, failed, said)
+
+
+def _copies_ranked(evs: list[Event], unranked: list[int], lost: list[int], failed: list[int],
+                   said: str) -> list[Event]:
+    """``evs`` with each copy (an exception line, or a traceback whose line was lost) given
+    one failed rank."""
     out = list(evs)
-    for i, rank in zip(unranked, failed):
-        out[i] = replace(evs[i], rank=rank,
-                         rank_from="torchrun's summary: one identical traceback per failed rank")
+    copy = next(evs[i] for i in unranked if evs[i].get_str("exception") == said)
+    for i, rank in zip(sorted(unranked + lost), failed):
+        if i in lost:  # its exception line is the one the others printed
+            out[i] = replace(copy, lineno=evs[i].lineno, rank=rank,
+                             rank_from="torchrun's summary: one traceback per failed rank, "
+                                       "printed at once (its exception line lost)")
+        else:  # (a copy glued to the next one's first word says the same)
+            out[i] = replace(evs[i], rank=rank, data={**evs[i].data, "exception": said},
+                             rank_from="torchrun's summary: one identical traceback per "
+                                       "failed rank")
     return out
+
+
+def _one_exception(evs: list[Event]) -> str | None:
+    """The exception every one of ``evs`` says (a copy with another's first word glued on
+    says it too), or None."""
+    said = sorted({e.get_str("exception") for e in evs}, key=len)
+    if not said or not all(x.startswith(said[0]) for x in said):
+        return None
+    return said[0]
 
 
 def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event]:

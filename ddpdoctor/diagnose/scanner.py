@@ -113,6 +113,9 @@ class LineScanner:
         self.events: list[Event] = []
         self._frames: dict[int | None, list[tuple[str, int, str]]] = {}
         self._tb_line: dict[int | None, tuple[RawLine, str]] = {}  # each rank's open traceback
+        # headers of tracebacks another header of the same stream cut before their exception
+        # line: processes that share one stream with no rank prefix, printing at once
+        self._waiting: dict[int | None, list[tuple[RawLine, str]]] = {}
         self._in_worker: dict[int | None, int] = {}
         self._summary = ""  # "", "failures" or "root"
         self._record: dict[str, object] = {}
@@ -238,6 +241,12 @@ class LineScanner:
         """Close what the input left open (a traceback with no exception line); the events."""
         for rank in list(self._tb_line):
             self._close_traceback(rank)
+        for rank, headers in self._waiting.items():
+            for line, text in headers:  # interleaved tracebacks whose exception line was lost
+                at = next((i for i, e in enumerate(self.events) if e.lineno > line.lineno),
+                          len(self.events))
+                self.events.insert(at, Event(EventKind.TRACEBACK, self.source, line.lineno,
+                                             rank, text, {"interleaved": True}))
         return self.events
 
     def _traceback_line(self, line: RawLine, rank: int | None, stripped: str,
@@ -245,6 +254,9 @@ class LineScanner:
         """A traceback's header or one of its frames (kept for the exception line that
         closes it); True when the line was one."""
         if "Traceback (most recent call last)" in stripped:
+            if rank is None and self._frames.get(rank) and rank in self._tb_line:
+                # the exception lines come later, one per header (interleaved output)
+                self._waiting.setdefault(rank, []).append(self._tb_line.pop(rank))
             self._close_traceback(rank)
             self._frames[rank] = []
             self._tb_line[rank] = (line, stripped)
@@ -308,6 +320,8 @@ class LineScanner:
 
     def _exception_data(self, rank: int | None, name: str, message: str) -> dict[str, object]:
         opened = self._tb_line.pop(rank, None)
+        if opened is None and self._waiting.get(rank):
+            opened = self._waiting[rank].pop(0)  # an interleaved traceback's exception line
         headed = opened is not None and "Traceback (most recent" in opened[1]
         frames = self._frames.pop(rank, [])
         data: dict[str, object] = {"exception": f"{name}: {message}".strip().rstrip(":")}

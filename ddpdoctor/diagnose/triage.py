@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 
 from ddpdoctor.core.findings import Finding, Severity, format_ranks
 from ddpdoctor.diagnose import (
     known_bugs,
+    launches,
     rules_census,
     rules_collective,
     rules_crash,
@@ -69,7 +71,27 @@ _SILENT_IN_FALLOUT = {EventKind.AGENT_FAILED, EventKind.NCCL_DETAIL}
 
 
 def triage(events: Iterable[Event]) -> list[Finding]:
-    """Findings for ``events`` (in log order), the first root cause first."""
+    """Findings for ``events`` (in log order), the first root cause first. A log of several
+    launches whose last went on is that launch's findings, then the earlier failure's lead
+    as a warning (launches.py)."""
+    evs = list(events)
+    parts = launches.split(evs)
+    if parts is None:
+        return _triage(evs)
+    return _triage(list(parts.current)) + _earlier(parts)
+
+
+def _earlier(parts: launches.Split) -> list[Finding]:
+    lead = _triage(list(parts.earlier))[0]
+    went_on = (f"the launch that followed ({parts.start.where}) went on, "
+               f"{parts.progress} line(s) of progress and no failure")
+    return [replace(lead, severity="warning",
+                    title=f"an earlier launch in this log failed: {lead.title}; {went_on}",
+                    evidence={**lead.evidence, "earlier_launch": True,
+                              "later_launch": parts.start.quote()})]
+
+
+def _triage(events: list[Event]) -> list[Finding]:
     ix = EventIndex.build(events)
     verdicts: list[Verdict] = []
     folds: set[EventKind] = set(CASCADE) | {EventKind.FLOOR}

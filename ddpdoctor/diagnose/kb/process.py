@@ -57,6 +57,17 @@ def _lightning_exit(m: re.Match[str]) -> dict[str, object]:
     return launcher_exit("lightning", int(m["exit_code"]))
 
 
+def _mm_loss(m: re.Match[str]) -> dict[str, object]:
+    """OpenMMLab's iteration line in the fields Megatron's gives (the divergence rule reads
+    ``value`` and ``iteration``)."""
+    out: dict[str, object] = {}
+    if m["mm_value"] is not None:
+        out["value"] = float(m["mm_value"])
+    if m["iter"] is not None:
+        out["iteration"] = int(m["iter"])
+    return out
+
+
 SIGNATURES = (
     Signature(
         "dataloader.killed_by_signal", K.DL_KILLED, "is killed by signal",
@@ -260,10 +271,14 @@ SIGNATURES = (
     Signature(
         # A trainer's own loss, a number: the series the divergence rule reads (a loss that
         # jumps and stays up, with no NaN printed yet). Informational one line at a time.
-        "metrics.loss_value", K.LOSS_VALUE, ("lm loss: ", "'loss': "),
+        "metrics.loss_value", K.LOSS_VALUE, ("lm loss: ", "'loss': ", "Iter [", "Epoch ["),
         r"(?:iteration\s+(?P<iteration>\d+)\s*/.*?)?(?:\blm loss: |'loss': )"
-        r"(?P<value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)",
-        "GRAD_NONFINITE", "Megatron's iteration line, HF Trainer's metrics dict",
+        r"(?P<value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+        # OpenMMLab's logger (mmcv): the total "loss: " after the parts' ("aux.loss_seg: ")
+        r"|(?:Iter \[(?P<iter>\d+)/\d+\]|Epoch \[\d+\]\[\d+/\d+\])\s.*(?<![.\w])loss: "
+        r"(?P<mm_value>\d+(?:\.\d+)?)",
+        "GRAD_NONFINITE", "Megatron's iteration line, HF Trainer's metrics dict, OpenMMLab's "
+        "iteration line",
         (Example("[default7]: iteration    45000/  115311 | consumed samples:     76002224 | "
                  "elapsed time per iteration (s): 111.00 | learning rate: 4.298E-05 | global "
                  "batch size:  2048 | lm loss: 2.113567E+00 | grad norm: 0.139 |",
@@ -273,8 +288,15 @@ SIGNATURES = (
          Example("{'loss': 22276357.5138, 'grad_norm': nan, 'learning_rate': 8e-07, "
                  "'epoch': 1.0}",
                  "https://github.com/foundation-model-stack/fms-hf-tuning/pull/290",
-                 {"value": 22276357.5138})),
-        convert={"iteration": int, "value": float}),
+                 {"value": 22276357.5138}),
+         Example("2022-09-24 15:05:28,102 - mmdet - INFO - Epoch [1][20/3953]     lr: "
+                 "1.000e-05, eta: 2 days, 2:41:27, time: 1.283, data_time: 0.420, memory: "
+                 "15217, task0.loss_heatmap: 31.7599, task0.loss_bbox: 101.8863, loss: "
+                 "133.6462, grad_norm: 1067.8555",
+                 "https://github.com/yinjunbo/ProposalContrast/issues/3",
+                 {"value": 133.6462})),
+        convert={"iteration": int, "value": float, "iter": int, "mm_value": float},
+        extra=lambda m: _mm_loss(m)),
     Signature(
         "amp.scaler_skip", K.SCALER_SKIP, "Skipping step",
         r"(?:Gradient overflow\.\s+|OVERFLOW! (?:Rank \d+ )?)Skipping step",
@@ -545,6 +567,27 @@ SIGNATURES = (
                  "https://github.com/CqGao112/CN-Mini-Phi3/blob/"
                  "4074a0161045ab30257f5fd976d9e8d83db948b7/dpo.log#L329",
                  {"signame": "SIGINT"}),)),
+    Signature(
+        # A launcher's start-up banner: in a log that holds several launches (a batch
+        # script's retries, `>>` onto one file), one starts here (diagnose/launches.py)
+        "launcher.start", K.LAUNCH_START,
+        ("Setting OMP_NUM_THREADS environment variable for each process",
+         "torch.distributed.launch is deprecated", "WORLD INFO DICT"),
+        r"Setting OMP_NUM_THREADS environment variable for each process|"
+        r"(?P<deprecated>torch\.distributed\.launch) is deprecated|WORLD INFO DICT",
+        "UNRECOGNIZED_FAILURE", "torchrun; torch.distributed.launch; deepspeed.launcher.launch",
+        (Example("Setting OMP_NUM_THREADS environment variable for each process to be 1 in "
+                 "default, to avoid your system being overloaded, please further tune the "
+                 "variable for optimal performance in your application as needed. ",
+                 "https://github.com/pytorch/pytorch/issues/107021"),
+         Example("/gpfswork/rech/six/commun/conda/hf-prod/lib/python3.8/site-packages/torch/"
+                 "distributed/launch.py:178: FutureWarning: The module torch.distributed.launch"
+                 " is deprecated", "https://github.com/bigscience-workshop/bigscience/blob/"
+                 "master/experiments/bandwidth/all_reduce_bench-a100-n4.txt",
+                 {"deprecated": "torch.distributed.launch"}),
+         Example("[2025-12-28 05:01:38,135] [INFO] [launch.py:162:main] WORLD INFO DICT: "
+                 "{'localhost': [0, 1]}",
+                 "https://github.com/hongbo-miao/hongbomiao.com/pull/37505"))),
     Signature(
         # A launcher's own word that a process, or its whole worker group, ended well: the
         # resets and store warnings its peers print after it are the teardown
