@@ -22,3 +22,8 @@ def first_in(tmp_path: Path, text: str) -> Finding:
 def findings_of(path: Path) -> list[Finding]:
     """A fixture log, its name not read for a rank (collected names are free text)."""
     return diagnose_logs([LogInput(str(path), rank_from_path=False)])[0]
+
+
+def lines_of(path: Path, first: int, last: int) -> str:
+    """Lines ``first`` to ``last`` (1-based, inclusive) of a fixture: a variant cut from it."""
+    return "".join(path.read_text().splitlines(keepends=True)[first - 1:last])

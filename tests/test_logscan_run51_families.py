@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from logscan_helpers import findings_in, findings_of
+from logscan_helpers import findings_in, findings_of, lines_of
 
 DIR = Path("tests/fixtures/reallogs")
 HEALTHY = DIR / ("X49_healthy_megatron_56rank_inductor_cache_tracebacks_clean_data_exhaustion_"
@@ -25,17 +25,13 @@ TWICE = DIR / "X47_lightning_srun_no_ntasks_duplicate_global_ranks_2x4_hang.log"
 TENSORBOARD = DIR / "J1_tensorboard_callback_all_ranks_mkdir_fileexists_fastai.log"
 
 
-def _lines(path: Path, first: int, last: int) -> str:
-    return "".join(path.read_text().splitlines(keepends=True)[first - 1:last])
-
-
 def test_a_finished_run_with_logged_tracebacks_and_a_failed_script_line_is_healthy():
     found = findings_of(HEALTHY)
     assert not [f for f in found if f.severity == "error"], [(f.id, f.title) for f in found]
 
 
 def test_a_traceback_in_a_warning_record_is_no_crash_but_in_an_error_record_it_is(tmp_path):
-    record = _lines(HEALTHY, 196, 201)  # rank 3's inductor cache warning with its traceback
+    record = lines_of(HEALTHY, 196, 201)  # rank 3's inductor cache warning with its traceback
     assert "W0619" in record and "FileNotFoundError" in record
     assert findings_in(tmp_path, record) == []
     lead = findings_in(tmp_path, record.replace("W0619", "E0619"))[0]
@@ -49,11 +45,11 @@ def test_c10s_warning_record_with_an_exception_text_is_no_crash(tmp_path):
 
 
 def test_a_script_line_not_found_is_the_failure_only_when_nothing_ran_after_it(tmp_path):
-    head = _lines(HEALTHY, 1, 2)
+    head = lines_of(HEALTHY, 1, 2)
     assert "slurm_script: line 372: python: command not found" in head
     lead = findings_in(tmp_path, head)[0]
     assert (lead.id, lead.evidence.get("family")) == ("UNRECOGNIZED_FAILURE", "family_start")
-    ran = head + _lines(HEALTHY, 195, 225)  # ranks' own records follow: the script went on
+    ran = head + lines_of(HEALTHY, 195, 225)  # ranks' own records follow: the script went on
     assert [f for f in findings_in(tmp_path, ran) if f.severity == "error"] == []
 
 
@@ -67,7 +63,7 @@ def test_the_wandb_program_failing_in_a_batch_script_is_not_the_jobs_crash():
 def test_a_side_tools_frames_under_a_training_script_are_still_a_crash(tmp_path):
     # a cut traceback (no program frame) inside tensorboard: the rank that created it died
     assert findings_of(TENSORBOARD)[0].id == "RANK_CRASHED"
-    tool = _lines(CRASH, 1, 14)
+    tool = lines_of(CRASH, 1, 14)
     user = tool.replace('"/users/elyulina/.local/bin/wandb", line 5, in <module>',
                         '"/home/u/train.py", line 5, in <module>')
     assert findings_in(tmp_path, user)[0].id == "RANK_CRASHED"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from logscan_helpers import findings_in, findings_of
+from logscan_helpers import findings_in, findings_of, lines_of
 
 from ddpdoctor.diagnose import launches
 from ddpdoctor.diagnose.events import Event
@@ -24,10 +24,6 @@ from ddpdoctor.diagnose.events import EventKind as K
 DIR = Path("tests/fixtures/reallogs")
 TANGLED = DIR / "X62_dist_launch_all_ranks_import_error.log"
 RELAUNCHED = DIR / "X62_dist_launch_mmseg_trains_on_warnings.log"
-
-
-def _lines(path: Path, first: int, last: int) -> str:
-    return "".join(path.read_text().splitlines(keepends=True)[first - 1:last])
 
 
 def test_interleaved_tracebacks_of_every_failed_rank_name_every_rank():
@@ -53,14 +49,14 @@ def test_a_failure_before_a_launch_that_trained_on_is_an_earlier_attempt():
 
 
 def test_the_same_failure_with_no_launch_after_it_is_the_jobs(tmp_path):
-    failed = _lines(RELAUNCHED, 1, 24)  # the failed command alone
+    failed = lines_of(RELAUNCHED, 1, 24)  # the failed command alone
     assert findings_in(tmp_path, failed)[0].severity == "error"
-    cut = _lines(RELAUNCHED, 1, 126)  # the launch began, but nothing shows it went on
+    cut = lines_of(RELAUNCHED, 1, 126)  # the launch began, but nothing shows it went on
     assert findings_in(tmp_path, cut)[0].severity == "error"
 
 
 def test_a_failure_in_the_later_launch_is_the_jobs_again(tmp_path):
-    text = RELAUNCHED.read_text() + _lines(TANGLED, 97, 145)
+    text = RELAUNCHED.read_text() + lines_of(TANGLED, 97, 145)
     found = findings_in(tmp_path, text)
     assert (found[0].id, found[0].severity) == ("RANK_CRASHED", "error")
     assert not any(f.evidence.get("earlier_launch") for f in found)  # one log, read whole

@@ -130,6 +130,9 @@ _CONFIG_SAYS = re.compile(
     r"KeyError: '(?:RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT)'|"
     r"ImportError: cannot import name '\w+' from '(?:torch|transformers|accelerate|deepspeed|"
     r"peft|trl|flash_attn)\b|"
+    # a package the environment lacks (a top-level name: a dotted one is the project's own
+    # module, which the code names wrongly)
+    r"ModuleNotFoundError: No module named '\w+'|"
     # a checkpoint that is another run's: its optimizer groups or its recorded settings
     # disagree with this run's (resumed from the wrong directory, or the config changed)
     r"loaded state dict (?:has a different number of parameter groups|contains a parameter "
@@ -177,7 +180,8 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "headers) or install the op prebuilt"),
     ("RANK_CRASHED", _config_refused, _K,
      "the program refused its configuration (an argument or config check, a version it "
-     "needs, a size that must divide, a launcher variable): fix the launch, not the code"),
+     "needs, a package it imports, a size that must divide, a launcher variable): fix the "
+     "launch or its environment, not the code"),
     ("RANK_CRASHED", lambda f: f.evidence.get("signal") == "SIGKILL", _K,
      "a SIGKILL with no error of its own is most often the host running out of memory: "
      "lower host memory use or raise the limit"),

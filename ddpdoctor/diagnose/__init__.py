@@ -67,10 +67,13 @@ def scan_stream(stream: BinaryIO, name: str, rank: int | None = None) -> tuple[l
 
 
 def _with_tail(events: list[Event], lines: int) -> list[Event]:
-    """Each start-up census line gets how many lines of its input follow it: a census at the
-    very end of a log is a start-up that never finished (rules_census)."""
+    """Each start-up census line, and each record a library logged as a warning, gets how
+    many lines of its input follow it: a census at the very end of a log is a start-up that
+    never finished (rules_census); a retried connect the log ends on may have failed, one
+    the job printed on after did not (triage)."""
     return [replace(e, data={**e.data, "tail": lines - e.lineno})
-            if e.kind is EventKind.RANK_ANNOUNCE else e for e in events]
+            if e.kind is EventKind.RANK_ANNOUNCE or e.data.get("level") == "W" else e
+            for e in events]
 
 
 def scan_inputs(inputs: Iterable[LogInput]) -> ScanResult:

@@ -26,6 +26,10 @@ def port_in_use(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                     ranks=[])]
 
 
+# losses printed after a device-mapping failure: the job got past it
+TRAINED_ON = 3
+
+
 def device_mapping(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     dup = ix.of(K.DUPLICATE_GPU)
     if not dup:
@@ -48,6 +52,14 @@ def device_mapping(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict
         title = ("a rank asked for a CUDA device that does not exist (invalid device ordinal): "
                  "more processes per node than visible GPUs, or LOCAL_RANK mapped wrongly")
         ev = {}
+    trained = [e for e in ix.of(K.LOSS_VALUE) if ix.pos(e) > ix.pos(dup[-1])]
+    if len(trained) >= TRAINED_ON:
+        # a communicator made while every process still sat on one GPU (a start-up probe)
+        # failed; the job's own one, made after, trained: not the job's fault
+        return [verdict(ix, "GPU_DEVICE_MAPPING", title + f"; but the job trained on after "
+                        f"it ({len(trained)} losses): a communicator made before each rank "
+                        "took its own GPU (a start-up probe), not the one it trained on", dup,
+                        ev, ranks=list(ranks or []), severity="warning")]
     return [verdict(ix, "GPU_DEVICE_MAPPING", title, dup, ev, ranks=list(ranks or []))]
 
 

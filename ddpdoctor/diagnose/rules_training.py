@@ -224,17 +224,20 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         reported = killed9 or _launcher_oom_deaths(ix)
         ranks = ranks_of(reported)
         how = "SIGKILL" if killed9 else "the launcher's report"
-        out.append(verdict(ix, "OOM", "the host's OOM killer killed a training process"
+        killer = ("the batch system killed the job over its memory limit" if
+                  host[0].data.get("job") else "the host's OOM killer killed a training process")
+        out.append(verdict(ix, "OOM", killer
                            + (f" (rank {format_ranks(ranks)}, {how})" if ranks else ""),
                            host + reported, ev, ranks=ranks))
     return out
 
 
 def _launcher_oom_deaths(ix: EventIndex) -> list[Event]:
-    """A launcher's report of a rank it lost to memory, the rank read from the report
+    """A launcher's report of a rank it lost to memory, or to the SIGKILL a memory limit
+    sends (mpirun's "process rank 0 ... exited on signal 9"), the rank read from the report
     itself: a slurmstepd line srun's --label put in task 0's stream names no task."""
-    return [e for e in ix.of(K.FLOOR) if e.data.get("oom") and e.rank is not None
-            and e.data.get("rank_from") == "the launcher's report"]
+    return [e for e in ix.of(K.FLOOR) if (e.data.get("oom") or e.data.get("signal") == "SIGKILL")
+            and e.rank is not None and e.data.get("rank_from") == "the launcher's report"]
 
 
 def _pids(evs: list[Event]) -> set[int]:

@@ -95,6 +95,15 @@ _CHAINED = ("During handling of the above exception", "The above exception was t
 # "W0619 13:43:42.034000 237636 torch/_inductor/codecache.py:1045] ", c10's "[W619
 # 13:43:12.371397423 ProcessGroupNCCL.cpp:936] ". A traceback inside such a record was
 # logged by a program that went on (logger.warning(..., exc_info=True)), not raised
+# A record its library logged at level W: c10d's "[W socket.cpp:663]" (older) and
+# "[W1206 18:44:16.99 socket.cpp:1023]", glog's "W0619 13:43:42.034000 237636 f.py:1045]".
+# The library went on (a connect it retries, a bind it tries on another family): a warning
+_WARNING_RECORD = re.compile(r"^(?:\[W(?:\d{3,4} [\d:.]+)?\s*[^\]\s]*\.(?:cpp|hpp|h|py):\d+\]|"
+                             r"W\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\])")
+# what c10d's socket code logs at W and then retries (another address family, the next
+# attempt until its timeout): only these are read as warnings by their level; a W record
+# can also report a real stop (torchelastic's "Received 15 death signal")
+_RETRIED = frozenset({EventKind.CONNECT_TIMEOUT, EventKind.CONN_REFUSED, EventKind.ADDR_IN_USE})
 _LOGGED = re.compile(r"^(?:[WI]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|"
                      r"\[[WI]\d{3,4} \d\d:\d\d:\d\d\.\d+ [^\]]*\])")
 
@@ -176,9 +185,12 @@ class LineScanner:
                       matches: list[tuple[Signature, dict[str, object]]],
                       exc_data: dict[str, object]) -> None:
         in_line = self._nccl_rank(stripped) if matches else None
+        warned = bool(matches) and _WARNING_RECORD.match(stripped) is not None
         for sig, data in matches:
             if exc_data:
                 data.update(exc_data)
+            if warned and sig.kind in _RETRIED:
+                data["level"] = "W"
             data["signature"] = sig.name
             line_rank = self._line_rank(rank, in_line)
             process = data.get("process")

@@ -98,7 +98,7 @@ def _triage(events: list[Event]) -> list[Finding]:
     for rule in RULES:
         if rule.alone and verdicts:
             continue
-        found = rule.run(ix, tuple(verdicts))
+        found = [_as_logged(ix, v) for v in rule.run(ix, tuple(verdicts))]
         if found:
             folds |= rule.folds
         verdicts.extend(found)
@@ -111,6 +111,29 @@ def _triage(events: list[Event]) -> list[Finding]:
             return advice
         verdicts = [unknown]
     return _one_process_hint(ix, _ordered(ix, verdicts, folds)) + advice
+
+
+# lines a job printed after a retried connect's warning: it got through (an excerpt that
+# ends at the warning may be a connect that never did)
+WENT_ON_AFTER = 5
+
+
+def _as_logged(ix: EventIndex, v: Verdict) -> Verdict:
+    """An error resting only on records their library logged as warnings and retried
+    (c10d's "[W socket.cpp] ... failed to connect"), in a log where nothing else failed and
+    the job printed on after the last of them, is a warning: a connect that never got
+    through ends the log there, or says so in an error or an exception."""
+    if v.finding.severity != "error" or not v.events \
+            or any(e.data.get("level") != "W" for e in v.events) \
+            or any(e.is_failure and e.data.get("level") != "W" for e in ix.events) \
+            or min(e.get_int("tail", 0) for e in v.events) < WENT_ON_AFTER:
+        return v
+    v.finding.severity = "warning"
+    v.finding.title += (" (logged as a warning, and retried: the job printed on after it "
+                        "and nothing failed)")
+    v.finding.evidence.setdefault("logged_as", "warning: the library went on (it retries "
+                                  "a connect); an error or exception would follow a failure")
+    return v
 
 
 _ONE_PROCESS_HINT = (
@@ -192,10 +215,12 @@ def _ordered(ix: EventIndex, verdicts: list[Verdict], folds: set[EventKind]) -> 
                     starts[id(v)] = min(firsts[cause], firsts[effect])
     root_rank = ix.root_rank
 
-    def key(v: Verdict) -> tuple[int, int, int]:
+    def key(v: Verdict) -> tuple[int, int, int, int]:
         leads = (root_rank is not None and root_rank in v.finding.ranks) \
             or v.finding.id == "KNOWN_UPSTREAM_BUG"
-        return (0 if leads else 1, starts[id(v)], _EFFECT_ORDER.get(v.finding.id, 0))
+        # a failure leads what only may have hurt (a warning the job went on from)
+        return (0 if v.finding.severity == "error" else 1, 0 if leads else 1, starts[id(v)],
+                _EFFECT_ORDER.get(v.finding.id, 0))
 
     ordered = sorted(verdicts, key=key)
     fallout, unexplained = _fallout(ix, verdicts, folds)

@@ -136,6 +136,21 @@ KNOWN_BUGS = (
              "RuntimeError: use_libuv was requested but PyTorch was build without libuv support",
              "https://github.com/pytorch/pytorch/issues/139990")),
     KnownBug(
+        "rocm-6.2-ipc-mainline-kernel", "https://github.com/ROCm/rccl/issues/1454",
+        "ROCm 6.2's runtime (ROCr) shares GPU memory between processes through the out-of-tree "
+        "KFD driver's IPC calls, which the mainline (upstream) amdgpu kernel driver lacks: "
+        "RCCL's P2P transport fails with hipIpcGetMemHandle 'invalid argument'",
+        "ROCm 6.2.x on a mainline (distribution) kernel driver",
+        "ROCm 6.3 (reported passing with AMD's amdgpu-dkms driver)",
+        "upgrade to ROCm >= 6.3 or install AMD's amdgpu-dkms driver",
+        {},  # the ROCm release is not printed in a form read as a version: the line decides
+        _sig("rocm-6.2-ipc-mainline-kernel", "hipIpcGetMemHandle failed",
+             r"p2p\.cc:\d+ NCCL WARN hipIpcGetMemHandle failed : invalid argument",
+             "ROCm 6.2.x, mainline kernel",
+             "UVOSLinux:19403:19417 [1] /usr/src/debug/rccl/build/hipify/src/transport/p2p.cc:235"
+             " NCCL WARN hipIpcGetMemHandle failed : invalid argument",
+             "https://github.com/ROCm/rccl/issues/1454")),
+    KnownBug(
         "ddp-broadcast-buffers-inplace", "https://github.com/pytorch/pytorch/issues/22095",
         "DDP with broadcast_buffers=True overwrites module buffers in place on every forward: "
         "a module run twice before backward fails autograd's version check",

@@ -58,11 +58,12 @@ def _lightning_exit(m: re.Match[str]) -> dict[str, object]:
 
 
 def _mm_loss(m: re.Match[str]) -> dict[str, object]:
-    """OpenMMLab's iteration line in the fields Megatron's gives (the divergence rule reads
-    ``value`` and ``iteration``)."""
+    """OpenMMLab's and any trainer's progress line in the fields Megatron's gives (the
+    divergence rule reads ``value`` and ``iteration``)."""
     out: dict[str, object] = {}
-    if m["mm_value"] is not None:
-        out["value"] = float(m["mm_value"])
+    for key in ("mm_value", "any_value"):
+        if m[key] is not None:
+            out["value"] = float(m[key])
     if m["iter"] is not None:
         out["iteration"] = int(m["iter"])
     return out
@@ -217,6 +218,16 @@ SIGNATURES = (
                  "(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
                  FIX + "recorded/host_oom_dmesg.txt"))),
     Signature(
+        # PBS Pro's memory limit: the job's processes are killed (SIGKILL) over it
+        "oom.pbs_limit", K.HOST_OOM, "exceeded memory allocation",
+        r"Job (?P<job>\S+) has exceeded memory allocation on node (?P<node>\S+)", "OOM",
+        "PBS Pro (NCI Gadi's job epilogue)",
+        (Example("Job 124452549 has exceeded memory allocation on node "
+                 "gadi-gpu-v100-0109.gadi.nci.org.au",
+                 "https://github.com/hpcac/2024-APAC-HPC-AI/blob/a616bab498fc3fe3cc8ab3531110d17"
+                 "0489f7cfd/baseline_and_reference/gadi/llama.nodes2.GBS128.MBS32.o124452549",
+                 {"job": "124452549", "node": "gadi-gpu-v100-0109.gadi.nci.org.au"}),)),
+    Signature(
         "nan.anomaly_backward", K.GRAD_NAN, "returned nan values",
         r"Function '(?P<function>\w+)' returned nan values in its (?P<output>\d+)\w* output",
         "GRAD_NONFINITE", "torch >= 1.2 with detect_anomaly",
@@ -271,12 +282,19 @@ SIGNATURES = (
     Signature(
         # A trainer's own loss, a number: the series the divergence rule reads (a loss that
         # jumps and stays up, with no NaN printed yet). Informational one line at a time.
-        "metrics.loss_value", K.LOSS_VALUE, ("lm loss: ", "'loss': ", "Iter [", "Epoch ["),
+        "metrics.loss_value", K.LOSS_VALUE,
+        # (not a bare "loss=": a needle on every line of an ordinary log would make the
+        # reader examine every line, docs/benchmarks.md)
+        ("lm loss: ", "'loss': ", "Iter [", "Epoch [", "loss train: "),
         r"(?:iteration\s+(?P<iteration>\d+)\s*/.*?)?(?:\blm loss: |'loss': )"
         r"(?P<value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
         # OpenMMLab's logger (mmcv): the total "loss: " after the parts' ("aux.loss_seg: ")
         r"|(?:Iter \[(?P<iter>\d+)/\d+\]|Epoch \[\d+\]\[\d+/\d+\])\s.*(?<![.\w])loss: "
-        r"(?P<mm_value>\d+(?:\.\d+)?)",
+        r"(?P<mm_value>\d+(?:\.\d+)?)"
+        # a trainer's own progress line: a counter, then its loss ("Epoch 1 | iter 3 step
+        # 3 | loss train: 1.288"), where a needle above finds it
+        r"|\b(?i:iter(?:ation)?|step|epoch)\b[\s:=#\[]*\d+[^\r\n]{0,120}?(?<![.\w])"
+        r"loss(?: train)?\s*[:=]\s*(?P<any_value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)",
         "GRAD_NONFINITE", "Megatron's iteration line, HF Trainer's metrics dict, OpenMMLab's "
         "iteration line",
         (Example("[default7]: iteration    45000/  115311 | consumed samples:     76002224 | "
@@ -294,8 +312,13 @@ SIGNATURES = (
                  "15217, task0.loss_heatmap: 31.7599, task0.loss_bbox: 101.8863, loss: "
                  "133.6462, grad_norm: 1067.8555",
                  "https://github.com/yinjunbo/ProposalContrast/issues/3",
-                 {"value": 133.6462})),
-        convert={"iteration": int, "value": float, "iter": int, "mm_value": float},
+                 {"value": 133.6462}),
+         Example("Epoch 1 | iter 3 step 3 | loss train: 1.288, val: n/a | iter time: 80074.06"
+                 " ms (step)", "https://github.com/hpcac/2024-APAC-HPC-AI/blob/a616bab498fc3fe3"
+                 "cc8ab3531110d170489f7cfd/baseline_and_reference/gadi/llama.nodes2.GBS128.MBS32."
+                 "o124452549", {"value": 1.288})),
+        convert={"iteration": int, "value": float, "iter": int, "mm_value": float,
+                 "any_value": float},
         extra=lambda m: _mm_loss(m)),
     Signature(
         "amp.scaler_skip", K.SCALER_SKIP, "Skipping step",
