@@ -79,3 +79,14 @@ def test_split_needs_a_launch_after_the_last_failure_and_progress_after_it():
     assert launches.split([start, *losses]) is None  # nothing failed
     other = _ev(K.LAUNCH_START, 5, source="rank1.log")
     assert launches.split([crash, other, *losses]) is None  # two files: no one order
+
+
+def test_a_traceback_closed_at_the_logs_end_leaves_the_interleaved_ones_waiting(tmp_path):
+    # two headers of one unprefixed stream, then the log ends: both are tracebacks
+    import io
+
+    from ddpdoctor.diagnose import scan_stream
+
+    cut = lines_of(TANGLED, 97, 100).encode()
+    evs = scan_stream(io.BytesIO(cut), "x.log")[0]
+    assert [e.kind for e in evs if e.kind is K.TRACEBACK] == [K.TRACEBACK, K.TRACEBACK]

@@ -53,14 +53,15 @@ def device_mapping(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict
                  "more processes per node than visible GPUs, or LOCAL_RANK mapped wrongly")
         ev = {}
     trained = [e for e in ix.of(K.LOSS_VALUE) if ix.pos(e) > ix.pos(dup[-1])]
-    if len(trained) >= TRAINED_ON:
+    past = len(trained) >= TRAINED_ON
+    if past:
         # a communicator made while every process still sat on one GPU (a start-up probe)
         # failed; the job's own one, made after, trained: not the job's fault
-        return [verdict(ix, "GPU_DEVICE_MAPPING", title + f"; but the job trained on after "
-                        f"it ({len(trained)} losses): a communicator made before each rank "
-                        "took its own GPU (a start-up probe), not the one it trained on", dup,
-                        ev, ranks=list(ranks or []), severity="warning")]
-    return [verdict(ix, "GPU_DEVICE_MAPPING", title, dup, ev, ranks=list(ranks or []))]
+        title += (f"; but the job trained on after it ({len(trained)} losses): a communicator "
+                  "made before each rank took its own GPU (a start-up probe), not the one it "
+                  "trained on")
+    return [verdict(ix, "GPU_DEVICE_MAPPING", title, dup, ev, ranks=list(ranks or []),
+                    severity="warning" if past else "")]
 
 
 def gpu_health(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

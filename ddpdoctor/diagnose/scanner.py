@@ -147,6 +147,10 @@ class LineScanner:
         exc_data: dict[str, object] = {}
         side_program = raised_in_side_tool = False
         if exc:
+            if rank not in self._tb_line and self._waiting.get(rank):
+                # an interleaved traceback's exception line (a header closing a traceback
+                # must not take one: only an exception line does)
+                self._tb_line[rank] = self._waiting[rank].pop(0)
             exc_data = self._exception_data(rank, exc.group(1), exc.group(2) or "")
             # the scanner's own mark, not a field of the line: kept out of every event's data
             side_program = bool(exc_data.pop("side_tool", False))
@@ -322,18 +326,15 @@ class LineScanner:
             self._frames.pop(rank, None)
             return  # an ignored report cut before its exception line
         line, text = opened
-        side = any(_SIDE_TOOL.search(f[0]) for f in frames)
         data = self._exception_data(rank, "", "")
         data.pop("exception", None)
-        data.pop("side_tool", None)  # the frames' own test below decides what this is
-        data.pop("in_side_tool", None)
+        data.pop("side_tool", None)  # any frame in a side tool decides what this is
+        side = bool(data.pop("in_side_tool", False))
         self._emit(EventKind.SIDE_TRACEBACK if side else EventKind.TRACEBACK, line, rank, text,
                    data)
 
     def _exception_data(self, rank: int | None, name: str, message: str) -> dict[str, object]:
         opened = self._tb_line.pop(rank, None)
-        if opened is None and self._waiting.get(rank):
-            opened = self._waiting[rank].pop(0)  # an interleaved traceback's exception line
         headed = opened is not None and "Traceback (most recent" in opened[1]
         frames = self._frames.pop(rank, [])
         data: dict[str, object] = {"exception": f"{name}: {message}".strip().rstrip(":")}
@@ -460,11 +461,10 @@ def _side_marks(frames: list[tuple[str, int, str]], headed: bool) -> dict[str, o
     """The scanner's marks on a traceback touched by a side tool: ``side_tool`` when the
     traceback is the tool's own, ``in_side_tool`` when any frame is in it."""
     marks: dict[str, object] = {}
-    if not frames or not any(_SIDE_TOOL.search(f[0]) for f in frames):
-        if frames and _SIDE_PROGRAM.search(frames[0][0]) and len(frames) == 1:
-            marks["side_tool"] = True
+    if not frames:
         return marks
-    marks["in_side_tool"] = True  # read before the frames go: the exception line ends them
+    if any(_SIDE_TOOL.search(f[0]) for f in frames):
+        marks["in_side_tool"] = True  # read before the frames go: the exception line ends them
     # A traceback that starts inside a side tool was printed by the tool's own handler (an
     # uncaught one starts at the program's entry; only the header says the first frame kept
     # is the outermost), or it is the tool's own program failing: not a rank's death.

@@ -319,7 +319,7 @@ SIGNATURES = (
                  "o124452549", {"value": 1.288})),
         convert={"iteration": int, "value": float, "iter": int, "mm_value": float,
                  "any_value": float},
-        extra=lambda m: _mm_loss(m)),
+        extra=_mm_loss),
     Signature(
         "amp.scaler_skip", K.SCALER_SKIP, "Skipping step",
         r"(?:Gradient overflow\.\s+|OVERFLOW! (?:Rank \d+ )?)Skipping step",
