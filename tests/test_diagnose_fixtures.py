@@ -42,6 +42,11 @@ CASES = [
     (["dataloader_exit_connreset.log"], "DATALOADER_WORKER_FAILURE", [1],
      ["DATALOADER_WORKER_FAILURE"]),
     (["dataloader_timeout.log"], "DATALOADER_WORKER_FAILURE", [1], ["DATALOADER_WORKER_FAILURE"]),
+    # raised while the DataLoader built its workers: they never ran
+    (["dataloader_unpicklable.log"], "DATALOADER_WORKER_FAILURE", [1],
+     ["DATALOADER_WORKER_FAILURE"]),
+    # the same place out of descriptors: the limit is the cause, not the loader
+    (["dataloader_nofile.log"], "ENV_LIMITS", [1], ["ENV_LIMITS"]),
     (["mismatch_detail.log"], "HANG_COLLECTIVE_MISMATCH", [0, 1], ["HANG_COLLECTIVE_MISMATCH"]),
     (["size_mismatch.log"], "HANG_COLLECTIVE_MISMATCH", [0], ["HANG_COLLECTIVE_MISMATCH"]),
     (["op_mismatch.log"], "COLLECTIVE_TIMEOUT", [], ["COLLECTIVE_TIMEOUT"]),

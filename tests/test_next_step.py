@@ -41,6 +41,16 @@ def test_healthy_and_warning_only_reports_need_nothing():
         "slurmstepd: error: *** JOB 18886 ON node CANCELLED AT 2023-11-24T10:25:54 DUE TO "
         "TIME LIMIT ***"]}), Action.RAISE_TIMEOUT),
     (Finding("COLLECTIVE_TIMEOUT", "watchdog timeout", []), Action.RAISE_TIMEOUT),
+    # the Dataset's own code is wrong; a worker that died of memory is the config
+    (Finding("DATALOADER_WORKER_FAILURE", "a DataLoader worker raised KeyError: 'label'", [0]),
+     Action.FIX_CODE),
+    (Finding("DATALOADER_WORKER_FAILURE", "a DataLoader worker raised RuntimeError: unable to "
+             "allocate shared memory(shm) for file </torch_1>", [0]), Action.FIX_CONFIG),
+    (Finding("DATALOADER_WORKER_FAILURE", "the DataLoader could not start its worker "
+             "processes: _pickle.PicklingError: Can't pickle <function <lambda>>", [0]),
+     Action.FIX_CODE),
+    (Finding("DATALOADER_WORKER_FAILURE", "a DataLoader worker was killed by signal: Bus error",
+             [1]), Action.FIX_CONFIG),
 ])
 def test_the_first_error_decides(finding, action):
     assert decide([finding]).action is action

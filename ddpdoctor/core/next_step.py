@@ -187,6 +187,13 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "lower host memory use or raise the limit"),
     ("RANK_CRASHED", _has(r"(?i)Xid|ECC|fallen off the bus|uncorrectable"), _D,
      "the crash comes with a hardware error: drain the node"),
+    ("DATALOADER_WORKER_FAILURE", _has(r"(?i)can't pickle|cannot pickle|PicklingError"), _C,
+     "the Dataset (or its collate_fn / sampler) holds an object the workers cannot be sent "
+     "(a lambda or local function): make it picklable, a module-level function"),
+    ("DATALOADER_WORKER_FAILURE", lambda f: f.title.startswith("a DataLoader worker raised")
+     and not re.search(r"(?i)memory|shm|bus error|killed", _text(f)), _C,
+     "the Dataset's own code raised in a worker: fix the dataset code or the sample it "
+     "read"),
     ("UNRECOGNIZED_FAILURE", lambda f: f.evidence.get("family") == "own_exit", _R,
      "the program ended the run itself on a condition it checks (a time budget, a speed "
      "gate, data used up): read its output for the condition, then run it again (from its "

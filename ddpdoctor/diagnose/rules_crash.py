@@ -311,7 +311,7 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     first_per_rank: dict[int | None, Event] = {}
     # a rank's own traceback before torchrun's copy of it in its summary (same exception)
     for e in sorted(ix.of(K.EXCEPTION), key=lambda x: bool(x.rank_from)):
-        if id(e) in taken or "in_dataloader_worker" in e.data:
+        if id(e) in taken or "in_dataloader_worker" in e.data or "dataloader_start" in e.data:
             continue
         if e.rank in explained or _follows_cascade(ix, e):
             continue

@@ -124,7 +124,8 @@ _DL_ORDER = [K.DL_KILLED, K.DL_EXIT, K.DL_TIMEOUT, K.DL_WORKER_EXCEPTION, K.EXCE
 
 
 def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    worker_exc = [e for e in ix.of(K.EXCEPTION) if "in_dataloader_worker" in e.data]
+    worker_exc = [e for e in ix.of(K.EXCEPTION)
+                  if "in_dataloader_worker" in e.data or "dataloader_start" in e.data]
     # A worker that dies mid-send shows up in the rank as ConnectionResetError raised
     # inside the DataLoader's own frames: the worker died, not a peer rank.
     lost = [e for e in ix.of(K.CONN_RESET, K.CONN_CLOSED) if e.data.get("in_dataloader")]
@@ -185,6 +186,12 @@ def _dl_raised(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
     ev: dict[str, object] = {}
     if errs and errs[0].data.get("where"):
         ev["where"] = errs[0].data["where"]
+    if errs and errs[0].data.get("dataloader_start"):
+        if "pickle" in str(msg).lower():
+            ev["hint"] = ("with the spawn or forkserver start method each worker gets the "
+                          "Dataset pickled: a lambda or local function it holds cannot be "
+                          "(make it a module-level function)")
+        return f"the DataLoader could not start its worker processes: {msg}", ev
     return f"a DataLoader worker raised {msg}", ev
 
 

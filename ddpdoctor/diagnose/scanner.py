@@ -342,6 +342,8 @@ class LineScanner:
         data.update(_side_marks(frames, headed))
         if any("torch/utils/data/" in f[0] for f in frames):
             data["in_dataloader"] = True
+            if _starts_workers(frames):
+                data["dataloader_start"] = True
         coll = [f[2] for f in frames if f[0].endswith("distributed_c10d.py")
                 and f[2] in _COLLECTIVES]
         if coll:
@@ -455,6 +457,16 @@ def _logged_traceback(stripped: str) -> bool:
     """A warning record's traceback header: its frames and exception line are the record's,
     printed by a program that went on."""
     return "Traceback (most recent call last)" in stripped and bool(_LOGGED.match(stripped))
+
+
+def _starts_workers(frames: list[tuple[str, int, str]]) -> bool:
+    """The exception came out of the multiprocessing calls a DataLoader's iterator makes as
+    it is built (its queues, ``w.start()``): the workers never ran, whatever the exception
+    says (a Dataset that cannot be pickled for spawn, fork out of memory, out of file
+    descriptors)."""
+    built = [i for i, f in enumerate(frames)
+             if f[0].endswith("torch/utils/data/dataloader.py") and f[2] == "__init__"]
+    return bool(built) and any("multiprocessing/" in f[0] for f in frames[built[0]:])
 
 
 def _side_marks(frames: list[tuple[str, int, str]], headed: bool) -> dict[str, object]:
