@@ -54,6 +54,7 @@ class Result:
     got_ranks: tuple[int, ...]
     healthy: bool  # no error finding: diagnose would exit 0
     got_action: str = ""
+    titles: tuple[str, ...] = ()  # every finding's title, in order
 
     @property
     def called_healthy(self) -> bool:
@@ -99,7 +100,8 @@ def run(case: Case) -> Result:
     return Result(case, first.id if first else "(none)",
                   tuple(first.ranks) if first else (),
                   healthy=not any(f.severity == "error" for f in findings),
-                  got_action=decide(findings).action.value)
+                  got_action=decide(findings).action.value,
+                  titles=tuple(f.title for f in findings))
 
 
 def _is_error(fid: str) -> bool:

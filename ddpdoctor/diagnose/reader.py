@@ -10,6 +10,7 @@ to seconds).
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import stat
@@ -327,11 +328,11 @@ class Prefilter:
             return
         folded = buf.translate(_FOLD)
         lines = [folded] if final else folded.split(b"\n")
-        distinct = set(lines)
+        distinct = list(set(lines))
         joined = b"\n".join(distinct)
         if not any(k in joined for k in self.folded):
             return
-        hits = {ln for ln in distinct if any(k in ln for k in self.folded)}
+        hits = self._holding(distinct, joined)
         lineno = base_lineno
         counted_to = 0
         pos = 0
@@ -345,6 +346,23 @@ class Prefilter:
                     line.cont = _text(buf[after:after + min(len(lines[i + 1]), _CONT_BYTES)])
                 yield line
             pos += len(ln) + 1
+
+    def _holding(self, distinct: list[bytes], joined: bytes) -> set[bytes]:
+        """The lines of ``distinct`` (``joined`` is them joined by newlines) that hold a
+        keyword: each keyword is found in the joined text at C speed and mapped to its line,
+        rather than every line testing every keyword. No keyword holds a newline."""
+        starts, at = [], 0
+        for ln in distinct:
+            starts.append(at)
+            at += len(ln) + 1
+        hits: set[bytes] = set()
+        for k in self.folded:
+            i = joined.find(k)
+            while i >= 0:
+                line = bisect.bisect_right(starts, i) - 1
+                hits.add(distinct[line])
+                i = joined.find(k, starts[line + 1]) if line + 1 < len(starts) else -1
+        return hits
 
     def _line(self, raw: bytes, lineno: int, stats: ReadStats, max_line: int,
               final: bool) -> RawLine:

@@ -34,24 +34,41 @@ SIGNATURES: tuple[Signature, ...] = (bugs.SIGNATURES + c10d.SIGNATURES + nccl.SI
                                      + stacks.SIGNATURES)
 
 
+def _by_needle() -> dict[str, tuple[int, ...]]:
+    """Each needle, and the positions in SIGNATURES of the signatures it lets through."""
+    out: dict[str, list[int]] = {}
+    for i, sig in enumerate(SIGNATURES):
+        for n in sig.needles:
+            out.setdefault(n, []).append(i)
+    return {n: tuple(ix) for n, ix in out.items()}
+
+
+# A line reaches only the signatures whose needle it holds (no other can match it): one
+# pass over the distinct needles instead of every signature testing its own.
+_BY_NEEDLE = _by_needle()
+
+
 def match_line(body: str, cont: str = ""
                ) -> Iterator[tuple[Signature, dict[str, object]]]:
     """Every signature that matches ``body``; fallback wordings only when nothing else did.
     ``cont``, the next line: a signature whose needle ``body`` holds but whose text runs
     past its end (a paste or terminal wrapped it) is matched on the two joined."""
+    held = sorted({i for n, ix in _BY_NEEDLE.items() if n in body for i in ix})
+    candidates = [SIGNATURES[i] for i in held]
+    joined = f"{body.rstrip()} {cont.strip()}" if cont.strip() else ""
     matched = False
-    for sig in SIGNATURES:
+    for sig in candidates:
         if sig.fallback:
             continue
         data = sig.match(body)
-        if data is None and cont.strip() and any(n in body for n in sig.needles):
-            data = sig.match(f"{body.rstrip()} {cont.strip()}")
+        if data is None and joined:
+            data = sig.match(joined)
         if data is not None:
             matched = True
             yield sig, data
     if matched:
         return
-    for sig in SIGNATURES:
+    for sig in candidates:
         if sig.fallback:
             data = sig.match(body)
             if data is not None:
