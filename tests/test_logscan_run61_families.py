@@ -16,7 +16,8 @@ from logscan_helpers import findings_in, findings_of, lines_of
 
 from ddpdoctor.core.next_step import Action, decide
 
-PUBLIC = Path("tests/fixtures/reallogs/X71_spawn_worker_cant_pickle_lambda_vocab.log")
+DIR = Path("tests/fixtures/reallogs")
+PUBLIC = DIR / "X71_spawn_worker_cant_pickle_lambda_vocab.log"
 RECORDED = Path("tests/fixtures/logs/dataloader_unpicklable.log")
 NOFILE = Path("tests/fixtures/logs/dataloader_nofile.log")
 
@@ -43,3 +44,24 @@ def test_the_same_exception_after_the_workers_ran_is_not_a_start_failure(tmp_pat
     text = lines_of(PUBLIC, 1, 6) + lines_of(PUBLIC, 27, 31)
     lead = findings_in(tmp_path, text)[0]
     assert lead.id == "RANK_CRASHED"
+
+
+# Two verdicts the set's labels disagreed with, each a family: what the installed software
+# lacks is fixed by installing it, not by changing the training code.
+NINJA = DIR / "X74_deepspeed_launcher_rank_crash_ninja_missing_cpu_adam_jit.log"
+NO_KERNEL = DIR / "X68_torch_build_drops_sm60_p100_no_kernel_image_yolo_ddp.log"
+
+
+def test_a_missing_build_tool_is_the_extension_build_family():
+    lead = findings_of(NINJA)[0]
+    assert (lead.id, lead.ranks) == ("RANK_CRASHED", [0])
+    assert lead.evidence["family"] == "extension_build"
+    assert "Ninja is required" in lead.title
+    assert decide([lead]).action is Action.FIX_CONFIG
+
+
+def test_a_torch_built_without_this_gpus_kernels_is_the_install():
+    lead = findings_of(NO_KERNEL)[0]
+    assert (lead.id, lead.ranks) == ("RANK_CRASHED", [0, 1, 2, 3])
+    assert "get_arch_list" in str(lead.evidence["hint"])
+    assert decide([lead]).action is Action.FIX_CONFIG

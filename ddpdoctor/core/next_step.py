@@ -133,6 +133,8 @@ _CONFIG_SAYS = re.compile(
     # a package the environment lacks (a top-level name: a dotted one is the project's own
     # module, which the code names wrongly)
     r"ModuleNotFoundError: No module named '\w+'|"
+    # the installed torch (or an extension) was built without kernels for this GPU
+    r"no kernel image is available for execution on the device|"
     # a checkpoint that is another run's: its optimizer groups or its recorded settings
     # disagree with this run's (resumed from the wrong directory, or the config changed)
     r"loaded state dict (?:has a different number of parameter groups|contains a parameter "

@@ -83,9 +83,13 @@ def cuda_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     what = e.data.get("message", "an illegal memory access was encountered")
     via = (" (raised in the NCCL watchdog thread: the faulty kernel ran earlier, it is not "
            "NCCL's)" if e.data.get("watchdog") else "")
+    hint = ("rerun with CUDA_LAUNCH_BLOCKING=1 to get the stack of the kernel that faulted"
+            if "no kernel image" not in str(what) else
+            "the installed torch (or an extension) was built without kernels for this GPU's "
+            "compute capability (compare torch.cuda.get_arch_list() with "
+            "torch.cuda.get_device_capability()): install a build that includes it")
     return [verdict(ix, "RANK_CRASHED", f"rank {fmt(bad) or '?'} hit CUDA error: {what}{via}",
-                    bad, {"hint": "rerun with CUDA_LAUNCH_BLOCKING=1 to get the stack of the "
-                          "kernel that faulted"})]
+                    bad, {"hint": hint})]
 
 
 def native_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

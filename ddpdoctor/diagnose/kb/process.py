@@ -544,6 +544,19 @@ SIGNATURES = (
                  "https://github.com/nunchux-ai/nunchaku/issues/346",
                  {"why": "subcommand failed"}),)),
     Signature(
+        # the build tool itself is missing: the extension cannot be compiled at all
+        "cpp_extension.ninja_missing", K.EXT_BUILD, "Ninja is required",
+        r"(?P<compiler_error>Ninja is required to load C\+\+ extensions)",
+        "RANK_CRASHED", "torch >= 1.0 (torch.utils.cpp_extension.load)",
+        (Example("RuntimeError: Ninja is required to load C++ extensions",
+                 "https://github.com/unlimblue/KNN_CUDA/issues/14",
+                 {"compiler_error": "Ninja is required to load C++ extensions"}),
+         Example("[rank0]: RuntimeError: Ninja is required to load C++ extensions",
+                 "https://github.com/XWWW-XD/STReasoner_reproduce/blob/ddabbfe3a77483a64d0872"
+                 "8619a664066456e1ac/00_new_codes/repro_autodl/experiments/logs/single_a100_"
+                 "qwen3_4b_stage1_smoke_retry_bnb0452_20260604_112548.log",
+                 {"compiler_error": "Ninja is required to load C++ extensions"}))),
+    Signature(
         # gcc / g++ / nvcc's own error line on a source or header file: the reason a build
         # above failed (the first one is the one to read)
         "compiler.error", K.EXT_BUILD, ": error: ",
