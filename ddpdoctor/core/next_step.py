@@ -196,6 +196,9 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      and not re.search(r"(?i)memory|shm|bus error|killed", _text(f)), _C,
      "the Dataset's own code raised in a worker: fix the dataset code or the sample it "
      "read"),
+    ("UNRECOGNIZED_FAILURE", lambda f: f.evidence.get("family") == "allocation_refused", _K,
+     "the scheduler refused the request: ask for what its policy allows (a time limit, a "
+     "partition, an account, a size)"),
     ("UNRECOGNIZED_FAILURE", lambda f: f.evidence.get("family") == "own_exit", _R,
      "the program ended the run itself on a condition it checks (a time budget, a speed "
      "gate, data used up): read its output for the condition, then run it again (from its "

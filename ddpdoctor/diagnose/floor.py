@@ -204,6 +204,16 @@ PATTERNS: tuple[FloorPattern, ...] = (
           "2023-03-06T03:17:51 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
           _M4_NODE_FAILURE))),
     FloorPattern(
+        # the scheduler refused the step: nothing of it ran (a policy, a partition, a size)
+        "slurm.allocation_refused", Evidence.LAUNCHER_DEATH,
+        ("Unable to allocate resources", "Batch job submission failed"),
+        r"(?:srun|salloc): error: Unable to allocate resources: (?P<why>.+)"
+        r"|sbatch: error: Batch job submission failed: (?P<why2>.+)",
+        (("srun: error: Unable to allocate resources: Job violates accounting/QOS policy (job "
+          "submit limit, user's size and/or time limits)",
+          "https://github.com/AMD-AGI/sand-pipeline/blob/12b5cc093e6bc5d0f7c3b077ae55e2d0c2bb12b6"
+          "/train/output.sh"),)),
+    FloorPattern(
         "slurm.node_failure", Evidence.LAUNCHER_DEATH, ("srun: error: Node failure",),
         r"srun: error: Node failure on (?P<node>\S+)",
         (("srun: error: Node failure on jean-zay-iam37", _M4_NODE_FAILURE),)),

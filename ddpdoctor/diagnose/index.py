@@ -201,13 +201,17 @@ _SCRIPT_LINE = re.compile(r"\bline \d+: .*: command not found$")
 
 
 def _script_went_on(evs: list[Event]) -> list[Event]:
-    """A batch script's command that was not found, after which two or more ranks printed:
-    without `set -e` the script went on and launched the job (a helper command of its
-    set-up failed, not the launch): informational, not the job's failure."""
+    """A batch script's command that was not found, after which two or more ranks printed
+    (without `set -e` the script went on and launched the job: a helper command of its
+    set-up failed, not the launch), or after the trainer said its training completed (a
+    step of the script after the job, such as an evaluation it starts next):
+    informational, not the job's failure."""
     out = list(evs)
+    done = False
     for i, e in enumerate(evs):
+        done = done or e.kind is EventKind.JOB_DONE
         if e.kind is EventKind.FAMILY_START and e.rank is None and _SCRIPT_LINE.search(e.text) \
-                and len({x.rank for x in evs[i + 1:] if x.rank is not None}) >= 2:
+                and (done or len({x.rank for x in evs[i + 1:] if x.rank is not None}) >= 2):
             out[i] = replace(e, kind=EventKind.SCRIPT_WENT_ON)
     return out
 

@@ -409,7 +409,11 @@ def _busy_elsewhere(ix: EventIndex, culprits: list[int], op: str,
 
 
 def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    evs = ix.of(K.NCCL_WATCHDOG, K.GLOO_TIMEOUT, K.STORE_TIMEOUT) or ix.of(K.NCCL_WORK_STATE)
+    evs = ix.of(K.NCCL_WATCHDOG, K.GLOO_TIMEOUT, K.STORE_TIMEOUT)
+    if not evs and not ix.of(K.NCCL_REMOTE):
+        # the watchdog's "Exception (either an error or timeout)": a timeout unless the
+        # error it caught is named (a remote process or the network: the comm rules)
+        evs = ix.of(K.NCCL_WORK_STATE)
     peer = ix.of(K.BARRIER_PEER_ERROR)
     if not evs and peer:
         p = sorted({e.typed("peer", int) for e in peer})

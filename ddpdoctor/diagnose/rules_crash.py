@@ -22,7 +22,7 @@ from ddpdoctor.diagnose.index import (
     used,
     verdict,
 )
-from ddpdoctor.diagnose.rules_floor import is_teardown
+from ddpdoctor.diagnose.rules_floor import is_refused, is_teardown
 
 # Signals with a cause of their own (SIGKILL: the OOM killer, SIGBUS: /dev/shm), not a crash
 # in native code.
@@ -51,7 +51,7 @@ def after_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdi
         return []
     last = done[-1]
     if any(e.source != last.source or e.lineno < last.lineno or e.kind not in _EXIT_CRASH
-           or e.data.get("signal") == "SIGKILL" for e in failures):
+           or e.data.get("signal") == "SIGKILL" or is_refused(e) for e in failures):
         return []
     crash = next((e for e in failures if e.kind in (K.FATAL_PYTHON, K.SEGFAULT, K.CPP_ABORT)),
                  failures[0])
@@ -64,6 +64,27 @@ def after_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdi
                              "or never, threads still running): call "
                              "dist.destroy_process_group() at the end of training; the "
                              "exit code still fails a pipeline that checks it"},
+                    ranks=[], severity="warning")]
+
+
+def script_after_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """The trainer said its training completed, and then the batch script's next step did
+    not start (a command not found, the scheduler refusing the step it asked for: an
+    evaluation, an upload), and nothing else failed: the job's work is done; the script's
+    later step is said as a warning, not left out."""
+    done = ix.of(K.JOB_DONE)
+    later = [e for e in ix.of(K.SCRIPT_WENT_ON) + [e for e in ix.of(K.FLOOR) if is_refused(e)]
+             if done and (e.source, e.lineno) > (done[-1].source, done[-1].lineno)]
+    failed = [e for e in ix.events if e.is_failure and not is_refused(e)]
+    if earlier or not later or failed:
+        return []
+    later.sort(key=ix.pos)
+    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"after the trainer said training was over "
+                    f"({cut(done[-1].text, 80)}), the batch script's next step failed: "
+                    f"{cut(later[0].text, 120)}", later,
+                    {"after_completion": done[-1].where,
+                     "hint": "the training itself finished; fix the script's later command "
+                             "and run that step again, not the training"},
                     ranks=[], severity="warning")]
 
 
@@ -503,10 +524,27 @@ def rendezvous(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                     f"store{' at ' + target if target else ''}{why}", connect, ev)]
 
 
+# NCCL's socket code on a recv that returned 0: the peer closed the connection in order,
+# which its kernel does when the process ends (killed or crashed); a network fault resets
+# or times out instead
+_CLOSED_BY_PEER = re.compile(r"Connection closed by remote peer (?P<host>[^\s<]+)")
+
+
 def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     evs = ix.of(K.NCCL_REMOTE, K.NCCL_SYSTEM, K.NCCL_PEER_LOST, K.NCCL_SOCKET)
     if not evs:
         return []
+    closed = [e for e in ix.of(K.CONN_CLOSED) if _CLOSED_BY_PEER.search(e.text)]
+    if closed and not ix.of(K.NCCL_SYSTEM, K.NCCL_SOCKET):
+        m = _CLOSED_BY_PEER.search(closed[0].text)
+        host = m["host"] if m else "?"
+        return [verdict(ix, "RANK_CRASHED", f"a process on {host} ended: NCCL on rank "
+                        f"{fmt(evs) or '?'} saw its connection closed by that peer (an "
+                        "orderly close: the process exited or was killed, not the network); "
+                        "its own error is not in these logs", closed + evs,
+                        {"peer_host": host,
+                         "hint": f"read the logs of the ranks on {host} (their exit code, "
+                                 "an OOM kill in dmesg, a node that went away)"}, ranks=[])]
     peer = next((e.data for e in evs if e.data.get("address")), {})
     ev: dict[str, object] = {"hint": "a peer exited or the network failed; if no rank crashed, "
                           "rerun with NCCL_DEBUG=INFO and check the interface "
@@ -566,6 +604,7 @@ def _short(where: str) -> str:
 
 RULES = (
     Rule("after_completion", after_completion, _EXIT_CRASH | _CRASH_FALLOUT),
+    Rule("script_after_completion", script_after_completion),
     Rule("cuda_crash", cuda_crash, _CRASH_FALLOUT),
     Rule("native_crash", native_crash, _CRASH_FALLOUT),
     Rule("interrupted", interrupted, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK}),

@@ -183,10 +183,30 @@ def _cancelled(ix: EventIndex, hits: list[Event]) -> Verdict | None:
                    severity="warning")
 
 
+def is_refused(e: Event) -> bool:
+    """A scheduler's refusal to start a step (srun / salloc / sbatch): nothing of it ran."""
+    return e.kind is K.FLOOR and e.data.get("pattern") == "slurm.allocation_refused"
+
+
+def _refused(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    """The scheduler would not start the step: no rank ran, so no rank failed; what to fix
+    is the request (a time limit, a partition, an account, a size the policy allows)."""
+    refused = [e for e in hits if is_refused(e)]
+    if not refused:
+        return None
+    return verdict(ix, "UNRECOGNIZED_FAILURE", f"the scheduler refused to start the job step "
+                   f"({_q(refused[0].text, 160)}): nothing of it ran", refused,
+                   {"evidence_kind": refused[0].data["evidence"],
+                    "family": "allocation_refused",
+                    "hint": "the lines above it from the scheduler say which rule the request "
+                            "broke (a time limit it requires, -t; a partition, -p; an "
+                            "account, -A; more nodes or GPUs than allowed)"}, ranks=[])
+
+
 # The families, the cause before its effect.
 FAMILIES: tuple[Callable[[EventIndex, list[Event]], Verdict | None], ...] = (
-    _cancelled, _hardware, _oom, _nonfinite, _bus_error, _killed, _memory_full, _signal_death,
-    _library_error, _exit_code)
+    _refused, _cancelled, _hardware, _oom, _nonfinite, _bus_error, _killed, _memory_full,
+    _signal_death, _library_error, _exit_code)
 
 
 def floor(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
