@@ -62,3 +62,13 @@ def test_a_refused_step_alone_is_a_failure_to_fix_in_the_request(tmp_path):
 def test_a_command_not_found_before_any_training_is_still_the_jobs(tmp_path):
     lead = findings_in(tmp_path, lines_of(FINISHED, 479, 480))[0]
     assert (lead.id, lead.severity) == ("UNRECOGNIZED_FAILURE", "error")
+
+
+# From the development set's misses, the same session: NCCL's duplicate-GPU message is read
+# by its shape (quoted with its prefix reworded), and every pair it reports names its ranks.
+def test_every_pair_sharing_a_gpu_is_named():
+    blog = findings_of(DIR / "G2_duplicate_gpu_rank_mapping_device_order_blog.log")[0]
+    assert (blog.id, blog.ranks) == ("GPU_DEVICE_MAPPING", [19, 21, 27, 29])
+    assert "1 more device" in blog.title
+    horovod = findings_of(DIR / "F5_horovod_mpirun_duplicate_gpu.log")[0]
+    assert (horovod.id, horovod.ranks) == ("GPU_DEVICE_MAPPING", [0, 1, 2, 4, 5])

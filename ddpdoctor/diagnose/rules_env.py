@@ -36,9 +36,13 @@ def device_mapping(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict
         return []
     d = dup[0].data
     if "rank_a" in d:
-        ranks = sorted({dup[0].typed("rank_a", int), dup[0].typed("rank_b", int)})
+        pairs = {(e.typed("device", str), e.typed("rank_a", int), e.typed("rank_b", int))
+                 for e in dup if "rank_a" in e.data}
+        ranks = sorted({r for _, a, b in pairs for r in (a, b)})
+        more = len({device for device, _, _ in pairs}) - 1
         title = (f"rank {d['rank_a']} and rank {d['rank_b']} both use CUDA device "
-                 f"{d['device']}: each rank needs its own GPU")
+                 f"{d['device']}" + (f" (and ranks share {more} more device(s))" if more else "")
+                 + ": each rank needs its own GPU")
         ev = {"device": d["device"], "ranks_on_device": ranks}
     elif d.get("busy"):
         ranks = ranks_of(dup)

@@ -225,9 +225,9 @@ SIGNATURES = (
                  "https://github.com/NVIDIA/nccl/issues/296", {"around_rank": 39}),),
         convert={"around_rank": int}),
     Signature(
-        "nccl.duplicate_gpu", K.DUPLICATE_GPU, "Duplicate GPU detected",
-        r"Duplicate GPU detected ?: rank (?P<rank_a>\d+) and rank (?P<rank_b>\d+) both on CUDA "
-        r"device (?P<device>\w+)",
+        # the message's shape, its prefix dropped or reworded where it is quoted
+        "nccl.duplicate_gpu", K.DUPLICATE_GPU, "both on CUDA device",
+        r"rank (?P<rank_a>\d+) and rank (?P<rank_b>\d+) both on CUDA device (?P<device>\w+)",
         "GPU_DEVICE_MAPPING", "NCCL >= 2.6",
         (Example("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000",
                  "https://github.com/Peterande/D-FINE/issues/289",
@@ -236,7 +236,10 @@ SIGNATURES = (
          Example("[2026-11-27 13:39:08] vm:1001:1001 [0] init.cc:904 NCCL WARN Duplicate GPU "
                  "detected : rank 0 and rank 1 both on CUDA device 60",
                  "tests/fixtures/logs/recorded/nccl_duplicate_gpu_nvidia_h200.log",
-                 {"rank_a": 0, "rank_b": 1, "device": "60"})),
+                 {"rank_a": 0, "rank_b": 1, "device": "60"}),
+         Example("Error: rank 27 and rank 19 both on CUDA device 53000 (PCI 53:00.0)",
+                 "https://www.thomaskalnik.com/posts/deepseek-v3-part-4-nccl-networking-"
+                 "stability", {"rank_a": 27, "rank_b": 19, "device": "53000"})),
         convert={"rank_a": int, "rank_b": int}),
     Signature(
         "nccl.shm_call_failed", K.NCCL_SHM, "Call to ",
