@@ -49,6 +49,8 @@ class FloorPattern:
     pattern: str
     examples: tuple[tuple[str, str], ...]  # (real line, source URL)
     oom: bool = False  # the line itself says the kill was for memory
+    # the signal the wording stands for where it names none (a worker that vanished)
+    implied_signal: str | None = None
     accept: Callable[[Mapping[str, str | None]], bool] | None = None
     flags: int = 0
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
@@ -213,6 +215,16 @@ PATTERNS: tuple[FloorPattern, ...] = (
           "submit limit, user's size and/or time limits)",
           "https://github.com/AMD-AGI/sand-pipeline/blob/12b5cc093e6bc5d0f7c3b077ae55e2d0c2bb12b6"
           "/train/output.sh"),)),
+    FloorPattern(
+        # Ray's report of a worker process that vanished without an error of its own: its
+        # connection ended (SYSTEM_ERROR); Ray names a SIGKILL by the OOM killer first
+        "ray.worker_died", Evidence.PROCESS_KILLED, ("A worker died or was killed",),
+        r"A worker died or was killed while executing (?:a|the) task by an unexpected system "
+        r"error",
+        (("2023-01-17 17:21:35,472\tWARNING worker.py:1829 -- A worker died or was killed "
+          "while executing a task by an unexpected system error. To troubleshoot the problem, "
+          "check the logs for the dead worker.", "https://github.com/ray-project/ray/issues/31828"),),
+        implied_signal="SIGKILL"),
     FloorPattern(
         "slurm.node_failure", Evidence.LAUNCHER_DEATH, ("srun: error: Node failure",),
         r"srun: error: Node failure on (?P<node>\S+)",
@@ -387,7 +399,7 @@ def _signal_of(p: FloorPattern, d: Mapping[str, str | None], code: int | None) -
 def _hit(p: FloorPattern, d: Mapping[str, str | None]) -> FloorHit:
     code_text = d.get("code") or d.get("code2")
     code = int(code_text) if code_text is not None else None
-    signal = _signal_of(p, d, code)
+    signal = _signal_of(p, d, code) or p.implied_signal
     what = d.get("what") or d.get("what2") or ""
     if what in ("abort", "raise"):
         signal = "SIGABRT"

@@ -8,7 +8,7 @@ from typing import TypedDict
 from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
-from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, fmt, ranks_of, verdict
+from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, fmt, ranks_of, verdict
 from ddpdoctor.diagnose.kb.process import size_bytes
 
 
@@ -254,6 +254,13 @@ def _pids(evs: list[Event]) -> set[int]:
 def _cuda_oom(ix: EventIndex, cuda: list[Event]) -> list[Verdict]:
     if not cuda:
         return []
+    xla = [e for e in cuda if e.data.get("xla_message")]
+    if xla and len(xla) == len(cuda):
+        return [verdict(ix, "OOM", f"the accelerator (XLA: TPU) ran out of memory: "
+                        f"{cut(xla[0].get_str('xla_message'), 160)}", cuda,
+                        {"kind": "XLA", "hint": "a smaller per-device batch, or sharding "
+                         "(FSDP / SPMD) for what does not fit; memory that grows over epochs "
+                         "is a graph that keeps changing or tensors kept across steps"})]
     sizes = {k: v for k, v in cuda[0].data.items() if k in (
         "tried_to_allocate", "gpu", "total_capacity", "free", "in_use",
         "allocated_by_pytorch", "reserved_unallocated") and v is not None}

@@ -179,6 +179,26 @@ SIGNATURES = (
          Example("RuntimeError: CUDA error: out of memory",
                  "https://github.com/MIC-DKFZ/nnUNet/issues/593"))),
     Signature(
+        # XLA's status for a device allocation that failed (TPU HBM or vmem, torch_xla): the
+        # accelerator's out-of-memory, in the words of the runtime under torch_xla
+        "oom.xla_resource_exhausted", K.CUDA_OOM, ("RESOURCE_EXHAUSTED", "Resource exhausted"),
+        r"(?i:resource[ _]exhausted):.*?(?P<xla_message>(?:Attempting to (?:reserve|"
+        r"allocate) \S+.*?That was not possible|Ran out of memory in memory space \w+)[^;]*)",
+        "OOM", "torch_xla (XRT and PJRT runtimes)",
+        (Example("2022-04-04 00:27:49.642380: E tensorflow/compiler/xla/xla_client/xla_util.cc:88]"
+                 "   (1) RESOURCE_EXHAUSTED: Attempting to reserve 6.48G at the bottom of memory. "
+                 "That was not possible. There are 6.78G free, 0B reserved, and 3.33G "
+                 "reservable.", "https://github.com/pytorch/xla/issues/3470"),
+         Example("2020-10-22 02:48:58 10.128.0.33 [3]   (1) Resource exhausted: Attempting to "
+                 "allocate 180.59M. That was not possible. There are 142.58M free.; "
+                 "(0x3x0_HBM1)", "https://github.com/pytorch/xla/issues/2569",
+                 {"xla_message": "Attempting to allocate 180.59M. That was not possible. There "
+                                 "are 142.58M free."}),
+         Example("RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile "
+                 "permanent error. Ran out of memory in memory space vmem. Used 32.42M of "
+                 "16.00M vmem. Exceeded vmem capacity by 16.42M",
+                 "https://github.com/pytorch/xla/issues/9524"))),
+    Signature(
         # A native allocator giving up on host memory: C++ new (std::bad_alloc) and Rust's
         # global allocator (tokenizers, safetensors) abort the process with these.
         "oom.host_alloc_failed", K.CPU_OOM, ("std::bad_alloc", "bytes failed"),
