@@ -34,3 +34,11 @@ def test_a_ray_worker_that_vanished_is_a_likely_oom_kill():
         lead = findings_of(DIR / f"{name}.log")[0]
         assert (lead.id, lead.evidence["signal"], lead.evidence["certainty"]) == (
             "OOM", "SIGKILL", "likely"), name
+
+
+def test_an_accelerator_an_earlier_process_still_holds_is_occupied():
+    found = findings_of(DIR / "X80_npu_hccp_init_stale_training_process.log")
+    lead = found[0]
+    assert (lead.id, lead.severity) == ("GPU_MEMORY_OCCUPIED", "error")
+    assert [f.id for f in found if f.severity == "error"] == ["GPU_MEMORY_OCCUPIED"]
+    assert decide(found).action is Action.RESTART

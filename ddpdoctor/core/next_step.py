@@ -189,6 +189,8 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "lower host memory use or raise the limit"),
     ("RANK_CRASHED", _has(r"(?i)Xid|ECC|fallen off the bus|uncorrectable"), _D,
      "the crash comes with a hardware error: drain the node"),
+    ("GPU_MEMORY_OCCUPIED", lambda f: f.evidence.get("family") == "device_held", _R,
+     "a process of an earlier run still holds the device: stop it, then restart as is"),
     ("DATALOADER_WORKER_FAILURE", _has(r"(?i)can't pickle|cannot pickle|PicklingError"), _C,
      "the Dataset (or its collate_fn / sampler) holds an object the workers cannot be sent "
      "(a lambda or local function): make it picklable, a module-level function"),

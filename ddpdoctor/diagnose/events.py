@@ -62,6 +62,7 @@ class EventKind(str, Enum):
     NCCL_IFACES = "nccl_ifaces"  # informational: "NET/Socket : Using [0]eth0:10.0.0.1<0> ..."
     # GPU
     DUPLICATE_GPU = "duplicate_gpu"
+    DEVICE_HELD = "device_held"  # an accelerator still held by another (earlier) process
     GPU_ECC = "gpu_ecc"
     GPU_XID = "gpu_xid"
     GPU_FABRIC = "gpu_fabric"  # NVSwitch fabric not ready: Fabric Manager down or mismatched

@@ -68,6 +68,21 @@ def device_mapping(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict
                     severity="warning" if past else "")]
 
 
+def device_held(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """The accelerator's runtime says a process of an earlier run still owns the device:
+    the new one cannot start on it until that one is gone."""
+    held = ix.of(K.DEVICE_HELD)
+    if not held:
+        return []
+    return [verdict(ix, "GPU_MEMORY_OCCUPIED", "the device is still held by an earlier "
+                    f"process ({cut(held[0].text, 140)}): stop it, wait, and start again",
+                    held, {"family": "device_held",
+                           "hint": "list the processes on the device (npu-smi info / "
+                                   "nvidia-smi), kill the leftover training processes, wait "
+                                   "~10 s for the driver to release it, then relaunch"},
+                    severity="error")]
+
+
 def gpu_health(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     # A device that faulted on its own (ROCm's "HW Exception ... GPU Hang") is the GPU's
     # health, unless a kernel's memory fault came first: then the hang is that crash's
@@ -338,6 +353,7 @@ RULES = (
         K.STORE_TIMEOUT})),
     Rule("port_in_use", port_in_use, frozenset({K.EXCEPTION, K.ERROR_LINE, K.PROCESS_EXIT})),
     Rule("device_mapping", device_mapping, _NCCL_FALLOUT),
+    Rule("device_held", device_held, _NCCL_FALLOUT | {K.TRACEBACK}),
     Rule("gpu_health", gpu_health, _NCCL_FALLOUT | {K.CUDA_ILLEGAL, K.NCCL_WATCHDOG}),
     Rule("nccl_config", nccl_config, _NCCL_FALLOUT | {K.CONN_REFUSED, K.NCCL_SOCKET,
                                                        K.CONNECT_TIMEOUT, K.GLOO_TIMEOUT}),

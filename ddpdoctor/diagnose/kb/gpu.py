@@ -10,6 +10,15 @@ _ASSERT_SOURCE = ("https://github.com/jaeyun95/error_collections/blob/"
 
 SIGNATURES = (
     Signature(
+        # Ascend's HCCL, its device still owned by a process of an earlier run
+        "hccl.device_held", K.DEVICE_HELD, "last training process is running",
+        r"(?:(?P<code>E[A-Z]\d{4}): .*?)?Failed to initialize the HCCP process\. Reason: Maybe "
+        r"the last training process is running",
+        "GPU_MEMORY_OCCUPIED", "torch_npu with CANN's HCCL",
+        (Example("EJ0001: 2024-05-21-11:57:54.167.645 Failed to initialize the HCCP process. "
+                 "Reason: Maybe the last training process is running.",
+                 "https://github.com/hiyouga/LlamaFactory/issues/3839", {"code": "EJ0001"}),)),
+    Signature(
         "cuda.uncorrectable_ecc", K.GPU_ECC, "ECC error",
         r"(?P<what>uncorrectable ECC error encountered)", "GPU_HEALTH", "CUDA (all)",
         (Example("RuntimeError: CUDA error: uncorrectable ECC error encountered",
