@@ -73,12 +73,13 @@ def script_after_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> lis
     evaluation, an upload), and nothing else failed: the job's work is done; the script's
     later step is said as a warning, not left out."""
     done = ix.of(K.JOB_DONE)
-    later = [e for e in ix.of(K.SCRIPT_WENT_ON) + [e for e in ix.of(K.FLOOR) if is_refused(e)]
-             if done and (e.source, e.lineno) > (done[-1].source, done[-1].lineno)]
-    failed = [e for e in ix.events if e.is_failure and not is_refused(e)]
-    if earlier or not later or failed:
+    if earlier or not done:
         return []
-    later.sort(key=ix.pos)
+    end = (done[-1].source, done[-1].lineno)
+    later = [e for e in ix.of(K.SCRIPT_WENT_ON, K.FLOOR)  # in log order
+             if (e.kind is K.SCRIPT_WENT_ON or is_refused(e)) and (e.source, e.lineno) > end]
+    if not later or any(e.is_failure and not is_refused(e) for e in ix.events):
+        return []
     return [verdict(ix, "UNRECOGNIZED_FAILURE", f"after the trainer said training was over "
                     f"({cut(done[-1].text, 80)}), the batch script's next step failed: "
                     f"{cut(later[0].text, 120)}", later,
@@ -534,14 +535,13 @@ def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     evs = ix.of(K.NCCL_REMOTE, K.NCCL_SYSTEM, K.NCCL_PEER_LOST, K.NCCL_SOCKET)
     if not evs:
         return []
-    closed = [e for e in ix.of(K.CONN_CLOSED) if _CLOSED_BY_PEER.search(e.text)]
+    closed = [(e, m) for e in ix.of(K.CONN_CLOSED) if (m := _CLOSED_BY_PEER.search(e.text))]
     if closed and not ix.of(K.NCCL_SYSTEM, K.NCCL_SOCKET):
-        m = _CLOSED_BY_PEER.search(closed[0].text)
-        host = m["host"] if m else "?"
+        host = closed[0][1]["host"]
         return [verdict(ix, "RANK_CRASHED", f"a process on {host} ended: NCCL on rank "
                         f"{fmt(evs) or '?'} saw its connection closed by that peer (an "
                         "orderly close: the process exited or was killed, not the network); "
-                        "its own error is not in these logs", closed + evs,
+                        "its own error is not in these logs", [e for e, _ in closed] + evs,
                         {"peer_host": host,
                          "hint": f"read the logs of the ranks on {host} (their exit code, "
                                  "an OOM kill in dmesg, a node that went away)"}, ranks=[])]
