@@ -56,3 +56,45 @@ def test_job_tree_and_sample_from_one_host_walk(monkeypatch):
         subprocess.run(["pkill", "-KILL", "-P", str(launcher.pid)], check=False)
         launcher.kill()
         launcher.wait()
+
+
+def test_job_tree_dates_the_job_from_its_launcher_not_from_when_the_tree_is_made():
+    """On a loaded host run may build its tree seconds after the launcher started its
+    ranks: a process older than the tree but younger than the launcher is the job's (it
+    was skipped, and a SIGSTOPped rank outlived run). One older than the launcher is not."""
+    launcher, rank, older = 9_000_001, 9_000_002, 9_000_003
+    host = HostProcs.build({launcher: 1, rank: launcher, older: launcher},
+                           {launcher: 100.0, rank: 100.2, older: 90.0})
+    tree = JobTree(launcher, started=100.0)
+    tree.scan(host)
+    assert set(tree.seen) == {launcher, rank}
+    made_now = JobTree(launcher)  # no start given: the tree's own birth (in-process use)
+    made_now.scan(host)
+    assert made_now.seen == {}
+
+
+@pytest.mark.slow  # starts a process
+def test_run_tree_finds_ranks_started_before_the_tree_was_made():
+    """run's tree, made (as under load) well over a second after the launcher forked its
+    rank, still finds that rank: the tree is dated from the launcher's create time."""
+    import psutil
+
+    from ddpdoctor.run.process import Job
+    from ddpdoctor.run.runner import job_tree
+
+    launcher = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
+    try:
+        born = psutil.Process(launcher.pid).create_time()
+        deadline = time.monotonic() + 20
+        while (not HostProcs.read().descendants(launcher.pid) or time.time() < born + 1.5) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        kids = HostProcs.read().descendants(launcher.pid)
+        assert len(kids) == 1
+        tree = job_tree(Job(launcher, None, []), None, False, ("X", "y"))  # type: ignore[arg-type]
+        tree.scan()
+        assert set(tree.seen) == {launcher.pid, kids[0]}
+    finally:
+        subprocess.run(["pkill", "-KILL", "-P", str(launcher.pid)], check=False)
+        launcher.kill()
+        launcher.wait()

@@ -125,17 +125,8 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
 def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: JobEnv, opts: RunOptions,
                reaper: Reaper | None, wall0: float, subreaper: bool,
                marker: tuple[str, str], node: Node | None = None) -> None:
-    import psutil
 
-    tree = JobTree(job.pid, exclude={reaper.pid} if reaper else set())
-    tree.own_children = subreaper
-    tree.marker = marker
-    if reaper is not None:
-        tree.on_new = reaper.track
-    try:
-        tree.add(job.pid, psutil.Process(job.pid).create_time())
-    except psutil.Error:
-        pass
+    tree = job_tree(job, reaper, subreaper, marker)
     tracker = ProgressTracker(time.monotonic())
     result.memory = memory = MemoryHistory(time.monotonic())
     node = node or Node(None)
@@ -179,6 +170,27 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: JobEnv, opts
     result.interrupted = sigs.interrupts
     result.teardown = sigs.teardown
     result.tracker = tracker
+
+
+def job_tree(job: Job, reaper: Reaper | None, subreaper: bool,
+             marker: tuple[str, str]) -> JobTree:
+    """The tree of the job's processes, dated from the launcher's start, not from now."""
+    import psutil
+
+    try:
+        launcher_created: float | None = psutil.Process(job.pid).create_time()
+    except psutil.Error:
+        launcher_created = None  # gone already: its children are older than "now"
+    job_began = time.time() - (time.monotonic() - job.started)
+    tree = JobTree(job.pid, exclude={reaper.pid} if reaper else set(),
+                   started=min(job_began, launcher_created or job_began))
+    tree.own_children = subreaper
+    tree.marker = marker
+    if reaper is not None:
+        tree.on_new = reaper.track
+    if launcher_created is not None:
+        tree.add(job.pid, launcher_created)
+    return tree
 
 
 def _stamp_deaths(exit_watch: ExitWatch, sample: TreeSample) -> None:

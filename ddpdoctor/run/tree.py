@@ -131,11 +131,16 @@ def _is_py_spy(pid: int) -> bool:
 class JobTree:
     """The processes of one job: seen so far, by (pid, create time)."""
 
-    def __init__(self, launcher_pid: int, exclude: set[int] | None = None) -> None:
+    def __init__(self, launcher_pid: int, exclude: set[int] | None = None,
+                 started: float | None = None) -> None:
         self.launcher_pid = launcher_pid
         self.exclude = set(exclude or ())  # run's own helpers (the reaper)
         self.seen: dict[int, Seen] = {}
-        self.started = time.time()
+        # when the job began (its launcher's create time): a process older than that is
+        # not the job's. Not the time this tree is made: on a loaded host that can be
+        # seconds after the launcher started its ranks, which were then never seen and
+        # outlived run
+        self.started = time.time() if started is None else started
         # called with (pid, created) for each new process (the reaper)
         self.on_new: Callable[[int, float], None] | None = None
         # run is the job's subreaper: its own children other than the launcher are the
