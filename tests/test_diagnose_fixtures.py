@@ -45,6 +45,8 @@ CASES = [
     # raised while the DataLoader built its workers: they never ran
     (["dataloader_unpicklable.log"], "DATALOADER_WORKER_FAILURE", [1],
      ["DATALOADER_WORKER_FAILURE"]),
+    # the Dataset's own code raised in a worker: the rank died of that error
+    (["dataloader_raises.log"], "RANK_CRASHED", [1], ["RANK_CRASHED"]),
     # the same place out of descriptors: the limit is the cause, not the loader
     (["dataloader_nofile.log"], "ENV_LIMITS", [1], ["ENV_LIMITS"]),
     (["mismatch_detail.log"], "HANG_COLLECTIVE_MISMATCH", [0, 1], ["HANG_COLLECTIVE_MISMATCH"]),

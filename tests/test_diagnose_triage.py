@@ -103,8 +103,10 @@ def test_dataloader_worker_exception_names_the_original_error():
             '[rank0]:   File "/home/u/data.py", line 41, in __getitem__\n'
             "[rank0]: KeyError: 'image'\n")
     findings = run(text)
-    assert [(f.id, f.ranks) for f in findings] == [("DATALOADER_WORKER_FAILURE", [0])]
+    # the workers ran: the Dataset's own code raised, and the rank died of it
+    assert [(f.id, f.ranks) for f in findings] == [("RANK_CRASHED", [0])]
     assert findings[0].evidence["where"] == "/home/u/data.py:41 in __getitem__"
+    assert findings[0].evidence["family"] == "dataset_code"
     assert "KeyError: 'image'" in findings[0].title
 
 

@@ -156,6 +156,10 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
     ("*", _has(r"DUE TO PREEMPTION"), _R, "the job was preempted: restart as is"),
     ("COMM_CONNECTIVITY", _has(r"(?i)async event|catastrophic|port error|port state"),
      _D, "the InfiniBand adapter itself reported an error: drain the node"),
+    # before the missing-path rule: a sample the Dataset could not read is not the launch
+    ("RANK_CRASHED", lambda f: f.evidence.get("family") == "dataset_code", _C,
+     "the Dataset's own code raised on a sample in a DataLoader worker: fix that code, or "
+     "skip or repair the samples it cannot read"),
     ("*", _has(r"No such file or directory|command not found|can't open file|execve|"
                r"FileNotFoundError|[Dd]oes not exist|[Ff]ile \S+ not found|"
                r"[Ff]ile not found|No space left on device|"

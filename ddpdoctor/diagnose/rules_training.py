@@ -10,6 +10,7 @@ from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, fmt, ranks_of, verdict
 from ddpdoctor.diagnose.kb.process import size_bytes
+from ddpdoctor.diagnose.rules_dataloader import RULE as DATALOADER
 
 
 def ddp(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -117,87 +118,6 @@ def _nccl_shm_title(nccl: list[Event], ev: dict[str, object]) -> str:
     size = f" ({seg['size']} bytes)" if seg.get("size") else ""
     return (f"NCCL could not create its shared memory segment{size}: /dev/shm {what}"
             + (f" ({reason})" if reason else ""))
-
-
-_DL_ORDER = [K.DL_KILLED, K.DL_EXIT, K.DL_TIMEOUT, K.DL_WORKER_EXCEPTION, K.EXCEPTION,
-             K.SHM_ALLOC, K.DL_WORKER_SIGNAL, K.DL_EXITED]
-
-
-def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    worker_exc = [e for e in ix.of(K.EXCEPTION)
-                  if "in_dataloader_worker" in e.data or "dataloader_start" in e.data]
-    # A worker that dies mid-send shows up in the rank as ConnectionResetError raised
-    # inside the DataLoader's own frames: the worker died, not a peer rank.
-    lost = [e for e in ix.of(K.CONN_RESET, K.CONN_CLOSED) if e.data.get("in_dataloader")]
-    dl = (ix.of(K.DL_KILLED, K.DL_EXIT, K.DL_TIMEOUT, K.DL_WORKER_EXCEPTION, K.DL_WORKER_SIGNAL)
-          + worker_exc + [e for e in ix.of(K.SHM_ALLOC) if "in_dataloader_worker" in e.data]
-          + lost)
-    exited = ix.of(K.DL_EXITED)
-    if not dl and not exited:
-        return []
-    dl = sorted(dl, key=ix.pos) or exited
-    first = min(dl, key=lambda e: (_DL_ORDER.index(e.kind) if e.kind in _DL_ORDER else 99,
-                                   ix.pos(e)))
-    describe = _DL_DESCRIBE.get(first.kind, _dl_raised)
-    title, ev = describe(first, dl)
-    ranks = ranks_of([e for e in dl + exited if e.kind is not K.DL_WORKER_SIGNAL])
-    return [verdict(ix, "DATALOADER_WORKER_FAILURE", title, dl + exited, ev, ranks=ranks or None)]
-
-
-# One function per way a DataLoader worker fails: (the first event, all of them) -> (title,
-# evidence).
-def _dl_killed(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
-    ev: dict[str, object] = {"signal": first.data["signal"]}
-    if first.data["signal"] == "Killed":
-        ev["hint"] = "SIGKILL: most often the host's OOM killer (check dmesg)"
-    return f"a DataLoader worker was killed by signal: {first.data['signal']}", ev
-
-
-def _dl_exit(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
-    return (f"a DataLoader worker exited with code {first.data['exit_code']}",
-            {"exit_code": first.data["exit_code"]})
-
-
-def _dl_timeout(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
-    return (f"DataLoader timed out after {first.data['timeout_s']:g} s waiting for a batch",
-            {"timeout_s": first.data["timeout_s"]})
-
-
-def _dl_worker_signal(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
-    return f"a DataLoader worker died of a {first.data['what']}", {"signal": first.data["what"]}
-
-
-def _dl_exited(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
-    pids = ", ".join(str(p) for p in first.ints("pids", []))
-    hint = ("the worker died without a Python error: killed by a signal (the host's "
-            "OOM killer: check dmesg; a bus error: /dev/shm too small in a container)"
-            " — rerun with num_workers=0 to see the error in the main process")
-    return (f"DataLoader worker (pid {pids}) exited unexpectedly, no exit code or signal",
-            {"hint": hint})
-
-
-def _dl_connection_lost(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
-    return "a DataLoader worker died (the rank lost its connection to it)", {}
-
-
-def _dl_raised(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
-    errs = [e for e in dl if e.kind in (K.EXCEPTION, K.SHM_ALLOC)]
-    msg = errs[0].data.get("exception", errs[0].text) if errs else first.text
-    ev: dict[str, object] = {}
-    if errs and errs[0].data.get("where"):
-        ev["where"] = errs[0].data["where"]
-    if errs and errs[0].data.get("dataloader_start"):
-        if "pickle" in str(msg).lower():
-            ev["hint"] = ("with the spawn or forkserver start method each worker gets the "
-                          "Dataset pickled: a lambda or local function it holds cannot be "
-                          "(make it a module-level function)")
-        return f"the DataLoader could not start its worker processes: {msg}", ev
-    return f"a DataLoader worker raised {msg}", ev
-
-
-_DL_DESCRIBE = {K.DL_KILLED: _dl_killed, K.DL_EXIT: _dl_exit, K.DL_TIMEOUT: _dl_timeout,
-                K.DL_WORKER_SIGNAL: _dl_worker_signal, K.DL_EXITED: _dl_exited,
-                K.CONN_RESET: _dl_connection_lost, K.CONN_CLOSED: _dl_connection_lost}
 
 
 def _worker_killed(ix: EventIndex) -> list[Verdict]:
@@ -464,7 +384,7 @@ RULES = (
     Rule("ddp", ddp, frozenset({K.CONN_CLOSED, K.CONN_RESET})),
     Rule("shm", shm, frozenset({K.NCCL_SYSTEM, K.NCCL_DETAIL, K.NCCL_WARN, K.ERROR_LINE,
                                 K.DL_EXITED})),
-    Rule("dataloader", dataloader, frozenset({K.DL_EXITED, K.CONN_RESET})),
+    DATALOADER,
     Rule("oom", oom, frozenset({K.AGENT_FAILED, K.NCCL_WATCHDOG, K.NCCL_REMOTE})),
     Rule("nonfinite", nonfinite, frozenset({K.PROCESS_EXIT, K.SEGFAULT, K.EXCEPTION})),
     Rule("divergence", divergence),

@@ -1,0 +1,142 @@
+"""Triage rule for DataLoader workers: how a worker failed, and when what it raised is the
+Dataset's own code (the rank's crash, not the workers')."""
+
+from __future__ import annotations
+
+import re
+
+from ddpdoctor.core.findings import format_ranks
+from ddpdoctor.diagnose.events import Event
+from ddpdoctor.diagnose.events import EventKind as K
+from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, ranks_of, verdict
+
+_DL_ORDER = [K.DL_KILLED, K.DL_EXIT, K.DL_TIMEOUT, K.DL_WORKER_EXCEPTION, K.EXCEPTION,
+             K.SHM_ALLOC, K.DL_WORKER_SIGNAL, K.DL_EXITED]
+
+
+def _worker_events(ix: EventIndex) -> list[Event]:
+    """Every event that says a worker failed, in log order."""
+    worker_exc = [e for e in ix.of(K.EXCEPTION)
+                  if "in_dataloader_worker" in e.data or "dataloader_start" in e.data]
+    # A worker that dies mid-send shows up in the rank as ConnectionResetError raised
+    # inside the DataLoader's own frames: the worker died, not a peer rank.
+    lost = [e for e in ix.of(K.CONN_RESET, K.CONN_CLOSED) if e.data.get("in_dataloader")]
+    dl = (ix.of(K.DL_KILLED, K.DL_EXIT, K.DL_TIMEOUT, K.DL_WORKER_EXCEPTION, K.DL_WORKER_SIGNAL)
+          + worker_exc + [e for e in ix.of(K.SHM_ALLOC) if "in_dataloader_worker" in e.data]
+          + lost)
+    return sorted(dl, key=ix.pos)
+
+
+def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    dl = _worker_events(ix)
+    exited = ix.of(K.DL_EXITED)
+    if not dl and not exited:
+        return []
+    dl = dl or exited
+    raised = [e for e in dl if e.kind is K.DL_WORKER_EXCEPTION or "in_dataloader_worker" in e.data]
+    if raised and len(raised) == len(dl) and not exited and _dataset_code(raised):
+        return [_dataset_crash(ix, raised)]
+    first = min(dl, key=lambda e: (_DL_ORDER.index(e.kind) if e.kind in _DL_ORDER else 99,
+                                   ix.pos(e)))
+    describe = _DL_DESCRIBE.get(first.kind, _dl_raised)
+    title, ev = describe(first, dl)
+    ranks = ranks_of([e for e in dl + exited if e.kind is not K.DL_WORKER_SIGNAL])
+    return [verdict(ix, "DATALOADER_WORKER_FAILURE", title, dl + exited, ev, ranks=ranks or None)]
+
+
+# One function per way a DataLoader worker fails: (the first event, all of them) -> (title,
+# evidence).
+def _dl_killed(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
+    ev: dict[str, object] = {"signal": first.data["signal"]}
+    if first.data["signal"] == "Killed":
+        ev["hint"] = "SIGKILL: most often the host's OOM killer (check dmesg)"
+    return f"a DataLoader worker was killed by signal: {first.data['signal']}", ev
+
+
+def _dl_exit(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
+    return (f"a DataLoader worker exited with code {first.data['exit_code']}",
+            {"exit_code": first.data["exit_code"]})
+
+
+def _dl_timeout(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
+    return (f"DataLoader timed out after {first.data['timeout_s']:g} s waiting for a batch",
+            {"timeout_s": first.data["timeout_s"]})
+
+
+def _dl_worker_signal(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
+    return f"a DataLoader worker died of a {first.data['what']}", {"signal": first.data["what"]}
+
+
+def _dl_exited(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
+    pids = ", ".join(str(p) for p in first.ints("pids", []))
+    hint = ("the worker died without a Python error: killed by a signal (the host's "
+            "OOM killer: check dmesg; a bus error: /dev/shm too small in a container)"
+            " — rerun with num_workers=0 to see the error in the main process")
+    return (f"DataLoader worker (pid {pids}) exited unexpectedly, no exit code or signal",
+            {"hint": hint})
+
+
+def _dl_connection_lost(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
+    return "a DataLoader worker died (the rank lost its connection to it)", {}
+
+
+def _dl_raised(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
+    errs = [e for e in dl if e.kind in (K.EXCEPTION, K.SHM_ALLOC)]
+    msg = errs[0].data.get("exception", errs[0].text) if errs else first.text
+    ev: dict[str, object] = {}
+    if errs and errs[0].data.get("where"):
+        ev["where"] = errs[0].data["where"]
+    if errs and errs[0].data.get("dataloader_start"):
+        if "pickle" in str(msg).lower():
+            ev["hint"] = ("with the spawn or forkserver start method each worker gets the "
+                          "Dataset pickled: a lambda or local function it holds cannot be "
+                          "(make it a module-level function)")
+        return f"the DataLoader could not start its worker processes: {msg}", ev
+    return f"a DataLoader worker raised {msg}", ev
+
+
+_DL_DESCRIBE = {K.DL_KILLED: _dl_killed, K.DL_EXIT: _dl_exit, K.DL_TIMEOUT: _dl_timeout,
+                K.DL_WORKER_SIGNAL: _dl_worker_signal, K.DL_EXITED: _dl_exited,
+                K.CONN_RESET: _dl_connection_lost, K.CONN_CLOSED: _dl_connection_lost}
+
+
+# What a worker raised that is the host's limits, not the Dataset's code: shared memory,
+# memory, descriptors, disk space, a signal
+_RESOURCE = re.compile(r"(?i)memory|\bshm\b|bus error|killed|signal|too many open files|"
+                       r"errno:? ?(?:12|24|28)\b|no space left|\((?:12|24|28)\)")
+# a type alone that may be either (a RuntimeError is also how shm exhaustion is raised)
+_EITHER = frozenset({"RuntimeError", "OSError", "MemoryError", "Exception", "SystemError"})
+
+
+def _dataset_code(raised: list[Event]) -> bool:
+    """The workers ran, and the Dataset's code (``__getitem__``, a transform, the collate
+    function) raised an ordinary error in one: read by the original exception where the
+    log has it, else by its type alone."""
+    msgs = [e.get_str("exception", "") for e in raised if e.kind is K.EXCEPTION]
+    if any(msgs):
+        return not any(_RESOURCE.search(m) for m in msgs if m)
+    types = {str(e.data.get("exception_type", "")) for e in raised}
+    return bool(types) and not types & _EITHER and not any(_RESOURCE.search(t) for t in types)
+
+
+def _dataset_crash(ix: EventIndex, raised: list[Event]) -> Verdict:
+    """The worker re-raised in its rank, and the rank died of it: a crash in the Dataset's
+    code, to fix there (DATALOADER_WORKER_FAILURE is for workers that cannot run)."""
+    exc = [e for e in raised if e.kind is K.EXCEPTION and e.data.get("exception")]
+    msg = exc[0].get_str("exception") if exc else str(raised[0].data.get("exception_type"))
+    ev: dict[str, object] = {"family": "dataset_code", "exception": msg,
+                             "hint": "the Dataset's own code (__getitem__, a transform, the "
+                                     "collate_fn) raised in a DataLoader worker and the rank "
+                                     "re-raised it; with num_workers=0 it raises in the main "
+                                     "process, where a debugger can stop at it"}
+    where = next((e.get_str("where") for e in exc if e.data.get("where")), "")
+    if where:
+        ev["where"] = where
+    ranks = ranks_of(raised)
+    who = f"rank {format_ranks(ranks)}" if ranks else "a rank"
+    at = f" at {where}" if where else ""
+    return verdict(ix, "RANK_CRASHED", f"{who} died of its Dataset's error in a DataLoader "
+                   f"worker: {msg}{at}", raised, ev, ranks=ranks)
+
+
+RULE = Rule("dataloader", dataloader, frozenset({K.DL_EXITED, K.CONN_RESET}))
