@@ -202,6 +202,9 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      and not re.search(r"(?i)memory|shm|bus error|killed", _text(f)), _C,
      "the Dataset's own code raised in a worker: fix the dataset code or the sample it "
      "read"),
+    ("ENV_NCCL_CONFIG", lambda f: f.evidence.get("family") == "family_backend", _K,
+     "this torch build lacks the backend the code asks for: ask for one it has (gloo on "
+     "Windows, macOS or CPU) or install a build with it"),
     ("UNRECOGNIZED_FAILURE", lambda f: f.evidence.get("family") == "allocation_refused", _K,
      "the scheduler refused the request: ask for what its policy allows (a time limit, a "
      "partition, an account, a size)"),

@@ -116,6 +116,7 @@ class EventKind(str, Enum):
     FAMILY_RDZV_ENV = "family_rdzv_env"  # env:// rendezvous without the launcher's variables
     FAMILY_SSH = "family_ssh"  # a launcher could not reach a node of its hostfile over ssh
     FAMILY_SAMPLER = "family_sampler"  # a data-parallel loop's sampler is not distributed
+    FAMILY_BACKEND = "family_backend"  # this torch build lacks the backend asked for
     IB_ASYNC = "ib_async"  # "NET/IB : Got async event : port error"
     # a C++/CUDA extension that failed to compile at start-up (torch.utils.cpp_extension's
     # JIT build: DeepSpeed's ops, fused kernels): ninja's stop, the compiler's error, the

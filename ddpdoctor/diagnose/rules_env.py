@@ -285,6 +285,10 @@ def families(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                              "init_process_group's env:// rendezvous lacks a variable a "
                              "launcher sets (torchrun sets MASTER_ADDR, MASTER_PORT, RANK, "
                              "WORLD_SIZE; a script run with plain python has none)"),
+                            (K.FAMILY_BACKEND, "ENV_NCCL_CONFIG",
+                             "init_process_group asked for a backend this torch build does "
+                             "not have (Windows and macOS builds have no NCCL: use gloo there, "
+                             "or run where the build has it)"),
                             (K.FAMILY_SAMPLER, "SAMPLER_MISSING",
                              "the loop calls set_epoch on a sampler that is not a "
                              "DistributedSampler: every rank reads the whole dataset")):
@@ -363,7 +367,8 @@ RULES = (
     Rule("families", families, frozenset({K.EXCEPTION, K.TRACEBACK, K.CPP_ABORT, K.ERROR_LINE,
                                           K.FLOOR, K.FAMILY_RESOLVE, K.FAMILY_LIMITS,
                                           K.FAMILY_START, K.FAMILY_RDZV_ENV,
-                                          K.FAMILY_SAMPLER, K.FAMILY_SSH, K.AGENT_FAILED,
+                                          K.FAMILY_SAMPLER, K.FAMILY_SSH, K.FAMILY_BACKEND,
+                                          K.AGENT_FAILED,
                                           K.TORCHRUN_FAILURE, K.DL_WORKER_EXCEPTION,
                                           K.SHM_ALLOC})),
 )

@@ -84,10 +84,13 @@ def triage(events: Iterable[Event]) -> list[Finding]:
 
 def _earlier(parts: launches.Split) -> list[Finding]:
     lead = _triage(list(parts.earlier))[0]
-    went_on = (f"the launch that followed ({parts.start.where}) went on, "
-               f"{parts.progress} line(s) of progress and no failure")
+    restarted = parts.start.data.keys() & {"attempts_left", "new_nodes"}
+    what = "attempt" if restarted else "launch"
+    went_on = (f"the {what} that followed ({parts.start.where}"
+               + (": the elastic agent restarted the worker group" if restarted else "")
+               + f") went on, {parts.progress} line(s) of progress and no failure")
     return [replace(lead, severity="warning",
-                    title=f"an earlier launch in this log failed: {lead.title}; {went_on}",
+                    title=f"an earlier {what} in this log failed: {lead.title}; {went_on}",
                     evidence={**lead.evidence, "earlier_launch": True,
                               "later_launch": parts.start.quote()})]
 

@@ -99,4 +99,16 @@ SIGNATURES = (
         "SAMPLER_MISSING", "any torch (DistributedSampler.set_epoch)",
         (Example("AttributeError: 'RandomSampler' object has no attribute 'set_epoch'",
                  "https://github.com/s3prl/s3prl/issues/195", {"sampler": "RandomSampler"}),)),
+    Signature(
+        # init_process_group asked for a backend this torch build has none of: Windows and
+        # macOS wheels have no NCCL, MPI is only in builds made on a host with MPI
+        "family.backend_not_built", K.FAMILY_BACKEND, "Distributed package doesn't have",
+        r"Distributed package doesn't have (?P<backend>\w+) built in",
+        "ENV_NCCL_CONFIG", "any torch (distributed_c10d's backend check)",
+        (Example("RuntimeError: Distributed package doesn't have NCCL built in",
+                 "https://github.com/bshall/hubert/issues/1", {"backend": "NCCL"}),
+         Example("RuntimeError: Distributed package doesn't have NCCL built in",
+                 "https://github.com/ZTGeng/ZTGeng.github.io/blob/a5d67c3f43fb1260ee47a4860cb9"
+                 "973b30db3d2c/_posts/2024-03-28-%E5%9C%A8Windows%E4%B8%8A%E4%B8%8B%E8%BD%BD%E5"
+                 "%92%8C%E8%BF%90%E8%A1%8CLlama2.md", {"backend": "NCCL"}))),
 )

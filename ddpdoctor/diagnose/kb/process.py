@@ -645,13 +645,33 @@ SIGNATURES = (
                  "{'localhost': [0, 1]}",
                  "https://github.com/hongbo-miao/hongbomiao.com/pull/37505"))),
     Signature(
+        # torchelastic's agent restarting the worker group (a failed attempt, with restarts
+        # left, or nodes that joined): a new attempt starts here, and what it does is the
+        # job's fate, not the attempt before (diagnose/launches.py)
+        "launcher.restart", K.LAUNCH_START, ("; will restart worker group",),
+        r"Worker group (?P<state>FAILED|UNHEALTHY)\. (?P<attempts_left>\d+)/(?P<max_restarts>\d+)"
+        r" attempts left; will restart worker group|Detected (?P<new_nodes>\d+) new nodes from "
+        r"group_rank=\d+; will restart worker group",
+        "UNRECOGNIZED_FAILURE", "torchelastic's agent (torchrun --max-restarts, elastic jobs)",
+        (Example("I1128 12:03:59.734000 11045 torch/distributed/elastic/agent/server/api.py:942]"
+                 " [default] Worker group FAILED. 1/1 attempts left; will restart worker group",
+                 FIX + "restart_recovers.log",
+                 {"state": "FAILED", "attempts_left": 1, "max_restarts": 1}),
+         Example("[INFO] 2020-07-31 07:35:16,348 api: [default] Detected 1 new nodes from "
+                 "group_rank=1; will restart worker group",
+                 "https://github.com/microsoft/frameworkcontroller/blob/c61269671d941d7b5d4c36d"
+                 "ef37078c8f0621ead/example/framework/scenario/pytorch/elastic/README.md",
+                 {"new_nodes": 1})),
+        convert={"attempts_left": int, "max_restarts": int, "new_nodes": int}),
+    Signature(
         # A launcher's own word that a process, or its whole worker group, ended well: the
         # resets and store warnings its peers print after it are the teardown
         # (rules_crash.peer_gone)
         "launcher.succeeded", K.LAUNCH_SUCCEEDED,
-        ("exits successfully", "finished (SUCCEEDED)", "finished (WorkerState.SUCCEEDED)"),
+        ("exits successfully", "finished (SUCCEEDED)", "finished (WorkerState.SUCCEEDED)",
+         "successfully finished"),
         r"Process (?P<pid>\d+) exits successfully|Local worker group finished "
-        r"\((?:WorkerState\.)?SUCCEEDED\)",
+        r"\((?:WorkerState\.)?SUCCEEDED\)|(?:worker group|All workers) successfully finished",
         "RANK_CRASHED", "deepspeed.launcher.launch; torchelastic's agent",
         (Example("[2023-04-18 03:20:41,455] [INFO] [launch.py:460:main] Process 73593 exits "
                  "successfully.", "https://github.com/microsoft/DeepSpeedExamples/blob/master/"
@@ -659,7 +679,14 @@ SIGNATURES = (
                  "training_log_output/opt-1.3b-globalBatchSize128.log", {"pid": 73593}),
          Example("INFO:torch.distributed.elastic.agent.server.api:Local worker group finished "
                  "(SUCCEEDED). Waiting 300 seconds for other agents to finish",
-                 "https://github.com/ultralytics/yolov5/issues/5160")),
+                 "https://github.com/ultralytics/yolov5/issues/5160"),
+         Example("I1128 12:04:04.921000 11045 torch/distributed/elastic/agent/server/api.py:932]"
+                 " [default] worker group successfully finished. Waiting 300 seconds for other "
+                 "agents to finish.", FIX + "restart_recovers.log"),
+         Example("[INFO] 2020-07-31 07:55:16,413 api: [default] All workers successfully "
+                 "finished.", "https://github.com/microsoft/frameworkcontroller/blob/c61269671d9"
+                 "41d7b5d4c36def37078c8f0621ead/example/framework/scenario/pytorch/elastic/"
+                 "README.md")),
         convert={"pid": int}),
     Signature(
         # A trainer's own word that training is over: a crash after it (an abort or a
