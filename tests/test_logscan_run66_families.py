@@ -44,6 +44,8 @@ def test_the_datasets_own_error_in_a_worker_is_the_ranks_crash():
 
 def test_an_ordinary_error_of_any_type_is_the_datasets(tmp_path):
     for t, m in (("KeyError", "'label'"), ("IndexError", "list index out of range"),
+                 ("FileNotFoundError", "[Errno 2] No such file or directory: "
+                                       "'/data/shm_memory_killed/1.jpg'"),
                  ("ValueError", "image has 4 channels, expected 3")):
         lead = findings_in(tmp_path, _WORKER.format(t=t, m=m))[0]
         assert (lead.id, lead.ranks, lead.evidence["family"]) == ("RANK_CRASHED", [1],

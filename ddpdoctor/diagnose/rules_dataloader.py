@@ -104,6 +104,7 @@ _DL_DESCRIBE = {K.DL_KILLED: _dl_killed, K.DL_EXIT: _dl_exit, K.DL_TIMEOUT: _dl_
 # memory, descriptors, disk space, a signal
 _RESOURCE = re.compile(r"(?i)memory|\bshm\b|bus error|killed|signal|too many open files|"
                        r"errno:? ?(?:12|24|28)\b|no space left|\((?:12|24|28)\)")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 # a type alone that may be either (a RuntimeError is also how shm exhaustion is raised)
 _EITHER = frozenset({"RuntimeError", "OSError", "MemoryError", "Exception", "SystemError"})
 
@@ -112,7 +113,8 @@ def _dataset_code(raised: list[Event]) -> bool:
     """The workers ran, and the Dataset's code (``__getitem__``, a transform, the collate
     function) raised an ordinary error in one: read by the original exception where the
     log has it, else by its type alone."""
-    msgs = [e.get_str("exception", "") for e in raised if e.kind is K.EXCEPTION]
+    # a quoted path or key is the sample's name, not the error's ('/data/memory/1.jpg')
+    msgs = [_QUOTED.sub("", e.get_str("exception", "")) for e in raised if e.kind is K.EXCEPTION]
     if any(msgs):
         return not any(_RESOURCE.search(m) for m in msgs if m)
     types = {str(e.data.get("exception_type", "")) for e in raised}
