@@ -65,3 +65,23 @@ def test_a_backend_the_torch_build_lacks_is_a_config_error(tmp_path):
                                 "MPI is only included if you build PyTorch from source on a "
                                 "host that has MPI installed.\n")
     assert [f.id for f in mpi] == ["ENV_NCCL_CONFIG"]
+
+
+def test_transformers_staged_checkpoint_rename_race_is_the_known_bug(tmp_path):
+    """From the development set's misses the same day: two logs of one upstream bug,
+    transformers' staging directory renamed by several processes (4.36.0 - 4.37.1, and a
+    main-branch build of February 2025)."""
+    for name in ("L3_fail_hf_trainer_ckpt_rename_race_axolotl",
+                 "F2_hf_trainer_ckpt_rename_fileexists_transformers_dev"):
+        found = findings_of(DIR / f"{name}.log")
+        assert (found[0].id, found[0].evidence["bug"]) == (
+            "KNOWN_UPSTREAM_BUG", "transformers-staged-checkpoint-rename-race"), name
+        assert decide(found).action is Action.FIX_CONFIG
+    # hiyouga/LlamaFactory#2010's line (transformers 4.36.2, ZeRO-3, torch.distributed.run)
+    line = ("FileNotFoundError: [Errno 2] No such file or directory: '/mnt/nas/abc/saved_model/"
+            "mixtral-8x7b-title-desc-mix-4e-6-5epoch/tmp-checkpoint-162' -> '/mnt/nas/abc/"
+            "saved_model/mixtral-8x7b-title-desc-mix-4e-6-5epoch/checkpoint-162'\n")
+    assert findings_in(tmp_path, line)[0].id == "KNOWN_UPSTREAM_BUG"
+    # a checkpoint that is simply missing is not the race
+    plain = "FileNotFoundError: [Errno 2] No such file or directory: 'out/checkpoint-100'\n"
+    assert "KNOWN_UPSTREAM_BUG" not in [f.id for f in findings_in(tmp_path, plain)]

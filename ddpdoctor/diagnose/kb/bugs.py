@@ -151,6 +151,24 @@ KNOWN_BUGS = (
              " NCCL WARN hipIpcGetMemHandle failed : invalid argument",
              "https://github.com/ROCm/rccl/issues/1454")),
     KnownBug(
+        "transformers-staged-checkpoint-rename-race",
+        "https://github.com/huggingface/transformers/issues/27925",
+        "transformers' Trainer saves each checkpoint into a staging directory "
+        "(tmp-checkpoint-*) and renames it; when several processes rename it, the one that "
+        "comes second finds it gone or the target there (FileNotFoundError / FileExistsError "
+        "/ Directory not empty)",
+        "transformers 4.36.0 - 4.37.1 multi-GPU or multi-node (PR #27820; 4.36.1 fixed only "
+        "part), and a main-branch build of February 2025 (os.renames of a random tmp dir)",
+        "transformers 4.37.2 (only the main process renames: PR #28364)",
+        "upgrade transformers to >= 4.37.2 (or pin 4.35.2); use a release, not a main-branch "
+        "build",
+        {},  # the transformers version is not printed in a form read as a version
+        _sig("transformers-staged-checkpoint-rename-race", "tmp-checkpoint-",
+             r"\[Errno \d+\] [^'\n]*'[^'\n]*tmp-checkpoint-[^'\n]*' -> '[^'\n]*checkpoint-\d+'",
+             "transformers 4.36.0 - 4.37.1",
+             "FileNotFoundError: [Errno 2] No such file or directory: 'model/tmp-checkpoint-49' "
+             "-> 'model/checkpoint-49'", "https://github.com/axolotl-ai-cloud/axolotl/issues/948")),
+    KnownBug(
         "ddp-broadcast-buffers-inplace", "https://github.com/pytorch/pytorch/issues/22095",
         "DDP with broadcast_buffers=True overwrites module buffers in place on every forward: "
         "a module run twice before backward fails autograd's version check",
