@@ -103,6 +103,12 @@ def test_no_failed_job_is_called_healthy(results):
     assert sorted(healthy) == sorted(NOTHING_TO_SEE & {c.name for c in CASES})
 
 
+def test_no_rule_raises_on_any_log(results):
+    """A rule that raises is caught (triage keeps the others' findings), but is a bug."""
+    broken = {r.case.name: r.rule_errors for r in results if r.rule_errors}
+    assert broken == {}
+
+
 def test_no_healthy_run_is_called_failed(results):
     assert [r.case.name for r in results if r.called_failed] == []
 

@@ -55,6 +55,7 @@ class Result:
     healthy: bool  # no error finding: diagnose would exit 0
     got_action: str = ""
     titles: tuple[str, ...] = ()  # every finding's title, in order
+    rule_errors: tuple[str, ...] = ()  # a triage rule that raised (a bug in ddpdoctor)
 
     @property
     def called_healthy(self) -> bool:
@@ -101,7 +102,9 @@ def run(case: Case) -> Result:
                   tuple(first.ranks) if first else (),
                   healthy=not any(f.severity == "error" for f in findings),
                   got_action=decide(findings).action.value,
-                  titles=tuple(f.title for f in findings))
+                  titles=tuple(f.title for f in findings),
+                  rule_errors=tuple(str(err) for f in findings
+                                    for err in f.evidence.get("rule_errors", ())))
 
 
 def _is_error(fid: str) -> bool:

@@ -88,6 +88,12 @@ def _why_incomplete(report: Report, stats: list[ReadStats],
         # What could be read shows no failure, but part of the input is missing: that is
         # not a healthy job, it is a diagnosis that could not be completed.
         why = "; ".join(f"could not read all of {s.name}: {s.notes[-1]}" for s in unread)
+    broken = next((f.evidence["rule_errors"] for f in findings if f.evidence.get("rule_errors")),
+                  None)
+    if broken and not any(f.severity == "error" for f in findings):
+        # a rule of ours raised and no other found a failure: not a clean log, an
+        # incomplete diagnosis (exit 3)
+        why = f"a rule of ddpdoctor failed on this log ({broken[0]}): please report it"
     if not findings and stats and all(s.lines == 0 for s in stats):
         # Nothing was read (empty, binary, only NULs, a closed stdin): no evidence of
         # health either. Saying "No issues found!" here would call an unread log healthy.

@@ -450,7 +450,9 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                       "tokenizing, building a cache) longer than the process-group timeout, "
                       "or a link that hangs; the other ranks' logs say which: raise the "
                       "timeout or prepare the data before launching")
-    op = f" ({w[0].data['op']} #{w[0].data['seq']})" if w and "op" in w[0].data else ""
+    # torch before 1.12 printed no SeqNum in the watchdog's line
+    seq = f" #{w[0].data['seq']}" if w and "seq" in w[0].data else ""
+    op = f" ({w[0].data['op']}{seq})" if w and "op" in w[0].data else ""
     return [verdict(ix, "COLLECTIVE_TIMEOUT", f"a collective timed out on rank {fmt(evs) or '?'}"
                     f"{op}; the logs name no culprit", evs, ev, ranks=[])]
 

@@ -99,10 +99,15 @@ def _triage(events: list[Event]) -> list[Finding]:
     ix = EventIndex.build(events)
     verdicts: list[Verdict] = []
     folds: set[EventKind] = set(CASCADE) | {EventKind.FLOOR}
+    broken: list[str] = []
     for rule in RULES:
         if rule.alone and verdicts:
             continue
-        found = [_as_logged(ix, v) for v in rule.run(ix, tuple(verdicts))]
+        try:
+            found = [_as_logged(ix, v) for v in rule.run(ix, tuple(verdicts))]
+        except Exception as e:  # one rule's bug must not lose what the others found
+            broken.append(f"{rule.name}: {type(e).__name__}: {e}")
+            continue
         if found:
             folds |= rule.folds
         verdicts.extend(found)
@@ -112,9 +117,23 @@ def _triage(events: list[Event]) -> list[Finding]:
     if not verdicts:
         unknown = unrecognized(ix)
         if unknown is None:
-            return advice
+            return _rules_broken(broken) + advice
         verdicts = [unknown]
-    return _one_process_hint(ix, _ordered(ix, verdicts, folds)) + advice
+    findings = _one_process_hint(ix, _ordered(ix, verdicts, folds))
+    if broken:
+        findings[0].evidence["rule_errors"] = broken
+    return findings + advice
+
+
+def _rules_broken(broken: list[str]) -> list[Finding]:
+    """A rule that raised on a log where no other rule found anything: what it would have
+    said is not known, so the log is not called clean (a bug in ddpdoctor: reported)."""
+    if not broken:
+        return []
+    return [Finding("UNRECOGNIZED_FAILURE", "ddpdoctor could not read this log completely: "
+                    f"a rule of its own failed ({broken[0]}); what it would have found is "
+                    "not known (a bug in ddpdoctor: please report it with the log)",
+                    evidence={"rule_errors": broken}, severity="warning")]
 
 
 # lines a job printed after a retried connect's warning: it got through (an excerpt that
