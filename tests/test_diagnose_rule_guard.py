@@ -8,6 +8,7 @@ lead finding (and, where nothing else was found, said as an incomplete diagnosis
 from __future__ import annotations
 
 import importlib
+import io
 import json
 from pathlib import Path
 
@@ -64,3 +65,28 @@ def test_diagnose_says_a_broken_rule_made_the_diagnosis_incomplete(tmp_path, bro
     assert result.exit_code == 3
     report = json.loads(result.output)
     assert "a rule of ddpdoctor failed on this log" in report["doctor_error"]
+
+
+def test_no_rule_raises_on_cut_or_thinned_corpus_logs():
+    """Real logs cut anywhere (an excerpt pasted into a thread) or with half their lines
+    gone (interleaved output lost): no rule may raise on what is left. Seeded, so a
+    failure names a reproducible input."""
+    import random
+
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
+    from tools import corpus
+
+    rnd = random.Random(68)
+    broken = {}
+    for case in corpus.load():
+        lines = case.log.read_bytes().splitlines(keepends=True)
+        a = rnd.randrange(len(lines))
+        b = rnd.randrange(a, len(lines) + 1)
+        for name, part in ((f"[{a}:{b}]", lines[a:b]),
+                           ("[half]", [x for x in lines if rnd.random() < 0.5])):
+            found, _ = diagnose_logs([LogInput(case.name, stream=io.BytesIO(b"".join(part)),
+                                               rank_from_path=False)])
+            errors = [e for f in found for e in f.evidence.get("rule_errors", ())]
+            if errors:
+                broken[case.name + name] = errors
+    assert broken == {}
