@@ -96,15 +96,20 @@ SIGNATURES = (
                  "https://github.com/NVIDIA/nccl-tests/issues/355"))),
     Signature(
         "cuda.invalid_device_ordinal", K.DUPLICATE_GPU, "invalid device ordinal",
-        r"(?:(?:CUDA error|cuda runtime error \(\d+\)) ?: |Test CUDA failure \S+:\d+ '?)"
-        r"invalid device ordinal",
+        # the same cudaErrorInvalidDevice in each raiser's words: torch, nccl-tests, NCCL
+        r"(?:(?:CUDA error|cuda runtime error \(\d+\)) ?: |Test CUDA failure \S+:\d+ '?|"
+        r"NCCL WARN Cuda failure (?:\d+ )?')invalid device ordinal",
         "GPU_DEVICE_MAPPING",
-        "CUDA (all); nccl-tests",
+        "CUDA (all); nccl-tests; NCCL",
         (Example("RuntimeError: cuda runtime error (10) : invalid device ordinal at "
                  "/pytorch/torch/csrc/cuda/Module.cpp:33",
                  "https://github.com/HRNet/HRNet-Semantic-Segmentation/issues/171"),
          Example("nvidiatools-29-workload: Test CUDA failure common.cu:1030 invalid device "
-                 "ordinal", "https://github.com/NVIDIA/nccl-tests/issues/323"))),
+                 "ordinal", "https://github.com/NVIDIA/nccl-tests/issues/323"),
+         Example("[2026-04-18 12:45:41] gpu002:704798:704908 [0] transport/p2p.cc:275 NCCL WARN "
+                 "Cuda failure 101 'invalid device ordinal'",
+                 "https://github.com/openhackathons-org/Profiling-AI-Software-Bootcamp/blob/"
+                 "06e3338ad1f11c6d025a4d4df538a71b64270fdd/Deployment_Guide.md"))),
     Signature(
         # cudaErrorDevicesUnavailable: the GPU is in exclusive-process compute mode and
         # another process (another rank given the same GPU, or a leftover) holds it
