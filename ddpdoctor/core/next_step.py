@@ -162,6 +162,7 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
      "skip or repair the samples it cannot read"),
     ("*", _has(r"No such file or directory|command not found|can't open file|execve|"
                r"FileNotFoundError|[Dd]oes not exist|[Ff]ile \S+ not found|"
+               r"IsADirectoryError|NotADirectoryError|"
                r"[Ff]ile not found|No space left on device|"
                r"Permission denied"), _K,
      "a path, a program or the disk the launch relies on is missing or full: fix the launch "

@@ -21,6 +21,8 @@ _EXCEPTION = re.compile(
 # an angle bracket or a colon, and is a CamelCase class name ending in Error/Exception.
 _PREFIXED_EXCEPTION = re.compile(
     r"[\]>:]\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|EnforceNotMet))(?::\s?(.*))?$")
+# a traceback frame where an exception's message should be (interleaved output)
+_FRAME_MESSAGE = re.compile(r'\s*File "[^"]+", line \d+')
 # The same in torchelastic's error record (the JSON its error_handler logs and writes to
 # the error file): '"message": "RendezvousClosedError: ",'
 _RECORDED_EXCEPTION = re.compile(
@@ -449,8 +451,13 @@ class LineScanner:
 def _exception(stripped: str) -> re.Match[str] | None:
     """An exception line: bare, behind a logger's or launcher's prefix, or in an error
     record's JSON."""
-    return (_EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
-            or _RECORDED_EXCEPTION.match(stripped))
+    exc = (_EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
+           or _RECORDED_EXCEPTION.match(stripped))
+    if exc and _FRAME_MESSAGE.match(exc.group(2) or ""):
+        # "IsADirectoryError:   File "x.py", line 16, in f": two processes' lines run into
+        # one; the exception's own message is on another line, read there
+        return None
+    return exc
 
 
 def _logged_traceback(stripped: str) -> bool:
