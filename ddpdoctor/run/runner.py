@@ -125,7 +125,6 @@ def supervise(cmd: list[str], opts: RunOptions) -> RunResult:
 def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: JobEnv, opts: RunOptions,
                reaper: Reaper | None, wall0: float, subreaper: bool,
                marker: tuple[str, str], node: Node | None = None) -> None:
-
     tree = job_tree(job, reaper, subreaper, marker)
     tracker = ProgressTracker(time.monotonic())
     result.memory = memory = MemoryHistory(time.monotonic())
