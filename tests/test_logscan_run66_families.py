@@ -72,3 +72,24 @@ def test_a_worker_exception_known_only_by_an_ambiguous_type_is_not_called_the_da
     assert [f.id for f in findings_in(tmp_path, only)] == ["DATALOADER_WORKER_FAILURE"]
     keyed = "[rank0]: KeyError: Caught KeyError in DataLoader worker process 0.\n"
     assert [(f.id, f.ranks) for f in findings_in(tmp_path, keyed)] == [("RANK_CRASHED", [0])]
+
+
+def test_what_a_worker_raised_is_a_family_the_next_step_reads(tmp_path):
+    """A worker's error that stays the workers' failure (here: the rank also saw a worker
+    exit) says whether it is the host's limit or the Dataset's code; the next step reads
+    that family, not the title's words."""
+    exited = "[rank1]: RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly\n"
+    cases: tuple[tuple[str, str, str | None, Action], ...] = (
+            ("ValueError", "image has 4 channels, expected 3", "worker_code", Action.FIX_CODE),
+            # the limit's own line is its own event (ENV_LIMITS leads); the worker's error
+            # is then known by an ambiguous type alone: no family, the default next step
+            ("OSError", "[Errno 24] Too many open files", None, Action.FIX_CONFIG),
+            ("RuntimeError", "unable to allocate shared memory(shm) for file </torch_6>: No "
+             "space left on device (28)", "worker_resource", Action.FIX_CONFIG),
+            # a quoted key is the sample's name, not the error's
+            ("KeyError", "'memory_killed'", "worker_code", Action.FIX_CODE))
+    for t, m, family, action in cases:
+        found = findings_in(tmp_path, _WORKER.format(t=t, m=m) + exited)
+        dl = [f for f in found if f.id == "DATALOADER_WORKER_FAILURE"]
+        assert dl and dl[0].evidence.get("family") == family, (t, [f.id for f in found])
+        assert decide(dl).action is action, t

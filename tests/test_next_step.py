@@ -42,10 +42,11 @@ def test_healthy_and_warning_only_reports_need_nothing():
         "TIME LIMIT ***"]}), Action.RAISE_TIMEOUT),
     (Finding("COLLECTIVE_TIMEOUT", "watchdog timeout", []), Action.RAISE_TIMEOUT),
     # the Dataset's own code is wrong; a worker that died of memory is the config
-    (Finding("DATALOADER_WORKER_FAILURE", "a DataLoader worker raised KeyError: 'label'", [0]),
-     Action.FIX_CODE),
+    (Finding("DATALOADER_WORKER_FAILURE", "a DataLoader worker raised KeyError: 'label'", [0],
+             {"family": "worker_code"}), Action.FIX_CODE),
     (Finding("DATALOADER_WORKER_FAILURE", "a DataLoader worker raised RuntimeError: unable to "
-             "allocate shared memory(shm) for file </torch_1>", [0]), Action.FIX_CONFIG),
+             "allocate shared memory(shm) for file </torch_1>", [0],
+             {"family": "worker_resource"}), Action.FIX_CONFIG),
     (Finding("DATALOADER_WORKER_FAILURE", "the DataLoader could not start its worker "
              "processes: _pickle.PicklingError: Can't pickle <function <lambda>>", [0]),
      Action.FIX_CODE),

@@ -199,8 +199,7 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
     ("DATALOADER_WORKER_FAILURE", _has(r"(?i)can't pickle|cannot pickle|PicklingError"), _C,
      "the Dataset (or its collate_fn / sampler) holds an object the workers cannot be sent "
      "(a lambda or local function): make it picklable, a module-level function"),
-    ("DATALOADER_WORKER_FAILURE", lambda f: f.title.startswith("a DataLoader worker raised")
-     and not re.search(r"(?i)memory|shm|bus error|killed", _text(f)), _C,
+    ("DATALOADER_WORKER_FAILURE", lambda f: f.evidence.get("family") == "worker_code", _C,
      "the Dataset's own code raised in a worker: fix the dataset code or the sample it "
      "read"),
     ("ENV_NCCL_CONFIG", lambda f: f.evidence.get("family") == "family_backend", _K,

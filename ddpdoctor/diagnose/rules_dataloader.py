@@ -92,6 +92,10 @@ def _dl_raised(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
                           "Dataset pickled: a lambda or local function it holds cannot be "
                           "(make it a module-level function)")
         return f"the DataLoader could not start its worker processes: {msg}", ev
+    family = _raised_family([e for e in dl if e.kind is K.DL_WORKER_EXCEPTION
+                             or "in_dataloader_worker" in e.data])
+    if family:
+        ev["family"] = family
     return f"a DataLoader worker raised {msg}", ev
 
 
@@ -109,16 +113,31 @@ _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 _EITHER = frozenset({"RuntimeError", "OSError", "MemoryError", "Exception", "SystemError"})
 
 
+def _is_resource(message: str) -> bool:
+    """What a worker raised is the host's limits (memory, shared memory, descriptors,
+    disk, a signal), read with any quoted path or key taken out ('/data/memory/1.jpg')."""
+    return bool(_RESOURCE.search(_QUOTED.sub("", message)))
+
+
 def _dataset_code(raised: list[Event]) -> bool:
     """The workers ran, and the Dataset's code (``__getitem__``, a transform, the collate
     function) raised an ordinary error in one: read by the original exception where the
     log has it, else by its type alone."""
-    # a quoted path or key is the sample's name, not the error's ('/data/memory/1.jpg')
-    msgs = [_QUOTED.sub("", e.get_str("exception", "")) for e in raised if e.kind is K.EXCEPTION]
+    msgs = [e.get_str("exception", "") for e in raised if e.kind is K.EXCEPTION]
     if any(msgs):
-        return not any(_RESOURCE.search(m) for m in msgs if m)
+        return not any(_is_resource(m) for m in msgs if m)
     types = {str(e.data.get("exception_type", "")) for e in raised}
-    return bool(types) and not types & _EITHER and not any(_RESOURCE.search(t) for t in types)
+    return bool(types) and not types & _EITHER and not any(_is_resource(t) for t in types)
+
+
+def _raised_family(raised: list[Event]) -> str | None:
+    """The family the next step reads: the Dataset's own code, the host's limits, or
+    neither where only an ambiguous type is known."""
+    if _dataset_code(raised):
+        return "worker_code"
+    said = [e.get_str("exception", "") for e in raised] + [
+        str(e.data.get("exception_type", "")) for e in raised]
+    return "worker_resource" if any(_is_resource(m) for m in said if m) else None
 
 
 def _dataset_crash(ix: EventIndex, raised: list[Event]) -> Verdict:
