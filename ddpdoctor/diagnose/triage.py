@@ -84,7 +84,7 @@ def triage(events: Iterable[Event]) -> list[Finding]:
 
 def _earlier(parts: launches.Split) -> list[Finding]:
     lead = _triage(list(parts.earlier))[0]
-    restarted = parts.start.data.keys() & {"attempts_left", "new_nodes"}
+    restarted = bool(parts.start.data.get("restart"))
     what = "attempt" if restarted else "launch"
     went_on = (f"the {what} that followed ({parts.start.where}"
                + (": the elastic agent restarted the worker group" if restarted else "")

@@ -662,7 +662,9 @@ SIGNATURES = (
                  "https://github.com/microsoft/frameworkcontroller/blob/c61269671d941d7b5d4c36d"
                  "ef37078c8f0621ead/example/framework/scenario/pytorch/elastic/README.md",
                  {"new_nodes": 1})),
-        convert={"attempts_left": int, "max_restarts": int, "new_nodes": int}),
+        convert={"attempts_left": int, "max_restarts": int, "new_nodes": int},
+        # what launches.Split and triage read to call the next launch an attempt
+        extra=lambda m: {"restart": True}),
     Signature(
         # A launcher's own word that a process, or its whole worker group, ended well: the
         # resets and store warnings its peers print after it are the teardown
