@@ -23,7 +23,13 @@ from ddpdoctor.core.findings import Finding
 from ddpdoctor.diagnose import floor
 from ddpdoctor.diagnose.events import Event, EventKind
 from ddpdoctor.diagnose.kb import needles
-from ddpdoctor.diagnose.reader import ReadStats, iter_picked, open_input, rank_from_path
+from ddpdoctor.diagnose.reader import (
+    ReadStats,
+    iter_picked,
+    open_input,
+    rank_from_path,
+    strip_envelope,
+)
 from ddpdoctor.diagnose.scanner import SCANNER_NEEDLES, LineScanner
 from ddpdoctor.diagnose.triage import triage
 
@@ -105,7 +111,8 @@ def _stack_dump(path: str, name: str, rank: int | None) -> list[Event]:
 
     stream, _ = open_input(path)
     try:
-        lines = [(ln.lineno, ln.text) for ln in
+        # as the scanner reads a line: a collector's or remote shell's envelope off
+        lines = [(ln.lineno, strip_envelope(ln.text)) for ln in
                  iter_picked(stream, stackdump.KEYWORDS, ReadStats(name=name))]
     finally:
         stream.close()

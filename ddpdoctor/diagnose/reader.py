@@ -63,6 +63,19 @@ _PATH_RANK = [
     re.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr|error)\.(?:log|json)$"),
     re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?![0-9])", re.IGNORECASE),
 ]
+# What a log collector or a remote shell puts in front of every line it passes on, carrying
+# no rank (one separator taken, so the line's own indentation stays): an RFC 3339 time
+# (`kubectl logs --timestamps`, Docker, CloudWatch, Loki and Ray/Beaker exports:
+# "2024-05-01T12:00:01.123456789Z text"), and pdsh's host label (DeepSpeed's multi-node
+# launcher: "worker-1: text", "10.0.0.2: text"): an address, or a lower-case name with a
+# digit in it, never a bare number (srun's task label), a rank's own word ("rank1: ..."),
+# a program's file ("train.py: error: ...") or an upper-case error code ("EI0002: ...").
+_COLLECTOR_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+                             r"(?: (?:stdout|stderr)(?: [FP])?)?[ \t]")
+_HOST_LABEL = re.compile(
+    r"(?!(?:rank|local_rank|default|trainer|step|epoch|iter|gpu|cuda|device|task|proc)\d+:)"
+    r"(?=[a-z0-9.-]*\d)(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9]*(?:-[a-z0-9]+)+|[a-z]+\d+)"
+    r"(?!\.(?:py|sh|cc?|cpp|cu|h|log|txt|json|ya?ml)\b)(?:\.[a-z][a-z0-9-]*)*: (?=.)")
 
 
 @dataclass
@@ -101,6 +114,16 @@ def rank_from_path(path: str) -> int | None:
         if m:
             return int(m.group(1))
     return None
+
+
+def strip_envelope(text: str) -> str:
+    """The line as the process printed it: a collector's time or a remote shell's host
+    label in front of it taken off (either or both, in that order); else the line."""
+    m = _COLLECTOR_TIME.match(text)
+    if m is not None:
+        text = text[m.end():]
+    h = _HOST_LABEL.match(text)
+    return text[h.end():] if h is not None else text
 
 
 def split_rank_prefix(text: str) -> tuple[int | None, str]:

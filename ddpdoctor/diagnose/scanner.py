@@ -11,7 +11,7 @@ from ddpdoctor.diagnose import floor
 from ddpdoctor.diagnose.events import Event, EventKind
 from ddpdoctor.diagnose.kb import match_line
 from ddpdoctor.diagnose.kb.signature import Signature
-from ddpdoctor.diagnose.reader import RawLine, split_rank_prefix
+from ddpdoctor.diagnose.reader import RawLine, split_rank_prefix, strip_envelope
 
 _EXCEPTION = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet|Iteration|"
@@ -144,7 +144,7 @@ class LineScanner:
         if self._ignored_report(line, rank, stripped) or \
                 self._traceback_line(line, rank, stripped, body):
             return
-        matches = list(match_line(stripped, line.cont))
+        matches = list(match_line(stripped, strip_envelope(line.cont)))
         exc = _exception(stripped)
         exc_data: dict[str, object] = {}
         side_program = raised_in_side_tool = False
@@ -238,7 +238,7 @@ class LineScanner:
 
     def _rank_and_body(self, text: str) -> tuple[int | None, str]:
         rank = None
-        body = text
+        body = strip_envelope(text)
         # `[default1]:[rank1]: ...` under --tee: the innermost [rankN] is the global rank.
         for _ in range(3):
             r, rest = split_rank_prefix(body)
