@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ddpdoctor.core import redact
+from ddpdoctor.diagnose import utf16
 from ddpdoctor.diagnose.deadline import READ_DEADLINE_S, DeadlineReader
 from ddpdoctor.diagnose.gunzip import GZIP_MAGIC as _GZIP_MAGIC
 from ddpdoctor.diagnose.gunzip import Gunzip
@@ -236,6 +237,11 @@ def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
         stats.compressed = True
         stream = Gunzip(head, stream, stats)  # type: ignore[assignment]
         head = _read_some(stream, SNIFF_BYTES, stats)
+    codec = utf16.sniff(head)
+    if codec:  # before the NUL checks: half of UTF-16's bytes are NUL
+        stats.notes.append(f"read as {codec.upper()} (Windows PowerShell's `>` writes it)")
+        stream = utf16.Utf16(head, stream, codec)  # type: ignore[assignment]
+        head = _read_some(stream, SNIFF_BYTES, stats)
     head, skipped = _skip_leading_nul(head, stream, stats)
     stats.leading_nul = skipped
     if skipped and head:
@@ -364,9 +370,11 @@ class Prefilter:
                 lineno += buf.count(b"\n", counted_to, pos)
                 counted_to = pos
                 line = self._line(buf[pos:pos + len(ln)], lineno, stats, max_line, final)
-                if i + 1 < len(lines):
-                    after = pos + len(ln) + 1
-                    line.cont = _text(buf[after:after + min(len(lines[i + 1]), _CONT_BYTES)])
+                nxt, after = i + 1, pos + len(ln) + 1
+                if nxt + 1 < len(lines) and not lines[nxt] and buf[after - 1:after] == b"\r":
+                    nxt, after = nxt + 1, after + 1  # CRLF: the next line is past the \n
+                if nxt < len(lines):
+                    line.cont = _text(buf[after:after + min(len(lines[nxt]), _CONT_BYTES)])
                 yield line
             pos += len(ln) + 1
 
@@ -403,7 +411,15 @@ class Prefilter:
 _CONT_BYTES = 400
 
 
+# A terminal's colour and cursor codes (CSI: ESC [ ... final byte), as torchtitan's,
+# DeepSpeed's and loguru's coloured output and a captured terminal carry them: a rule reads
+# the words, and a wording anchored at the line's start must not meet ESC[0m first.
+_ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
 def _text(raw: bytes) -> str:
+    if b"\x1b" in raw:
+        raw = _ANSI.sub(b"", raw)
     # A secret known by its shape (a JWT, an AWS key id) is masked as it is read: the
     # rules cut titles and quotes to a width, and a cut secret no longer has its shape
     # when the report is scrubbed ("AKIASEKRET7EXA ..." reached the title).

@@ -1,0 +1,57 @@
+"""UTF-16 logs read as UTF-8: Windows PowerShell 5.1's redirection (`python train.py >
+log.txt`, `Out-File`, `Tee-Object`) writes UTF-16LE with a byte-order mark
+(https://learn.microsoft.com/powershell/module/microsoft.powershell.core/about/
+about_character_encoding?view=powershell-5.1), which the reader would otherwise judge binary
+(half its bytes NUL) and skip."""
+
+from __future__ import annotations
+
+import codecs
+from typing import BinaryIO
+
+_BOMS = ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+
+
+def sniff(head: bytes) -> str:
+    """The UTF-16 codec ``head`` (an input's first bytes) is written in, or ``""``: by its
+    byte-order mark, else by text whose every other byte is NUL (ASCII in UTF-16)."""
+    for bom, codec in _BOMS:
+        if head.startswith(bom):
+            return codec
+    pairs = len(head) // 2
+    if pairs < 16:
+        return ""
+    even, odd = head[0:pairs * 2:2], head[1:pairs * 2:2]
+    if odd.count(0) >= 0.9 * pairs and even.count(0) <= 0.05 * pairs:
+        return "utf-16-le"
+    if even.count(0) >= 0.9 * pairs and odd.count(0) <= 0.05 * pairs:
+        return "utf-16-be"
+    return ""
+
+
+class Utf16:
+    """A UTF-16 byte stream read as UTF-8 bytes, piece by piece (bounded memory); the
+    byte-order mark is dropped and a broken pair becomes U+FFFD, as the reader's UTF-8
+    decoding does with bad bytes."""
+
+    def __init__(self, head: bytes, raw: BinaryIO, codec: str) -> None:
+        self._raw = raw
+        self._decoder = codecs.getincrementaldecoder(codec)(errors="replace")
+        self._pending = head[2:] if head[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) \
+            else head
+        self._out = bytearray()
+        self._done = False
+
+    def read(self, n: int) -> bytes:
+        while len(self._out) < n and not self._done:
+            data = self._pending or self._raw.read(max(n, 1 << 16))
+            self._pending = b""
+            final = not data
+            self._out += self._decoder.decode(data, final).encode("utf-8")
+            self._done = final
+        out = bytes(self._out[:n])
+        del self._out[:n]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
