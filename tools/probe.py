@@ -1,0 +1,126 @@
+"""Probe a mechanism, not a thread: re-write every corpus log the way another launcher, log
+collector, shell or platform would have written the same job's output, and report each log
+whose diagnosis changed.
+
+    python -m tools.probe [DIR] [--styles kubectl,pdsh,...] [--sample N] [--seed S]
+
+A job's diagnosis must not depend on how its lines reached the reader: a collector's time
+in front of every line, pdsh's host label, a terminal's colour codes, UTF-16, CRLF. Only
+logs the corpus reads right as they are are probed (a miss is the corpus score's business);
+a changed result is listed with the style, what it was and what it became. Exit 1 when any
+changed (docs/diagnose.md, "A line's envelope" and "How its bytes are written").
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import random
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from tools import corpus
+
+
+def _lines(text: str, wrap: Callable[[int, str], str]) -> bytes:
+    return "".join(wrap(i, line) + "\n" for i, line in enumerate(text.splitlines())).encode()
+
+
+# Each style: the same text as another path to the reader would have written it. Every
+# format is a real one (the sources are in docs/diagnose.md and the tests that hold them).
+STYLES: dict[str, Callable[[str], bytes]] = {
+    # `kubectl logs --timestamps`, Docker, CloudWatch, Loki, Ray/Beaker exports
+    "kubectl": lambda t: _lines(t, lambda i, s: f"2024-05-01T12:00:{i % 60:02d}.123456789Z {s}"),
+    # pdsh's host label (DeepSpeed's multi-node launcher)
+    "pdsh": lambda t: _lines(t, lambda i, s: f"node-01: {s}"),
+    # a terminal's colour codes around every line
+    "ansi": lambda t: _lines(t, lambda i, s: f"\x1b[0m{s}\x1b[0m"),
+    # Windows PowerShell 5.1's `>`
+    "utf16": lambda t: codecs.BOM_UTF16_LE + t.encode("utf-16-le"),
+    # Windows line ends
+    "crlf": lambda t: t.replace("\n", "\r\n").encode(),
+}
+
+
+def _outcome(r: corpus.Result) -> tuple[str, tuple[int, ...], bool]:
+    return r.got_id, r.got_ranks, r.healthy
+
+
+def _kind(case: corpus.Case, got: corpus.Result) -> str:
+    if got.called_healthy:
+        return "failed job called healthy"
+    if got.called_failed:
+        return "healthy run called failed"
+    return "another finding"
+
+
+def probe(cases: list[corpus.Case], styles: list[str], workdir: Path,
+          progress: Callable[[int, int], None] | None = None,
+          ) -> tuple[Counter[tuple[str, str]], list[str]]:
+    """Per (style, "same" or how it changed): how many; and one line per change."""
+    counts: Counter[tuple[str, str]] = Counter()
+    changes: list[str] = []
+    for n, case in enumerate(cases, 1):
+        base = corpus.run(case)
+        if progress:
+            progress(n, len(cases))
+        if not base.right:
+            continue
+        text = case.log.read_text(encoding="utf-8", errors="replace")
+        for style in styles:
+            path = workdir / f"{style}.log"
+            path.write_bytes(STYLES[style](text))
+            got = corpus.run(replace(case, log=path))
+            if _outcome(got) == _outcome(base):
+                counts[(style, "same")] += 1
+                continue
+            kind = _kind(case, got)
+            counts[(style, kind)] += 1
+            changes.append(f"{style}: {case.name}: {base.got_id} {list(base.got_ranks)} -> "
+                           f"{got.got_id} {list(got.got_ranks)} ({kind})")
+    return counts, changes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.probe", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir", nargs="?", type=Path, default=corpus.DEFAULT_DIR,
+                    help="a corpus folder (default: the development set)")
+    ap.add_argument("--styles", default=",".join(STYLES),
+                    help=f"comma-separated, of: {', '.join(STYLES)} (default: all)")
+    ap.add_argument("--sample", type=int, default=0, help="probe N logs drawn at random "
+                    "(default: every log)")
+    ap.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    args = ap.parse_args(argv)
+    styles = [s for s in args.styles.split(",") if s]
+    unknown = [s for s in styles if s not in STYLES]
+    if unknown:
+        ap.error(f"unknown style(s) {', '.join(unknown)}: pick from {', '.join(STYLES)}")
+    cases = corpus.load(args.dir)
+    if not cases:
+        ap.error(f"no corpus log (NAME.log with NAME.json) in {args.dir}")
+    if args.sample:
+        cases = random.Random(args.seed).sample(cases, min(args.sample, len(cases)))
+
+    def progress(n: int, total: int) -> None:
+        if n % 50 == 0 or n == total:
+            print(f"probed {n}/{total} logs", file=sys.stderr)
+
+    with tempfile.TemporaryDirectory(prefix="ddpdoctor-probe-") as tmp:
+        counts, changes = probe(cases, styles, Path(tmp), progress)
+    print("| style | read the same | changed |\n|---|---:|---:|")
+    for style in styles:
+        same = counts[(style, "same")]
+        changed = sum(v for (s, k), v in counts.items() if s == style and k != "same")
+        print(f"| {style} | {same} | {changed} |")
+    if changes:
+        print("\nChanged:\n" + "\n".join(f"- {c}" for c in changes))
+    return 1 if changes else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
