@@ -2,7 +2,8 @@
 (torchtitan's coloured step lines, DeepSpeed's `[93m [WARNING] [0m`: real in
 X19_torchtitan_fsdp_rank1_hf_streaming_client_closed.log and
 G1_healthy_deepspeed_multinode_import_warnings.log) and UTF-16, which Windows PowerShell
-5.1's `>` writes (about_Character_Encoding, powershell-5.1). A probe that re-wrote each
+5.1's `>` writes (about_Character_Encoding, powershell-5.1), and Docker's json-file
+records (https://docs.docker.com/engine/logging/drivers/json-file/). A probe that re-wrote each
 development-set log so found colour codes breaking about one in ten and UTF-16 skipped as
 binary; these hold the lesson."""
 
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import codecs
 import io
+import json
 from pathlib import Path
 
 import pytest
 from logscan_helpers import findings_of
 
-from ddpdoctor.diagnose import utf16
+from ddpdoctor.diagnose import jsonlog, utf16
 from ddpdoctor.diagnose.reader import ReadStats, iter_picked, sniff_binary
 
 DIR = Path("tests/fixtures/reallogs")
@@ -46,6 +48,9 @@ def _coloured(text: str) -> bytes:
     pytest.param(lambda t: t.encode("utf-16-le"), id="utf16le"),
     pytest.param(_coloured, id="ansi"),
     pytest.param(lambda t: t.replace("\n", "\r\n").encode(), id="crlf"),
+    pytest.param(lambda t: "".join(json.dumps({"log": s + "\n", "stream": "stderr", "time":
+                                               "2019-01-01T11:11:11.111111111Z"}) + "\n"
+                                   for s in t.splitlines()).encode(), id="docker-json"),
 ])
 @pytest.mark.parametrize("name", LOGS)
 def test_a_real_log_reads_the_same_however_its_bytes_are_written(tmp_path, name, encode):
@@ -82,3 +87,26 @@ def test_a_utf16_log_says_how_it_was_read(tmp_path):
     assert [p.text for p in picked] == ["RuntimeError: x"]
     assert stats.notes == ["read as UTF-16-LE (Windows PowerShell's `>` writes it)"]
     assert not stats.binary and not stats.nul_bytes
+
+
+def test_docker_json_records_read_as_the_containers_text():
+    raw = (b'{"log":"Traceback (most recent call last):\\n","stream":"stderr","time":"2019-01-01'
+           b'T11:11:11.111111111Z"}\n'
+           # a line Docker split at 16 KiB: the first record has no "\\n"
+           b'{"log":"  File \\"train.py\\", line 3, in \\u003cmodule\\u003e","stream":"stderr",'
+           b'"time":"2019-01-01T11:11:11.2Z"}\n'
+           b'{"log":" main()\\n","stream":"stderr","time":"2019-01-01T11:11:11.3Z"}\n'
+           b'not a record\n')
+    stats = ReadStats(name="c-json.log")
+    got = [p.text for p in iter_picked(io.BytesIO(raw), (b"Traceback", b"File", b"record"),
+                                       stats)]
+    assert got == ["Traceback (most recent call last):",
+                   '  File "train.py", line 3, in <module> main()', "not a record"]
+    assert stats.notes == ["read as Docker's json-file log (each record's text)"]
+
+
+def test_only_a_json_file_record_is_read_as_one():
+    assert jsonlog.sniff(b'{"log":"x\\n","stream":"stdout","time":"t"}\n')
+    assert not jsonlog.sniff(b'{"level": "info", "msg": "step 3"}\n')  # another JSON log
+    assert not jsonlog.sniff(b'{"log": broken\n')
+    assert not jsonlog.sniff(b"[rank0]: RuntimeError: x\n")

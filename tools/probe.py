@@ -5,8 +5,9 @@ whose diagnosis changed.
     python -m tools.probe [DIR] [--styles kubectl,pdsh,...] [--sample N] [--seed S]
 
 A job's diagnosis must not depend on how its lines reached the reader: a collector's time
-in front of every line, pdsh's host label, a terminal's colour codes, UTF-16, CRLF. Only
-logs the corpus reads right as they are are probed (a miss is the corpus score's business);
+in front of every line, pdsh's host label, a terminal's colour codes, UTF-16, CRLF, Docker's
+json-file records. Only logs the corpus reads right as they are are probed (a miss is the
+corpus score's business);
 a changed result is listed with the style, what it was and what it became. Exit 1 when any
 changed (docs/diagnose.md, "A line's envelope" and "How its bytes are written").
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import json
 import random
 import sys
 import tempfile
@@ -43,6 +45,10 @@ STYLES: dict[str, Callable[[str], bytes]] = {
     "utf16": lambda t: codecs.BOM_UTF16_LE + t.encode("utf-16-le"),
     # Windows line ends
     "crlf": lambda t: t.replace("\n", "\r\n").encode(),
+    # Docker's json-file log driver (a container's /var/lib/docker/containers/*-json.log)
+    "dockerjson": lambda t: "".join(
+        json.dumps({"log": s + "\n", "stream": "stderr", "time": "2019-01-01T11:11:11.111Z"})
+        + "\n" for s in t.splitlines()).encode(),
 }
 
 

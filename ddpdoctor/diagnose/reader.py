@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ddpdoctor.core import redact
-from ddpdoctor.diagnose import utf16
+from ddpdoctor.diagnose import jsonlog, utf16
 from ddpdoctor.diagnose.deadline import READ_DEADLINE_S, DeadlineReader
 from ddpdoctor.diagnose.gunzip import GZIP_MAGIC as _GZIP_MAGIC
 from ddpdoctor.diagnose.gunzip import Gunzip
@@ -241,6 +241,10 @@ def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
     if codec:  # before the NUL checks: half of UTF-16's bytes are NUL
         stats.notes.append(f"read as {codec.upper()} (Windows PowerShell's `>` writes it)")
         stream = utf16.Utf16(head, stream, codec)  # type: ignore[assignment]
+        head = _read_some(stream, SNIFF_BYTES, stats)
+    if jsonlog.sniff(head):
+        stats.notes.append("read as Docker's json-file log (each record's text)")
+        stream = jsonlog.DockerJson(head, stream)  # type: ignore[assignment]
         head = _read_some(stream, SNIFF_BYTES, stats)
     head, skipped = _skip_leading_nul(head, stream, stats)
     stats.leading_nul = skipped
