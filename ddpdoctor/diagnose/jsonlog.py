@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import BinaryIO
 
+from ddpdoctor.diagnose.transformed import Transformed
+
 _HEAD = b'{"log":'
 # a record longer than this is not Docker's (it splits lines at 16 KiB): passed on as is
 _MAX_RECORD = 1 << 20
@@ -42,35 +44,17 @@ def _text(record: bytes) -> bytes:
     return record + b"\n"
 
 
-class DockerJson:
-    """A json-file stream read as the container's own output, piece by piece."""
+class DockerJson(Transformed):
+    """A json-file stream read as the container's own output."""
 
     def __init__(self, head: bytes, raw: BinaryIO) -> None:
-        self._raw = raw
-        self._pending = head
+        super().__init__(head, raw)
         self._carry = b""
-        self._out = bytearray()
-        self._done = False
 
-    def read(self, n: int) -> bytes:
-        while len(self._out) < n and not self._done:
-            data = self._pending or self._raw.read(max(n, 1 << 16))
-            self._pending = b""
-            if not data:
-                if self._carry:
-                    self._out += _text(self._carry)
-                self._carry, self._done = b"", True
-                break
-            records = (self._carry + data).split(b"\n")
-            self._carry = records.pop()
-            if len(self._carry) > _MAX_RECORD:
-                records.append(self._carry)
-                self._carry = b""
-            for record in records:
-                self._out += _text(record.rstrip(b"\r"))
-        out = bytes(self._out[:n])
-        del self._out[:n]
-        return out
-
-    def close(self) -> None:
-        self._raw.close()
+    def convert(self, data: bytes, final: bool) -> bytes:
+        records = (self._carry + data).split(b"\n")
+        self._carry = b"" if final else records.pop()
+        if len(self._carry) > _MAX_RECORD:
+            records.append(self._carry)
+            self._carry = b""
+        return b"".join(_text(r.rstrip(b"\r")) for r in records if r or not final)

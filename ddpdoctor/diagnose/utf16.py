@@ -9,6 +9,8 @@ from __future__ import annotations
 import codecs
 from typing import BinaryIO
 
+from ddpdoctor.diagnose.transformed import Transformed
+
 _BOMS = ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
@@ -29,29 +31,14 @@ def sniff(head: bytes) -> str:
     return ""
 
 
-class Utf16:
-    """A UTF-16 byte stream read as UTF-8 bytes, piece by piece (bounded memory); the
-    byte-order mark is dropped and a broken pair becomes U+FFFD, as the reader's UTF-8
-    decoding does with bad bytes."""
+class Utf16(Transformed):
+    """A UTF-16 byte stream read as UTF-8 bytes; the byte-order mark is dropped and a broken
+    pair becomes U+FFFD, as the reader's UTF-8 decoding does with bad bytes."""
 
     def __init__(self, head: bytes, raw: BinaryIO, codec: str) -> None:
-        self._raw = raw
+        bom = head[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+        super().__init__(head[2:] if bom else head, raw)
         self._decoder = codecs.getincrementaldecoder(codec)(errors="replace")
-        self._pending = head[2:] if head[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) \
-            else head
-        self._out = bytearray()
-        self._done = False
 
-    def read(self, n: int) -> bytes:
-        while len(self._out) < n and not self._done:
-            data = self._pending or self._raw.read(max(n, 1 << 16))
-            self._pending = b""
-            final = not data
-            self._out += self._decoder.decode(data, final).encode("utf-8")
-            self._done = final
-        out = bytes(self._out[:n])
-        del self._out[:n]
-        return out
-
-    def close(self) -> None:
-        self._raw.close()
+    def convert(self, data: bytes, final: bool) -> bytes:
+        return self._decoder.decode(data, final).encode("utf-8")
