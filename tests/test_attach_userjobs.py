@@ -21,7 +21,7 @@ from ddpdoctor.attach.stacks import collect_stacks
 
 from conftest import kill_tree
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 JOBS = Path(__file__).resolve().parent / "fixtures" / "userjobs"
 
 

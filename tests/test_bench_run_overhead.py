@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_run_overhead.py"
 
 

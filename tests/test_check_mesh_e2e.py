@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ddpdoctor_cmd, needs_netns, run_job, run_on_nodes, sh
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.matrix, pytest.mark.slow]
 
 
 @pytest.mark.timeout(240)

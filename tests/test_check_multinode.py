@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ddpdoctor_cmd, needs_netns, run_on_nodes, sh
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.matrix, pytest.mark.slow]
 
 @needs_netns
 @pytest.mark.timeout(240)

@@ -17,7 +17,7 @@ from html_browser import chromium, open_page  # noqa: F401  (chromium: a session
 from run_helpers import RunJob, doctor, kill_tree, trainer
 
 # the fixture's three launches take ~90 s on 2 busy cores
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.matrix, pytest.mark.slow, pytest.mark.timeout(420)]
 DEADLINE_S = 300
 
 

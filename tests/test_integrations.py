@@ -28,7 +28,7 @@ from ports import free_port
 
 from conftest import kill_tree
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = ROOT / "tests" / "fixtures" / "integrations"
 PY = sys.executable

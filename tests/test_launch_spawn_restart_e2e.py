@@ -28,7 +28,7 @@ import pytest
 from ports import free_port
 from run_helpers import PY, RunJob, doctor, findings, kill_tree, run_all
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
 JOBS = Path(__file__).parent / "fixtures" / "launches"
 SPAWN = str(JOBS / "spawn_job.py")

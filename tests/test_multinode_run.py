@@ -19,7 +19,7 @@ import pytest
 
 from conftest import kill_tree, needs_netns
 
-pytestmark = [pytest.mark.slow, needs_netns]
+pytestmark = [pytest.mark.matrix, pytest.mark.slow, needs_netns]
 
 JOB = str(Path(__file__).parent / "jobview_job.py")
 SLACK_S = 10.0  # the bound: threshold + 10 s

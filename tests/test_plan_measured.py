@@ -20,7 +20,7 @@ from ddpdoctor.plan.verify import STATES_TOLERANCE, TOTAL_TOLERANCE, compare, ta
 
 from conftest import run_job
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
 TWO_RANK = ["ddp", "zero1", "zero2", "zero3", "fsdp", "tp", "pp"]
 BATCH = 8

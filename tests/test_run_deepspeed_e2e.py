@@ -16,7 +16,7 @@ import pytest
 from ports import free_port
 from run_helpers import RunJob, findings, run_all
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.matrix, pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
                                  reason="deepspeed is not installed (pip install "
                                         "'ddpdoctor[test]' with torch==2.13.0)")]

@@ -14,6 +14,9 @@ from run_helpers import PY, RunJob, findings, run_all, trainer
 
 from ddpdoctor.run.redirected import rank_logs, redirect_of
 
+# Its process-starting tests run in `make test-e2e` (docs/development.md, "Two tiers").
+pytestmark = pytest.mark.matrix
+
 DS_SCRIPT = str(Path(__file__).parent / "fixtures" / "deepspeed" / "ds_train.py")
 
 

@@ -20,7 +20,7 @@ import pytest
 from ports import free_port
 from run_helpers import PY, RunJob, findings, run_all
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
 JOBS = Path(__file__).parent / "fixtures" / "run_jobs"
 TIMEOUT_S = "3"

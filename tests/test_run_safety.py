@@ -26,7 +26,7 @@ import psutil
 import pytest
 from run_helpers import PY, RunJob, findings, run_all
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
 JOBS = Path(__file__).parent / "fixtures" / "run_jobs"
 QUIET_S = 12.0

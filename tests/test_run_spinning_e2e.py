@@ -20,7 +20,7 @@ import psutil
 import pytest
 from run_helpers import PY, RunJob, findings, run_all
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
 SCRIPT = Path(__file__).parent / "fixtures" / "run_jobs" / "spin_job.py"
 SLACK_S = 10.0  # the brief: named within the adaptive threshold plus 10 s

@@ -16,7 +16,7 @@ from ddpdoctor.check.run import run_check
 
 from conftest import check_ranks_of
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.matrix, pytest.mark.slow]
 
 
 def _ranks_of(pid: int) -> list[psutil.Process]:

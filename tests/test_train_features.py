@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from train_helpers import Launch, launch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
 # The loss gap compression may cost over HOOK_STEPS steps: the mean of |loss - uncompressed|
 # / uncompressed over the steps after the first (one batch per step, so per-step losses are

@@ -19,7 +19,7 @@ from train_helpers import Launch, launch, py_spy_dump
 
 from conftest import run_job
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
 REDUCTION = "Expected to have finished reduction in the prior iteration"
 ERRORS = {

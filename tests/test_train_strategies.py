@@ -18,7 +18,7 @@ from train_helpers import launch
 
 from conftest import run_job
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
 TWO_RANK = ["ddp", "fsdp", "zero1", "zero2", "zero3", "pp", "tp"]
 DATA_PARALLEL = ["ddp", "fsdp", "zero1", "zero2", "zero3"]

@@ -15,6 +15,9 @@ from ddpdoctor.run.watch_events import describe_attachments
 from ddpdoctor.watch import optim_attach
 from tests.run_helpers import PY, RunJob, findings, run_all
 
+# Its process-starting tests run in `make test-e2e` (docs/development.md, "Two tiers").
+pytestmark = pytest.mark.matrix
+
 LOOP = str(Path(__file__).parent / "fixtures" / "userjobs" / "any_loop.py")
 
 

@@ -13,7 +13,7 @@ from ddpdoctor.watch.events import read_events
 
 from conftest import needs_netns
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.matrix, pytest.mark.slow]
 
 
 def _train(tmp, ns, dev, addr, inject: list[str]):

@@ -16,6 +16,9 @@ from ddpdoctor.report.sources import collect_series
 from ddpdoctor.watch.events import SERIES_NAME, series_path
 from ddpdoctor.watch.series_file import SeriesRecord, SeriesWriter, interval
 
+# Its process-starting tests run in `make test-e2e` (docs/development.md, "Two tiers").
+pytestmark = pytest.mark.matrix
+
 HERE = Path(__file__).resolve().parent
 
 

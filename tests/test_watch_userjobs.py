@@ -16,7 +16,7 @@ from ddpdoctor.watch.events import read_events
 
 from conftest import run_job
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "tests" / "fixtures" / "userjobs" / "ddp_accumulate.py"
 BOOTSTRAP = str(ROOT / "ddpdoctor" / "watch" / "bootstrap")
