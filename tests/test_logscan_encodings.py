@@ -70,12 +70,12 @@ def test_colour_codes_are_taken_off_the_line_read():
 
 def test_utf16_is_told_from_binary_and_from_plain_text():
     text = "Traceback (most recent call last):\n  File \"train.py\", line 3\n"
-    assert utf16.sniff(codecs.BOM_UTF16_LE + text.encode("utf-16-le")) == "utf-16-le"
-    assert utf16.sniff(text.encode("utf-16-be")) == "utf-16-be"
-    assert utf16.sniff(text.encode()) == ""
+    assert utf16.sniff(codecs.BOM_UTF16_LE + text.encode("utf-16-le")) == ("utf-16-le", 2)
+    assert utf16.sniff(text.encode("utf-16-be")) == ("utf-16-be", 0)
+    assert utf16.sniff(text.encode()) == ("", 0)
     # a binary's NULs are not every other byte
     blob = bytes(range(256)) * 4
-    assert utf16.sniff(blob) == "" and sniff_binary(blob)
+    assert utf16.sniff(blob) == ("", 0) and sniff_binary(blob)
 
 
 def test_a_utf16_log_says_how_it_was_read(tmp_path):

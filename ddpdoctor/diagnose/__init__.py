@@ -28,7 +28,6 @@ from ddpdoctor.diagnose.reader import (
     iter_picked,
     open_input,
     rank_from_path,
-    strip_envelope,
 )
 from ddpdoctor.diagnose.scanner import SCANNER_NEEDLES, LineScanner
 from ddpdoctor.diagnose.triage import triage
@@ -112,7 +111,7 @@ def _stack_dump(path: str, name: str, rank: int | None) -> list[Event]:
     stream, _ = open_input(path)
     try:
         # as the scanner reads a line: a collector's or remote shell's envelope off
-        lines = [(ln.lineno, strip_envelope(ln.text)) for ln in
+        lines = [(ln.lineno, ln.printed) for ln in
                  iter_picked(stream, stackdump.KEYWORDS, ReadStats(name=name))]
     finally:
         stream.close()

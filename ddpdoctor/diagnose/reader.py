@@ -84,10 +84,17 @@ class RawLine:
     """One picked line: its 1-based line number in the file and its decoded text."""
 
     lineno: int
-    text: str
+    text: str  # as read: what a finding quotes (a pdsh host label is information there)
     truncated: bool = False
-    # the line after it (its start): a line a paste or a terminal wrapped ends there
+    # the start of the line after it, as printed (its envelope off): a line a paste or a
+    # terminal wrapped ends there
     cont: str = ""
+
+    @property
+    def printed(self) -> str:
+        """The line as the process printed it: its collector's or remote shell's envelope
+        off (`strip_envelope`). Rules read this; quotes keep `text`."""
+        return strip_envelope(self.text)
 
 
 @dataclass
@@ -237,10 +244,10 @@ def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
         stats.compressed = True
         stream = Gunzip(head, stream, stats)  # type: ignore[assignment]
         head = _read_some(stream, SNIFF_BYTES, stats)
-    codec = utf16.sniff(head)
+    codec, bom = utf16.sniff(head)
     if codec:  # before the NUL checks: half of UTF-16's bytes are NUL
         stats.notes.append(f"read as {codec.upper()} (Windows PowerShell's `>` writes it)")
-        stream = utf16.Utf16(head, stream, codec)  # type: ignore[assignment]
+        stream = utf16.Utf16(head[bom:], stream, codec)  # type: ignore[assignment]
         head = _read_some(stream, SNIFF_BYTES, stats)
     if jsonlog.sniff(head):
         stats.notes.append("read as Docker's json-file log (each record's text)")
@@ -378,7 +385,8 @@ class Prefilter:
                 if nxt + 1 < len(lines) and not lines[nxt] and buf[after - 1:after] == b"\r":
                     nxt, after = nxt + 1, after + 1  # CRLF: the next line is past the \n
                 if nxt < len(lines):
-                    line.cont = _text(buf[after:after + min(len(lines[nxt]), _CONT_BYTES)])
+                    line.cont = strip_envelope(
+                        _text(buf[after:after + min(len(lines[nxt]), _CONT_BYTES)]))
                 yield line
             pos += len(ln) + 1
 

@@ -34,12 +34,13 @@ def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         return []
     dl = dl or exited
     raised = [e for e in dl if e.kind is K.DL_WORKER_EXCEPTION or "in_dataloader_worker" in e.data]
-    if raised and len(raised) == len(dl) and not exited and _dataset_code(raised):
+    family = _raised_family(raised) if raised else None
+    if family == "worker_code" and len(raised) == len(dl) and not exited:
         return [_dataset_crash(ix, raised)]
     first = min(dl, key=lambda e: (_DL_ORDER.index(e.kind) if e.kind in _DL_ORDER else 99,
                                    ix.pos(e)))
-    describe = _DL_DESCRIBE.get(first.kind, _dl_raised)
-    title, ev = describe(first, dl)
+    describe = _DL_DESCRIBE.get(first.kind)
+    title, ev = describe(first, dl) if describe else _dl_raised(first, dl, family)
     ranks = ranks_of([e for e in dl + exited if e.kind is not K.DL_WORKER_SIGNAL])
     return [verdict(ix, "DATALOADER_WORKER_FAILURE", title, dl + exited, ev, ranks=ranks or None)]
 
@@ -80,7 +81,8 @@ def _dl_connection_lost(first: Event, dl: list[Event]) -> tuple[str, dict[str, o
     return "a DataLoader worker died (the rank lost its connection to it)", {}
 
 
-def _dl_raised(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
+def _dl_raised(first: Event, dl: list[Event],
+               family: str | None) -> tuple[str, dict[str, object]]:
     errs = [e for e in dl if e.kind in (K.EXCEPTION, K.SHM_ALLOC)]
     msg = errs[0].data.get("exception", errs[0].text) if errs else first.text
     ev: dict[str, object] = {}
@@ -92,8 +94,6 @@ def _dl_raised(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
                           "Dataset pickled: a lambda or local function it holds cannot be "
                           "(make it a module-level function)")
         return f"the DataLoader could not start its worker processes: {msg}", ev
-    family = _raised_family([e for e in dl if e.kind is K.DL_WORKER_EXCEPTION
-                             or "in_dataloader_worker" in e.data])
     if family:
         ev["family"] = family
     return f"a DataLoader worker raised {msg}", ev

@@ -11,7 +11,7 @@ from ddpdoctor.diagnose import floor
 from ddpdoctor.diagnose.events import Event, EventKind
 from ddpdoctor.diagnose.kb import match_line
 from ddpdoctor.diagnose.kb.signature import Signature
-from ddpdoctor.diagnose.reader import RawLine, split_rank_prefix, strip_envelope
+from ddpdoctor.diagnose.reader import RawLine, split_rank_prefix
 
 _EXCEPTION = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet|Iteration|"
@@ -137,14 +137,14 @@ class LineScanner:
         self._lent = ""  # where the current line's rank came from, when not the line
 
     def feed(self, line: RawLine) -> None:
-        rank, body = self._rank_and_body(line.text)
+        rank, body = self._rank_and_body(line.printed)
         stripped = body.strip()
         if self._summary_line(line, stripped, body) or _logged_traceback(stripped):
             return
         if self._ignored_report(line, rank, stripped) or \
                 self._traceback_line(line, rank, stripped, body):
             return
-        matches = list(match_line(stripped, strip_envelope(line.cont)))
+        matches = list(match_line(stripped, line.cont))
         exc = _exception(stripped)
         exc_data: dict[str, object] = {}
         side_program = raised_in_side_tool = False
@@ -236,9 +236,8 @@ class LineScanner:
             return rank
         return in_line[0] if in_line[1] or rank is None else rank
 
-    def _rank_and_body(self, text: str) -> tuple[int | None, str]:
+    def _rank_and_body(self, body: str) -> tuple[int | None, str]:
         rank = None
-        body = strip_envelope(text)
         # `[default1]:[rank1]: ...` under --tee: the innermost [rankN] is the global rank.
         for _ in range(3):
             r, rest = split_rank_prefix(body)

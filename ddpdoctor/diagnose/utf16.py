@@ -14,21 +14,22 @@ from ddpdoctor.diagnose.transformed import Transformed
 _BOMS = ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
-def sniff(head: bytes) -> str:
-    """The UTF-16 codec ``head`` (an input's first bytes) is written in, or ``""``: by its
-    byte-order mark, else by text whose every other byte is NUL (ASCII in UTF-16)."""
+def sniff(head: bytes) -> tuple[str, int]:
+    """The UTF-16 codec ``head`` (an input's first bytes) is written in, or ``""``, and the
+    length of its byte-order mark: by the mark, else by text whose every other byte is NUL
+    (ASCII in UTF-16; no mark to skip)."""
     for bom, codec in _BOMS:
         if head.startswith(bom):
-            return codec
+            return codec, len(bom)
     pairs = len(head) // 2
     if pairs < 16:
-        return ""
+        return "", 0
     even, odd = head[0:pairs * 2:2], head[1:pairs * 2:2]
     if odd.count(0) >= 0.9 * pairs and even.count(0) <= 0.05 * pairs:
-        return "utf-16-le"
+        return "utf-16-le", 0
     if even.count(0) >= 0.9 * pairs and odd.count(0) <= 0.05 * pairs:
-        return "utf-16-be"
-    return ""
+        return "utf-16-be", 0
+    return "", 0
 
 
 class Utf16(Transformed):
@@ -36,8 +37,8 @@ class Utf16(Transformed):
     pair becomes U+FFFD, as the reader's UTF-8 decoding does with bad bytes."""
 
     def __init__(self, head: bytes, raw: BinaryIO, codec: str) -> None:
-        bom = head[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
-        super().__init__(head[2:] if bom else head, raw)
+        """``head``: the input's first bytes, its byte-order mark already off."""
+        super().__init__(head, raw)
         self._decoder = codecs.getincrementaldecoder(codec)(errors="replace")
 
     def convert(self, data: bytes, final: bool) -> bytes:
