@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 
+from ddpdoctor.check.analysis.launch import LAUNCHER_STEPS
 from ddpdoctor.check.run import run_check
 
 from conftest import check_ranks_of, ddpdoctor_cmd, run_job
@@ -114,9 +115,14 @@ def test_a_rank_that_never_answers_sigstop(tmp_path):
     assert elapsed < deadline + 20, f"check took {elapsed:.0f} s for a {deadline} s deadline"
     assert proc.returncode == 1, stdout
     report = json.loads(out.read_text())
-    # Frozen before it reached the rendezvous: not a collective, so not COMM_CONNECTIVITY.
-    assert _ids(report) == [("RANK_UNRESPONSIVE", [1])], report["findings"]
     evidence = report["findings"][0]["evidence"]
+    # Frozen the moment its process showed: before the rendezvous (no step: not a
+    # collective), or, where load let the rank forked from the zygote run ahead of this
+    # poll, in one of the launcher's own collective steps. A deadline overrun is named by
+    # the step it hit (check/analysis/launch.py); rank 1 is the culprit either way.
+    step = evidence["last_step"]["1"]
+    assert _ids(report) == [(LAUNCHER_STEPS.get(step, "RANK_UNRESPONSIVE"), [1])], \
+        report["findings"]
     assert evidence["pids"]["1"] == stopped
     assert evidence["process_state"]["1"] == "stopped"
     assert evidence["waiting_for_it"] == [0]
