@@ -38,6 +38,27 @@ def test_a_collectors_time_and_a_remote_shells_host_come_off(line, body):
     assert strip_envelope(line) == body
 
 
+@pytest.mark.parametrize("line,body", [
+    # a Markdown / e-mail quote, nested or not, outside any other envelope
+    (">   File \"train.py\", line 412, in <module>", "  File \"train.py\", line 412, in <module>"),
+    ("> > [rank1]: ValueError: x", "[rank1]: ValueError: x"),
+    (">RuntimeError: x", "RuntimeError: x"), (">", ""),
+    ("> 2024-05-01T12:00:01Z worker-1: [rank3]: x", "[rank3]: x"),
+])
+def test_a_quote_comes_off(line, body):
+    assert strip_envelope(line) == body
+
+
+def test_a_log_quoted_whole_in_its_thread_reads_as_its_lines(tmp_path):
+    """ultralytics/yolov3#1151 posted its traceback inside a block quote, every line."""
+    path = DIR / "b_dataloader_bus_error_yolov3_system_ram.log"
+    quoted = path.read_text(encoding="utf-8").splitlines()
+    assert all(line.startswith("> ") for line in quoted)
+    unquoted = "".join(line[2:] + "\n" for line in quoted)
+    assert _lead(findings_of(path)) == _lead(findings_in(tmp_path, unquoted))
+    assert _lead(findings_of(path))[0] != "NONE"
+
+
 @pytest.mark.parametrize("line", [
     "train.py: error: unrecognized arguments: true",  # argparse names the program
     "EI0002: [PID: 7277] 2024-11-28-11:59:30.645.648 The wait execution ...",  # an error code
@@ -60,6 +81,8 @@ def _wrapped(path: Path, style: str) -> str:
     if style == "kubectl":
         return "".join(f"2024-05-01T12:00:{i % 60:02d}.123456789Z {line}\n"
                        for i, line in enumerate(lines))
+    if style == "quote":
+        return "".join(f"> {line}\n" for line in lines)
     return "".join(f"node-01: {line}\n" for line in lines)
 
 
@@ -68,7 +91,7 @@ def _lead(found) -> tuple[str, list[int]]:
     return (errors[0].id, errors[0].ranks) if errors else ("NONE", [])
 
 
-@pytest.mark.parametrize("style", ["kubectl", "pdsh"])
+@pytest.mark.parametrize("style", ["kubectl", "pdsh", "quote"])
 @pytest.mark.parametrize("name", [
     # torchrun's failure summary (indented fields) names the ranks
     "X23_torchrun_rank0_early_stop_break_allreduce_timeout",
@@ -82,6 +105,13 @@ def _lead(found) -> tuple[str, list[int]]:
     "X37_mpspawn_notebook_fn_not_picklable_4ranks",
     # py-spy dumps, read again for their stacks
     "F4_bloom176b_eval_hang_dataloader_deadlock",
+    # a quote made these read differently (the probe's "quote" style, 2026-11-28)
+    "X68_healthy_fairseq_8gpu_c10d_socket_warn_fp16_overflow",
+    "c_healthy_visdom_own_traceback_cyclegan",
+    "X84_qlora_ddp_4rank_cuda_oom_a100_40gb_batch8",
+    "a_known_bug_nccl2185_invalid_argument_wsl_3090ti",
+    "G2_nccl_net_plugin_on_some_nodes_only_hang",
+    "J1_megatron_index_files_only_first_node_local_storage",
 ])
 def test_a_real_log_reads_the_same_inside_an_envelope(tmp_path, name, style):
     path = DIR / f"{name}.log"

@@ -41,6 +41,8 @@ STYLES: dict[str, Callable[[str], bytes]] = {
     "pdsh": lambda t: _lines(t, lambda i, s: f"node-01: {s}"),
     # a terminal's colour codes around every line
     "ansi": lambda t: _lines(t, lambda i, s: f"\x1b[0m{s}\x1b[0m"),
+    # a Markdown or e-mail quote of the whole log (a reply that quotes it)
+    "quote": lambda t: _lines(t, lambda i, s: f"> {s}"),
     # Windows PowerShell 5.1's `>`
     "utf16": lambda t: codecs.BOM_UTF16_LE + t.encode("utf-16-le"),
     # Windows line ends

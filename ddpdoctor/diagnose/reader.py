@@ -71,6 +71,11 @@ _PATH_RANK = [
 # launcher: "worker-1: text", "10.0.0.2: text"): an address, or a lower-case name with a
 # digit in it, never a bare number (srun's task label), a rank's own word ("rank1: ..."),
 # a program's file ("train.py: error: ...") or an upper-case error code ("EI0002: ...").
+# A Markdown or e-mail quote around a pasted log, outermost (">   File ...", "> > x"; the
+# CommonMark block quote marker: '>' and one optional space, https://spec.commonmark.org/
+# 0.31.2/#block-quotes; b_dataloader_bus_error_yolov3_system_ram.log, ultralytics/yolov3
+# #1151, is quoted whole). Megatron's own "> initializing ..." lines lose nothing by it.
+_QUOTE = re.compile(r"(?:>[ \t]?)+")
 _COLLECTOR_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
                              r"(?: (?:stdout|stderr)(?: [FP])?)?[ \t]")
 _HOST_LABEL = re.compile(
@@ -125,8 +130,12 @@ def rank_from_path(path: str) -> int | None:
 
 
 def strip_envelope(text: str) -> str:
-    """The line as the process printed it: a collector's time or a remote shell's host
-    label in front of it taken off (either or both, in that order); else the line."""
+    """The line as the process printed it: a quote's markers, a collector's time or a
+    remote shell's host label in front of it taken off (any of them, in that order); else
+    the line."""
+    q = _QUOTE.match(text)
+    if q is not None:
+        text = text[q.end():]
     m = _COLLECTOR_TIME.match(text)
     if m is not None:
         text = text[m.end():]
