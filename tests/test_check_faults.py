@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -86,10 +87,9 @@ def test_one_rank_with_a_different_env_var():
     assert report.findings[0].evidence["variable"] == "NCCL_DEBUG"
 
 
-@pytest.mark.timeout(120)
-def test_a_rank_that_never_answers_sigstop(tmp_path):
-    deadline = 30
-    out = tmp_path / "report.json"
+def _check_with_rank1_frozen(out: Path, deadline: int) -> tuple[int, str, int, float]:
+    """One `check` whose rank 1 is sent SIGSTOP the moment its process shows: (exit code,
+    output, the frozen pid, seconds taken)."""
     proc = subprocess.Popen(ddpdoctor_cmd() + ["check", "--nproc", "2", "--probe", "connectivity",
                                                "--deadline", str(deadline), "--json", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -97,9 +97,8 @@ def test_a_rank_that_never_answers_sigstop(tmp_path):
     start = time.monotonic()
     stopped = None
     try:
-        # Freeze rank 1 the moment its process exists (so it cannot have joined the process
-        # group). The launcher starts rank 0, then rank 1: the second rank process is rank 1
-        # (the report's pids confirm it below).
+        # The launcher starts rank 0, then rank 1: the second rank process is rank 1 (the
+        # report's pids confirm it).
         while stopped is None and time.monotonic() - start < 60:
             ranks = _ranks_of(proc.pid)
             if len(ranks) >= 2:
@@ -111,15 +110,28 @@ def test_a_rank_that_never_answers_sigstop(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    elapsed = time.monotonic() - start
+    return proc.returncode, stdout, stopped, time.monotonic() - start
+
+
+@pytest.mark.timeout(400)
+def test_a_rank_that_never_answers_sigstop(tmp_path):
+    deadline = 30
+    out = tmp_path / "report.json"
+    # Ranks forked from the warm zygote finish the connectivity probe in milliseconds: on a
+    # loaded machine this poll can see rank 1 only after it has answered, and the check is
+    # then rightly clean (the fault came too late to plant). Up to three tries to plant it.
+    for _ in range(3):
+        rc, stdout, stopped, elapsed = _check_with_rank1_frozen(out, deadline)
+        if rc != 0 or "No issues found" not in stdout:
+            break
     assert elapsed < deadline + 20, f"check took {elapsed:.0f} s for a {deadline} s deadline"
-    assert proc.returncode == 1, stdout
+    assert rc == 1, stdout
     report = json.loads(out.read_text())
     evidence = report["findings"][0]["evidence"]
-    # Frozen the moment its process showed: before the rendezvous (no step: not a
-    # collective), or, where load let the rank forked from the zygote run ahead of this
-    # poll, in one of the launcher's own collective steps. A deadline overrun is named by
-    # the step it hit (check/analysis/launch.py); rank 1 is the culprit either way.
+    # Frozen before the rendezvous (no step: not a collective), or, where load let the rank
+    # run ahead of the poll, in one of the launcher's own collective steps. A deadline
+    # overrun is named by the step it hit (check/analysis/launch.py); rank 1 is the
+    # culprit either way.
     step = evidence["last_step"]["1"]
     assert _ids(report) == [(LAUNCHER_STEPS.get(step, "RANK_UNRESPONSIVE"), [1])], \
         report["findings"]

@@ -2,7 +2,7 @@
 collector, shell or platform would have written the same job's output, and report each log
 whose diagnosis changed.
 
-    python -m tools.probe [DIR] [--styles kubectl,pdsh,...] [--sample N] [--seed S]
+    python -m tools.probe [DIR] [--styles kubectl,pdsh,quote,...] [--sample N] [--seed S]
 
 A job's diagnosis must not depend on how its lines reached the reader: a collector's time
 in front of every line, pdsh's host label, a terminal's colour codes, UTF-16, CRLF, Docker's
@@ -32,6 +32,16 @@ def _lines(text: str, wrap: Callable[[int, str], str]) -> bytes:
     return "".join(wrap(i, line) + "\n" for i, line in enumerate(text.splitlines())).encode()
 
 
+def _hard_wrap(text: str, width: int) -> bytes:
+    out = []
+    for line in text.splitlines():
+        while len(line) > width:
+            out.append(line[:width])
+            line = line[width:]
+        out.append(line)
+    return "".join(piece + "\n" for piece in out).encode()
+
+
 # Each style: the same text as another path to the reader would have written it. Every
 # format is a real one (the sources are in docs/diagnose.md and the tests that hold them).
 STYLES: dict[str, Callable[[str], bytes]] = {
@@ -43,6 +53,9 @@ STYLES: dict[str, Callable[[str], bytes]] = {
     "ansi": lambda t: _lines(t, lambda i, s: f"\x1b[0m{s}\x1b[0m"),
     # a Markdown or e-mail quote of the whole log (a reply that quotes it)
     "quote": lambda t: _lines(t, lambda i, s: f"> {s}"),
+    # a terminal's copy (tmux copy-mode, screen, PuTTY) that cuts each line at its width
+    "wrap80": lambda t: _hard_wrap(t, 80),
+    "wrap120": lambda t: _hard_wrap(t, 120),
     # Windows PowerShell 5.1's `>`
     "utf16": lambda t: codecs.BOM_UTF16_LE + t.encode("utf-16-le"),
     # Windows line ends
@@ -52,6 +65,11 @@ STYLES: dict[str, Callable[[str], bytes]] = {
         json.dumps({"log": s + "\n", "stream": "stderr", "time": "2019-01-01T11:11:11.111Z"})
         + "\n" for s in t.splitlines()).encode(),
 }
+
+
+# The styles every log must read the same in (the default, and a test). A hard wrap is
+# measured, not held: an excerpt of a few lines cannot show the width it was cut at.
+HELD = [s for s in STYLES if not s.startswith("wrap")]
 
 
 def _outcome(r: corpus.Result) -> tuple[str, tuple[int, ...], bool]:
@@ -98,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", nargs="?", type=Path, default=corpus.DEFAULT_DIR,
                     help="a corpus folder (default: the development set)")
-    ap.add_argument("--styles", default=",".join(STYLES),
-                    help=f"comma-separated, of: {', '.join(STYLES)} (default: all)")
+    ap.add_argument("--styles", default=",".join(HELD),
+                    help=f"comma-separated, of: {', '.join(STYLES)} (default: all but "
+                    f"{', '.join(s for s in STYLES if s not in HELD)}, measured only)")
     ap.add_argument("--sample", type=int, default=0, help="probe N logs drawn at random "
                     "(default: every log)")
     ap.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")

@@ -17,10 +17,10 @@ import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from ddpdoctor.core import redact
-from ddpdoctor.diagnose import jsonlog, utf16
+from ddpdoctor.diagnose import hardwrap, jsonlog, utf16
 from ddpdoctor.diagnose.deadline import READ_DEADLINE_S, DeadlineReader
 from ddpdoctor.diagnose.gunzip import GZIP_MAGIC as _GZIP_MAGIC
 from ddpdoctor.diagnose.gunzip import Gunzip
@@ -272,6 +272,35 @@ def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
         stats.binary = why
         stats.bytes_read = len(head)
         return
+    head, stream, joined = _unwrapped(head, stream, stats)
+    lines = _picked(stream, head, keywords, stats, max_line, chunk_bytes, joined)
+    if joined is None:
+        yield from lines
+        return
+    for line in lines:  # a quote's file:line is the input's
+        line.lineno = joined.input_line(line.lineno)
+        yield line
+    stats.lines = joined.pieces
+
+
+def _unwrapped(head: bytes, stream: BinaryIO, stats: ReadStats,
+               ) -> tuple[bytes, BinaryIO, hardwrap.HardWrapped | None]:
+    """A log hard-wrapped at a terminal's width, told by its first 256 KiB, read with each
+    wrapped line joined again (diagnose/hardwrap.py); else the input as it is."""
+    wide = head + _read_some(stream, hardwrap.SNIFF_BYTES - len(head), stats)
+    width = hardwrap.sniff(wide)
+    if not width:
+        return wide, stream, None
+    stats.notes.append(f"read as hard-wrapped at {width} columns (a terminal's copy): each "
+                       "line that fills the width joined to the one it goes on in")
+    joined = hardwrap.HardWrapped(wide, stream, width)
+    as_stream = cast(BinaryIO, joined)  # the reader takes any read(n)
+    return _read_some(as_stream, SNIFF_BYTES, stats), as_stream, joined
+
+
+def _picked(stream: BinaryIO, head: bytes, keywords: tuple[bytes, ...], stats: ReadStats,
+            max_line: int, chunk_bytes: int,
+            joined: hardwrap.HardWrapped | None) -> Iterator[RawLine]:
     prefilter = Prefilter(keywords)
     lineno = 1
     carry = b""
@@ -299,6 +328,8 @@ def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
             skipping = False
         yield from prefilter.pick(complete, lineno, stats, max_line)
         lineno += complete.count(b"\n")
+        if joined is not None:
+            joined.input_line(lineno)  # what is behind the reader is forgotten
         if len(carry) > max_line:
             # No end of line for a long stretch: look at what we have, then skip the rest.
             if not skipping:
