@@ -119,33 +119,52 @@ def _watchdog_fingerprints(ix: EventIndex) -> list[Verdict]:
 
 
 def _crossed_waits(ix: EventIndex) -> list[Verdict]:
-    """Every rank in the log timed out, each in a collective of its own kind (op or element
-    counts differ) at its own sequence number: one process group's collective completes on
-    all its ranks or on none, so no rank can have passed the other's stuck collective in
-    the same group; each waits in a collective the other never called (a rank that went
-    to evaluation, logging or saving while another still trains)."""
+    """Every rank in the log timed out, and the ranks fall into groups each stuck in a
+    collective of its own kind (op or element counts differ) at its own sequence number:
+    one process group's collective completes on all its ranks or on none, so no rank can
+    have passed another's stuck collective in the same group; each group waits in a
+    collective the others never called (a rank that went to evaluation, logging or saving
+    while another still trains; a batch whose modality takes another path). Ranks whose
+    lines name different process groups are not compared: their numbers are not one
+    sequence."""
+    first = _first_timeouts(ix)
+    others = {e.rank for e in ix.events if e.rank is not None} - set(first)
+    if len(first) < 2 or others or not _one_group(ix) or not _states_cross(ix, first):
+        return []
+    fps = {r: (e.data["op"], e.data.get("numel_in"), e.data.get("numel_out"))
+           for r, e in first.items()}
+    groups: dict[tuple[int, tuple[object, ...]], list[int]] = {}
+    for r, e in sorted(first.items()):
+        groups.setdefault((e.typed("seq", int), fps[r]), []).append(r)
+    seqs = {seq for seq, _ in groups}
+    if len(groups) < 2 or len(seqs) < len(groups) or len(set(fps.values())) < len(groups):
+        return []
+    desc = "; ".join(f"rank {format_ranks(rs)}: {_fp_text(fp)} #{seq}"
+                     for (seq, fp), rs in sorted(groups.items()))
+    every = "every rank" if len(groups) == len(first) else "the ranks"
+    return [verdict(ix, "HANG_COLLECTIVE_MISMATCH",
+                    f"{every} timed out in different collectives ({desc}): each waited "
+                    "in a collective the others never called", list(first.values()),
+                    {"collectives": {format_ranks(rs): _fp_text(fp)
+                                     for (_, fp), rs in sorted(groups.items())},
+                     "hint": "find where the ranks' code paths part (an evaluation, a log or "
+                             "a save on some ranks only, a batch of another modality); "
+                             "TORCH_DISTRIBUTED_DEBUG=DETAIL names the two calls"}, ranks=[])]
+
+
+def _first_timeouts(ix: EventIndex) -> dict[int, Event]:
+    """Each rank's watchdog timeout with the lowest sequence number."""
     first: dict[int, Event] = {}
     for e in ix.of(K.NCCL_WATCHDOG):
         if e.rank is not None and "seq" in e.data and "op" in e.data:
             if e.rank not in first or e.typed("seq", int) < first[e.rank].typed("seq", int):
                 first[e.rank] = e
-    others = {e.rank for e in ix.events if e.rank is not None} - set(first)
-    if len(first) < 2 or others or not _states_cross(ix, first):
-        return []
-    fps = {r: (e.data["op"], e.data.get("numel_in"), e.data.get("numel_out"))
-           for r, e in first.items()}
-    seqs = {e.typed("seq", int) for e in first.values()}
-    if len(set(fps.values())) < len(fps) or len(seqs) < len(first):
-        return []
-    desc = "; ".join(f"rank {r}: {_fp_text(fp)} #{first[r].data['seq']}"
-                     for r, fp in sorted(fps.items()))
-    return [verdict(ix, "HANG_COLLECTIVE_MISMATCH",
-                    f"every rank timed out in a different collective ({desc}): each waited "
-                    "in a collective the others never called", list(first.values()),
-                    {"collectives": {str(r): _fp_text(fp) for r, fp in sorted(fps.items())},
-                     "hint": "find where the ranks' code paths part (an evaluation, a log or "
-                             "a save on some ranks only); TORCH_DISTRIBUTED_DEBUG=DETAIL "
-                             "names the two calls"}, ranks=[])]
+    return first
+
+
+def _one_group(ix: EventIndex) -> bool:
+    """The watchdog lines that name a process group name one (or none does)."""
+    return len({m.group(1) for e in ix.of(K.NCCL_WATCHDOG) if (m := _PG.search(e.text))}) <= 1
 
 
 def _states_cross(ix: EventIndex, first: dict[int, Event]) -> bool:
