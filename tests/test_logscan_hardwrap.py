@@ -17,7 +17,7 @@ from logscan_helpers import findings_in, findings_of
 
 from ddpdoctor.diagnose import hardwrap
 from ddpdoctor.diagnose.reader import ReadStats, iter_picked
-from tools.probe import _hard_wrap
+from tools.probe import hard_wrap
 
 DIR = Path("tests/fixtures/reallogs")
 # the corpus's logs that are hard-wrapped as collected (each read by eye), with the width
@@ -65,10 +65,10 @@ def _lead(found) -> tuple[str, list[int]]:
     ("U1_healthy_user_ctrl_c_megatron_ds_8gpu_keyboardinterrupt", 120),
     ("X25_healthy_ds_2node_gcp_a3_nccl_shim_warn_fp16_overflow", 120),
 ])
-def test_a_real_log_reads_the_same_hard_wrapped(tmp_path, name, width):
+def test_a_real_log_reads_the_samehard_wrapped(tmp_path, name, width):
     path = DIR / f"{name}.log"
     text = path.read_text(encoding="utf-8", errors="replace")
-    wrapped = _hard_wrap(text, width).decode()
+    wrapped = hard_wrap(text, width).decode()
     assert hardwrap.sniff(wrapped.encode()[:hardwrap.SNIFF_BYTES]) == width
     assert _lead(findings_in(tmp_path, wrapped)) == _lead(findings_of(path))
 

@@ -32,7 +32,7 @@ def _lines(text: str, wrap: Callable[[int, str], str]) -> bytes:
     return "".join(wrap(i, line) + "\n" for i, line in enumerate(text.splitlines())).encode()
 
 
-def _hard_wrap(text: str, width: int) -> bytes:
+def hard_wrap(text: str, width: int) -> bytes:
     out = []
     for line in text.splitlines():
         while len(line) > width:
@@ -54,8 +54,8 @@ STYLES: dict[str, Callable[[str], bytes]] = {
     # a Markdown or e-mail quote of the whole log (a reply that quotes it)
     "quote": lambda t: _lines(t, lambda i, s: f"> {s}"),
     # a terminal's copy (tmux copy-mode, screen, PuTTY) that cuts each line at its width
-    "wrap80": lambda t: _hard_wrap(t, 80),
-    "wrap120": lambda t: _hard_wrap(t, 120),
+    "wrap80": lambda t: hard_wrap(t, 80),
+    "wrap120": lambda t: hard_wrap(t, 120),
     # Windows PowerShell 5.1's `>`
     "utf16": lambda t: codecs.BOM_UTF16_LE + t.encode("utf-16-le"),
     # Windows line ends

@@ -38,9 +38,10 @@ def _chars(line: bytes) -> int:
     return len(line) if line.isascii() else len(line.decode("utf-8", errors="replace"))
 
 
-def _parallel(line: bytes, nxt: bytes) -> bool:
-    """Two rows of one kind (a table's, a loss log's): they start alike."""
-    return nxt[:3] == line[:3]
+def _goes_on(line: bytes, nxt: bytes) -> bool:
+    """``nxt`` may be the rest of ``line``: it is not empty, starts no record of its own,
+    and does not start as ``line`` did (two rows of one kind: a table's, a loss log's)."""
+    return bool(nxt) and nxt[:3] != line[:3] and _RECORD_START.match(nxt) is None
 
 
 def sniff(head: bytes) -> int:
@@ -57,8 +58,7 @@ def sniff(head: bytes) -> int:
         return 0
     # a cut inside a word: the piece ends in a letter or digit and the next goes on with one
     cut = sum(lines[i][-1:].isalnum() and lines[i + 1][:1].isalnum()
-              and not _parallel(lines[i], lines[i + 1])
-              and _RECORD_START.match(lines[i + 1]) is None for i in full)
+              and _goes_on(lines[i], lines[i + 1]) for i in full)
     # two pieces both cut so, or three or more mostly so
     return width if cut == len(full) or (cut >= 3 and cut * 10 >= len(full) * 3) else 0
 
@@ -100,14 +100,11 @@ class HardWrapped(Transformed):
     def _full(self, piece: bytes) -> bool:
         return len(piece) >= self._width and _chars(piece) == self._width
 
-    def _continues(self, line: bytearray, piece: bytes) -> bool:
-        return bool(piece) and not _parallel(self._last, piece) and \
-            _RECORD_START.match(piece) is None and len(line) < _MAX_JOINED
-
     def _take(self, piece: bytes, out: bytearray) -> None:
         piece = piece.rstrip(b"\r")
         self.pieces += 1
-        if self._line is not None and self._continues(self._line, piece):
+        if self._line is not None and len(self._line) < _MAX_JOINED and \
+                _goes_on(self._last, piece):
             self._line += piece
             self._pieces_in_line += 1
         else:

@@ -64,6 +64,11 @@ _PATH_RANK = [
     re.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr|error)\.(?:log|json)$"),
     re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?![0-9])", re.IGNORECASE),
 ]
+# A Markdown or e-mail quote around a pasted log, outermost (">   File ...", "> > x"; the
+# CommonMark block quote marker: '>' and one optional space, https://spec.commonmark.org/
+# 0.31.2/#block-quotes; b_dataloader_bus_error_yolov3_system_ram.log, ultralytics/yolov3
+# #1151, is quoted whole). Megatron's own "> initializing ..." lines lose nothing by it.
+_QUOTE = re.compile(r"(?:>[ \t]?)+")
 # What a log collector or a remote shell puts in front of every line it passes on, carrying
 # no rank (one separator taken, so the line's own indentation stays): an RFC 3339 time
 # (`kubectl logs --timestamps`, Docker, CloudWatch, Loki and Ray/Beaker exports:
@@ -71,11 +76,6 @@ _PATH_RANK = [
 # launcher: "worker-1: text", "10.0.0.2: text"): an address, or a lower-case name with a
 # digit in it, never a bare number (srun's task label), a rank's own word ("rank1: ..."),
 # a program's file ("train.py: error: ...") or an upper-case error code ("EI0002: ...").
-# A Markdown or e-mail quote around a pasted log, outermost (">   File ...", "> > x"; the
-# CommonMark block quote marker: '>' and one optional space, https://spec.commonmark.org/
-# 0.31.2/#block-quotes; b_dataloader_bus_error_yolov3_system_ram.log, ultralytics/yolov3
-# #1151, is quoted whole). Megatron's own "> initializing ..." lines lose nothing by it.
-_QUOTE = re.compile(r"(?:>[ \t]?)+")
 _COLLECTOR_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
                              r"(?: (?:stdout|stderr)(?: [FP])?)?[ \t]")
 _HOST_LABEL = re.compile(
