@@ -20,14 +20,15 @@ from ddpdoctor.diagnose.reader import ReadStats, iter_picked
 from tools.probe import hard_wrap
 
 DIR = Path("tests/fixtures/reallogs")
-# the corpus's logs that are hard-wrapped as collected (each read by eye), with the width
+# the corpus's logs that are hard-wrapped as collected (each read by eye), with the width.
+# Not J1_healthy_llamafactory_zero3_invalidate_trace_cache_steps_progress: its longest
+# line is a progress bar DeepSpeed's "Invalidate trace cache @ step 10" (after a digit, a
+# capitalised word: a line of its own) broke off, not a terminal's cut.
 WRAPPED = {
     "F4_openr1_grpo_broadcast_seq4_watchdog_timeout": 137,
     "X88_torchtune_end_of_epoch_save_keyerror_allgather_timeout": 183,
     "F4_bloom176b_throughput_drop_slow_gpu": 153,
     "H1_healthy_megatron_bridge_nsys_profile_run": 86,
-    # a progress bar cut at the width with the next line's start glued on
-    "J1_healthy_llamafactory_zero3_invalidate_trace_cache_steps_progress": 209,
     # a paste cut at one width, line by line
     "R1_ddp_unused_params_mmdet_torch11_titanx": 366,
 }
@@ -112,3 +113,62 @@ def test_the_check_line_says_the_log_was_read_joined():
     list(iter_picked(io.BytesIO(path.read_bytes()), (b"Watchdog",), stats))
     assert any("hard-wrapped at 137 columns" in n for n in stats.notes), stats.notes
     assert stats.lines == len(path.read_bytes().splitlines())
+
+
+def test_a_piece_cut_before_a_bracket_is_joined(tmp_path):
+    # "(SeqNum=" is NCCL's own text, not a record's prefix: cut just before it the watchdog
+    # line is one line again and its collective and sequence number are read
+    path = DIR / "F1_timeout_rank0_evaluating_ufld.log"
+    text = path.read_text()
+    width = text.index("(SeqNum=") - text.index("[E ProcessGroupNCCL.cpp:821] [Rank 3]")
+    wrapped = hard_wrap(text, width).decode()
+    assert "WorkNCCL\n(SeqNum=4178" in wrapped
+    assert hardwrap.sniff(wrapped.encode()) == width
+    found = findings_in(tmp_path, wrapped)
+    assert _lead(found) == ("HANG_RANK_MISSING_COLLECTIVE", [0])
+    assert "ALLREDUCE #4178" in found[0].title
+
+
+# fixed-width rows, each followed by a line of another kind (a loss log's step rows and
+# its evaluation line; Keras's epoch lines): the longest lines all have one width, but
+# what follows each starts a word of its own. A review found this read as wrapped at 72
+# and the last line, "Killed" (what a shell prints for a SIGKILL), glued to the last row.
+_ROWS = "".join(f"step {i:06d} | loss 0.{i % 9}234 | lr 0.000{i % 7}00 | grad_norm 0.{i % 5}"
+                f"234 | tok/s 1{i % 8}345\nEvaluating on validation set ({100 + i % 50} "
+                f"batches)\n" for i in range(1, 300))
+
+
+def test_rows_followed_by_lines_of_another_kind_are_not_a_wrap(tmp_path):
+    text = _ROWS + "step 000300 | loss 0.1234 | lr 0.000100 | grad_norm 0.1234 | tok/s " \
+        "12345\nKilled\n"
+    assert len({len(line) for line in text.splitlines()[::2]}) == 1
+    assert hardwrap.sniff(text.encode()) == 0
+    found = findings_in(tmp_path, text)
+    assert _lead(found) == ("OOM", [])
+    assert found[0].evidence["first_seen"].endswith(f":{text.count(chr(10))}")
+
+
+def test_a_death_or_an_exception_is_never_glued_to_a_full_line():
+    width = 20
+    full = b"x" * 14 + b"abcdef"  # a piece that fills the width, cut inside a word
+    for line in (b"Killed", b"Segmentation fault (core dumped)",
+                 b"torch.distributed.DistBackendError: NCCL error", b"KeyError: 'x'"):
+        assert _joined(full + b"\n" + line + b"\n", width) == full + b"\n" + line + b"\n"
+    assert _joined(full + b"\nghij\n", width) == full + b"ghij\n"
+
+
+def test_a_piece_is_compared_with_the_lines_first_piece_not_the_last():
+    # a long tensor print cut into pieces that each start "00, " is one line
+    line = "tensor([" + ", ".join(["0.0000"] * 12) + "])"
+    wrapped = hard_wrap(line, 24)
+    assert len(wrapped.splitlines()) > 3
+    assert _joined(wrapped, 24) == line.encode() + b"\n"
+
+
+def test_the_bytes_read_are_the_inputs_not_the_joined_streams():
+    path = DIR / "X88_torchtune_end_of_epoch_save_keyerror_allgather_timeout.log"
+    data = path.read_bytes().replace(b"\n", b"\r\n")
+    stats = ReadStats(name="x")
+    list(iter_picked(io.BytesIO(data), (b"Watchdog",), stats))
+    assert any("hard-wrapped" in n for n in stats.notes), stats.notes
+    assert stats.bytes_read == len(data)

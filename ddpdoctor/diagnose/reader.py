@@ -281,6 +281,7 @@ def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
         line.lineno = joined.input_line(line.lineno)
         yield line
     stats.lines = joined.pieces
+    stats.bytes_read += joined.taken - joined.given  # the input's size, not the joined
 
 
 def _unwrapped(head: bytes, stream: BinaryIO, stats: ReadStats,
