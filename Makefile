@@ -58,8 +58,12 @@ test-all: test test-e2e
 # The tests without the `slow` marker, for every edit; tests/spawn_report.py names those
 # among them that still start a process (they belong under `slow`).
 .PHONY: test-quick
+# Bytecode written (an environment's PYTHONDONTWRITEBYTECODE would make every worker
+# rewrite every test module's asserts again, ~10 s each run) and each file on one worker
+# (a module's corpus fixture computed once, not once per worker)
 test-quick: venv
-	$(BIN)/python -m pytest -q -ra -m "not slow" -n 3 -p tests.spawn_report tests
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -ra -m "not slow" -n 3 \
+		--dist loadfile -p tests.spawn_report tests
 
 lint: venv
 	$(BIN)/ruff check ddpdoctor tests benchmarks tools setup.py
