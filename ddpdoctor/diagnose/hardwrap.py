@@ -49,6 +49,8 @@ _DEATH = re.compile(rb"(?:Killed|Segmentation fault|Aborted|Bus error|Floating p
 # just there; after a small letter it may be either ("9ms/step" then "Epoch 2/30", or
 # "Distributed" then "DataParallel" cut inside a camel-case name)
 _CAPITAL_WORD = re.compile(rb"[A-Z][a-z]")
+# a logical line joined from more pieces than this many bytes is passed on as it is
+_MAX_JOINED = 1 << 20
 
 
 def _new_word(last: bytes, nxt: bytes) -> bool:
@@ -57,8 +59,6 @@ def _new_word(last: bytes, nxt: bytes) -> bool:
 
 def _maybe_new_word(last: bytes, nxt: bytes) -> bool:
     return bool(_CAPITAL_WORD.match(nxt)) and last[-1:].islower()
-# a logical line joined from more pieces than this many bytes is passed on as it is
-_MAX_JOINED = 1 << 20
 
 
 def _chars(line: bytes) -> int:

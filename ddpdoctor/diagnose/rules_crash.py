@@ -458,8 +458,6 @@ def _died_of_fallout(e: Event, felt: set[int | None]) -> bool:
 
 
 def _bare_exit(ix: EventIndex, e: Event) -> Verdict:
-    if e.data.get("launcher") and 256 - e.get_int("exit_code", 0) in _BYTE_SIGNALS:
-        return _death(ix, e)  # a signal's death passed on as a byte (247 is -9)
     return verdict(ix, "RANK_CRASHED", f"a training process exited with code "
                    f"{e.data['exit_code']} (its own error is not in the logs)", [e],
                    {"exit_code": e.data["exit_code"]})
@@ -473,29 +471,18 @@ def _who(e: Event) -> str:
     return f"a process (pid {e.data['pid']})" if e.data.get("pid") else "a process"
 
 
-# SIGABRT, SIGBUS, SIGKILL, SIGSEGV: the deaths whose negative returncode a wrapper's
-# sys.exit passes on as 256 - N (250, 249, 247, 245)
-_BYTE_SIGNALS = frozenset({6, 7, 9, 11})
-
-
 def _death(ix: EventIndex, e: Event) -> Verdict:
     """The finding for one process death: the signal decides which."""
     # A shell's 128+N exit code says nothing the signal does not; a launcher's returncode
     # (DeepSpeed's -9) is the exit status itself.
     code = (None if e.kind is K.PROCESS_EXIT and not e.data.get("launcher")
             else e.get_int("exit_code"))
-    ev: dict[str, object] = {}
-    if code is not None and 256 - code in _BYTE_SIGNALS:
-        # A wrapper between the launcher and Python (Determined's pid_client, a shell
-        # script) that exits with its child's returncode, -9, reaches the launcher as the
-        # byte 256 - 9 = 247: the signal the child died of, not a code it chose
-        ev["reported_exit_code"] = code
-        code -= 256
     sig = e.data.get("signal")
     who = _who(e)
     ranks = [e.rank] if e.rank is not None else []
-    ev["exit_code"] = code
-    ev.update({k: e.data[k] for k in ("host", "traceback") if e.data.get(k)})
+    ev: dict[str, object] = {"exit_code": code}
+    ev.update({k: e.data[k] for k in ("host", "traceback", "reported_exit_code")
+               if e.data.get(k)})
     if code == -9 or sig == "SIGKILL":
         # Nothing printed, then SIGKILL: in the public reports this is the host's (or the
         # container's) OOM killer almost every time; say so, and how to confirm it.

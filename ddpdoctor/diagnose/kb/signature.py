@@ -81,10 +81,21 @@ def _strip(text: str) -> str:
     return text.strip()
 
 
+# SIGABRT, SIGBUS, SIGKILL, SIGSEGV: the deaths whose negative returncode a wrapper's
+# sys.exit passes on as the byte 256 - N (250, 249, 247, 245)
+_BYTE_SIGNALS = frozenset({6, 7, 9, 11})
+
+
 def launcher_exit(launcher: str, exit_code: int) -> dict[str, object]:
     """A launcher's line on a child that ended: which launcher, and the signal a
-    negative code names."""
+    negative code names. A wrapper between the launcher and Python (Determined's
+    pid_client, a shell script) that exits with its child's returncode, -9, reaches the
+    launcher as the byte 256 - 9 = 247: the signal the child died of, not a code it chose;
+    the code is then the signal's, the launcher's own kept as ``reported_exit_code``."""
     out: dict[str, object] = {"launcher": launcher}
+    if 256 - exit_code in _BYTE_SIGNALS:
+        out.update(exit_code=exit_code - 256, reported_exit_code=exit_code)
+        exit_code -= 256
     if exit_code < 0:
         out["signal"] = killed_by(exit_code)
     return out
