@@ -166,6 +166,9 @@ def signal_runs(tmp_path_factory):
                         os.kill(job.proc.pid, sig)
                     pending.discard(name)
             time.sleep(0.2)
+        # the grow job ends by itself: torchrun gives the rank that ignores SIGTERM its 30 s
+        # grace before SIGKILL, so it needs longer than the signalled ones on a loaded machine
+        deadline = max(deadline, time.monotonic() + 60)
         while time.monotonic() < deadline and any(j.poll() is None for j in jobs.values()):
             time.sleep(0.2)
         time.sleep(4.0)  # the reaper's grace (1 s) and SIGKILL after run was SIGKILLed

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
 from ddpdoctor.core import redact
-from ddpdoctor.diagnose import hardwrap, jsonlog, utf16
+from ddpdoctor.diagnose import envelope, hardwrap, jsonlog, utf16
 from ddpdoctor.diagnose.deadline import READ_DEADLINE_S, DeadlineReader
 from ddpdoctor.diagnose.gunzip import GZIP_MAGIC as _GZIP_MAGIC
 from ddpdoctor.diagnose.gunzip import Gunzip
@@ -91,6 +91,9 @@ class RawLine:
     lineno: int
     text: str  # as read: what a finding quotes (a pdsh host label is information there)
     truncated: bool = False
+    # where the job's own text starts: after the envelope a collector put in front of every
+    # line of this input (diagnose/envelope.py), learned from the input; 0 if none
+    start: int = 0
     # the start of the line after it, as printed (its envelope off): a line a paste or a
     # terminal wrapped ends there
     cont: str = ""
@@ -98,8 +101,9 @@ class RawLine:
     @property
     def printed(self) -> str:
         """The line as the process printed it: its collector's or remote shell's envelope
-        off (`strip_envelope`). Rules read this; quotes keep `text`."""
-        return strip_envelope(self.text)
+        off (`strip_envelope`, and the envelope learned from the input). Rules read this;
+        quotes keep `text`."""
+        return strip_envelope(self.text[self.start:])
 
 
 @dataclass
@@ -273,7 +277,8 @@ def iter_picked(stream: BinaryIO, keywords: tuple[bytes, ...], stats: ReadStats,
         stats.bytes_read = len(head)
         return
     head, stream, joined = _unwrapped(head, stream, stats)
-    lines = _picked(stream, head, keywords, stats, max_line, chunk_bytes, joined)
+    learned = _envelope(head, stats)
+    lines = _picked(stream, head, keywords, stats, max_line, chunk_bytes, joined, learned)
     if joined is None:
         yield from lines
         return
@@ -299,10 +304,27 @@ def _unwrapped(head: bytes, stream: BinaryIO, stats: ReadStats,
     return _read_some(as_stream, SNIFF_BYTES, stats), as_stream, joined
 
 
+def _known(text: str) -> tuple[int | None, str]:
+    """The rank a line's prefix names, and what is left of it once every envelope and rank
+    prefix the reader knows is off."""
+    return split_rank_prefix(strip_envelope(text))
+
+
+def _envelope(head: bytes, stats: ReadStats) -> envelope.Envelope | None:
+    """The envelope a log collector put in front of every line, told by the input's first
+    lines (diagnose/envelope.py); None where there is none the reader does not know."""
+    lines = head.splitlines()[:envelope.SAMPLE_LINES]  # a cut last line starts as any
+    learned = envelope.sniff([_text(ln) for ln in lines], _known)
+    if learned is not None:
+        stats.notes.append(f"read with {learned.example.strip()!r} (a log collector's "
+                           "envelope: every line starts so) taken off each line")
+    return learned
+
+
 def _picked(stream: BinaryIO, head: bytes, keywords: tuple[bytes, ...], stats: ReadStats,
-            max_line: int, chunk_bytes: int,
-            joined: hardwrap.HardWrapped | None) -> Iterator[RawLine]:
-    prefilter = Prefilter(keywords)
+            max_line: int, chunk_bytes: int, joined: hardwrap.HardWrapped | None,
+            learned: envelope.Envelope | None = None) -> Iterator[RawLine]:
+    prefilter = Prefilter(keywords, learned)
     lineno = 1
     carry = b""
     ends_with_newline = True
@@ -399,8 +421,10 @@ class Prefilter:
     hit maps back to the original line.
     """
 
-    def __init__(self, keywords: tuple[bytes, ...]) -> None:
+    def __init__(self, keywords: tuple[bytes, ...],
+                 learned: envelope.Envelope | None = None) -> None:
         self.keywords = keywords
+        self.learned = learned
         self.folded = tuple({k.translate(_FOLD) for k in keywords})
 
     def pick(self, buf: bytes, base_lineno: int, stats: ReadStats, max_line: int,
@@ -426,8 +450,10 @@ class Prefilter:
                 if nxt + 1 < len(lines) and not lines[nxt] and buf[after - 1:after] == b"\r":
                     nxt, after = nxt + 1, after + 1  # CRLF: the next line is past the \n
                 if nxt < len(lines):
-                    line.cont = strip_envelope(
-                        _text(buf[after:after + min(len(lines[nxt]), _CONT_BYTES)]))
+                    cont = _text(buf[after:after + min(len(lines[nxt]), _CONT_BYTES)])
+                    if self.learned is not None:
+                        cont = cont[self.learned.cut(cont):]
+                    line.cont = strip_envelope(cont)
                 yield line
             pos += len(ln) + 1
 
@@ -458,7 +484,9 @@ class Prefilter:
             raw = raw[lo:lo + max_line]
             stats.truncated_lines += not final
         stats.picked += 1
-        return RawLine(lineno, _text(raw), truncated)
+        text = _text(raw)
+        return RawLine(lineno, text, truncated,
+                       self.learned.cut(text) if self.learned is not None else 0)
 
 
 _CONT_BYTES = 400
