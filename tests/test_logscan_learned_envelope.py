@@ -18,14 +18,10 @@ from logscan_helpers import findings_in, findings_of
 
 from ddpdoctor.diagnose import envelope
 from ddpdoctor.diagnose.reader import ReadStats, _envelope
+from tools import probe
 
 DIR = Path("tests/fixtures/reallogs")
-# the formats (tools/probe.py holds their sources)
-STYLES = {
-    "journald": lambda i: f"Nov 29 00:{i % 60:02d}:54 gpu-node-01 python3[12345]: ",
-    "compose": lambda i: "trainer-1  | ",
-    "kubeprefix": lambda i: "[pod/job-worker-0/pytorch] ",
-}
+STYLES = ("journald", "compose", "kubeprefix")  # tools/probe.py: the formats, their sources
 
 
 def _learned(path: Path) -> str | None:
@@ -67,7 +63,7 @@ def test_a_loggers_format_or_a_known_prefix_is_not_learned(name):
     assert _learned(DIR / f"{name}.log") is None
 
 
-@pytest.mark.parametrize("style", list(STYLES))
+@pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("name", [
     "P1_zero3_loss_scale_at_minimum",                  # [rank1]: under the envelope
     "X68_healthy_fairseq_8gpu_c10d_socket_warn_fp16_overflow",  # stays healthy
@@ -81,9 +77,8 @@ def test_a_loggers_format_or_a_known_prefix_is_not_learned(name):
 ])
 def test_a_real_log_reads_the_same_in_an_unnamed_envelope(tmp_path, name, style):
     path = DIR / f"{name}.log"
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    text = "".join(STYLES[style](i) + line + "\n" for i, line in enumerate(lines))
-    assert _lead(findings_in(tmp_path, text)) == _lead(findings_of(path))
+    text = probe.STYLES[style](path.read_text(encoding="utf-8", errors="replace"))
+    assert _lead(findings_in(tmp_path, text.decode())) == _lead(findings_of(path))
 
 
 def test_the_note_says_what_came_off(tmp_path):
@@ -117,3 +112,16 @@ def test_a_logger_that_prefixes_records_only_is_not_an_envelope():
              for i in range(30)]
     lines.append("2024-05-01 12:00:31,123 - trainer - ERROR - ValueError: bad batch")
     assert envelope.sniff(lines, known) is None
+
+
+def test_sagemakers_mpi_tag_names_the_rank(tmp_path):
+    # the toolkit's re-written --tag-output: pacman100/accelerate-aws-sagemaker's README
+    # (af5caadcea0fa8186c11a784b6f86591c8fa5b3f, lines 75-86), and the toolkit's own test
+    # (aws/sagemaker-training-toolkit 3383937, test/unit/test_process.py, lines 114-124)
+    from ddpdoctor.diagnose.reader import split_rank_prefix
+
+    said = "INFO:root:Reducer buckets have been rebuilt in this iteration."
+    assert split_rank_prefix(f"[1,mpirank:3,algo-1]<stderr>:{said}") == (3, said)
+    lead = findings_in(tmp_path, "[1,mpirank:0,algo-1]<stderr>:FileNotFoundError: [Errno 2] "
+                       "No such file or directory\n")[0]
+    assert (lead.id, lead.ranks) == ("RANK_CRASHED", [0])

@@ -60,6 +60,16 @@ STYLES: dict[str, Callable[[str], bytes]] = {
     "utf16": lambda t: codecs.BOM_UTF16_LE + t.encode("utf-16-le"),
     # Windows line ends
     "crlf": lambda t: t.replace("\n", "\r\n").encode(),
+    # envelopes no reader names, learned from the log (diagnose/envelope.py): journald
+    # ("Dez 28 06:43:00 XXX mail_on_failure[9777]:   File ...", systemd-cron/systemd-cron
+    # #58), docker compose and SageMaker's local mode ("kachor9sfh-algo-1-uuf2f | ...",
+    # aws-samples/amazon-sagemaker-local-mode#6; "webui-docker-auto-1  | Traceback ...",
+    # AbdBarho/stable-diffusion-webui-docker#420), `kubectl logs --prefix`
+    # ("[pod/echo-req-7cfd7bf68f-nk5kr/hello] ...", geerlingguy/ansible-for-kubernetes#75)
+    "journald": lambda t: _lines(
+        t, lambda i, s: f"Nov 29 00:{i % 60:02d}:54 gpu-node-01 python3[12345]: {s}"),
+    "compose": lambda t: _lines(t, lambda i, s: f"trainer-1  | {s}"),
+    "kubeprefix": lambda t: _lines(t, lambda i, s: f"[pod/job-worker-0/pytorch] {s}"),
     # Docker's json-file log driver (a container's /var/lib/docker/containers/*-json.log)
     "dockerjson": lambda t: "".join(
         json.dumps({"log": s + "\n", "stream": "stderr", "time": "2019-01-01T11:11:11.111Z"})
@@ -67,9 +77,11 @@ STYLES: dict[str, Callable[[str], bytes]] = {
 }
 
 
-# The styles every log must read the same in (the default, and a test). A hard wrap is
-# measured, not held: an excerpt of a few lines cannot show the width it was cut at.
-HELD = [s for s in STYLES if not s.startswith("wrap")]
+# The styles every log must read the same in (the default, and a test). A hard wrap and an
+# envelope learned from the log are measured, not held: an excerpt of a few lines cannot
+# show the width it was cut at, nor the shape of what every line starts with.
+MEASURED = ("wrap80", "wrap120", "journald", "compose", "kubeprefix")
+HELD = [s for s in STYLES if s not in MEASURED]
 
 
 def _outcome(r: corpus.Result) -> tuple[str, tuple[int, ...], bool]:

@@ -51,8 +51,11 @@ _RANK_PREFIX = re.compile(r"\[(?:rank|default|trainer)(\d+)(?:\|\d+)?\]:[ ]?")
 _LIGHTNING_PREFIX = re.compile(r"\[rank: (\d+)\] ")
 # srun --label (-l): every line of task N starts "N: "; a task is a rank under srun
 _SRUN_LABEL = re.compile(r" {0,4}(\d{1,5}): (?=\S)")
-# Open MPI's --tag-output (mpirun, horovodrun): "[1,3]<stderr>:text", [jobid,rank]<stream>
-_MPI_TAG = re.compile(r"\[\d+,(\d+)\]<std(?:out|err|diag)>: ?")
+# Open MPI's --tag-output (mpirun, horovodrun): "[1,3]<stderr>:text", [jobid,rank]<stream>;
+# SageMaker's training toolkit re-writes it line by line as "[1,mpirank:3,algo-1]<stderr>:"
+# (aws/sagemaker-training-toolkit, src/sagemaker_training/process.py; a real log:
+# pacman100/accelerate-aws-sagemaker, README.md at af5caad, lines 75-86)
+_MPI_TAG = re.compile(r"\[\d+,(?:mpirank:)?(\d+)(?:,[\w.-]+)?\]<std(?:out|err|diag)>: ?")
 # Ray's actor prefixes (Ray Train, Ray-launched Megatron/OpenRLHF workers): `(worker6,
 # rank=6, pid=8930, ip=10.42.3.242)`, `(head, rank=0, pid=123)`, `(RayTrainWorker pid=5,
 # ip=10.0.0.1)`; a rank only where the prefix says `rank=N`.
