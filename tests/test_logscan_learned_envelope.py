@@ -115,7 +115,7 @@ def test_a_logger_that_prefixes_records_only_is_not_an_envelope():
 
 
 def test_sagemakers_mpi_tag_names_the_rank(tmp_path):
-    # the toolkit's re-written --tag-output: pacman100/accelerate-aws-sagemaker's README
+    # the toolkit's re-written --tag-output: pacman100/accelerate-aws-sagemaker's README.md
     # (af5caadcea0fa8186c11a784b6f86591c8fa5b3f, lines 75-86), and the toolkit's own test
     # (aws/sagemaker-training-toolkit 3383937, test/unit/test_process.py, lines 114-124)
     from ddpdoctor.diagnose.reader import split_rank_prefix
