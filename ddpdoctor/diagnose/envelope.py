@@ -45,7 +45,7 @@ _BOUNDARY = re.compile(r"[:|\]>)][ \t]")
 # traceback's own lines (a logger prefixes a record's first line only), another logger's
 # record (glog's, c10d's and NCCL's headers, Python logging's default; not a bare time,
 # which a logging format may put after its own prefix), or nothing at all. A launcher's prefix
-# (torchrun's, srun's, mpirun's, Ray's) is told by the reader (`bare`).
+# (torchrun's, srun's, mpirun's, Ray's) is told by the reader (`_bare`).
 _WRAPPED = re.compile(
     r"\s*File \"[^\"]+\", line \d+|Traceback \(most recent call last\):"
     r"|[IWEF]\d{4} \d\d:\d\d:\d\d|\[[IWE]\d*(?: [\d:.]+)* ?[\w.]+\.(?:cpp|h|py):\d+\]"
@@ -87,7 +87,7 @@ def _shape(example: str) -> str:
     return "".join(out)
 
 
-def bare(text: str, known: Known) -> str:
+def _bare(text: str, known: Known) -> str:
     """``text`` with every prefix the reader knows off, however many it carries
     (torchrun's "[rank0]:[rank0]: ..." when a rank's own output is tee'd again)."""
     for _ in range(4):
@@ -113,8 +113,9 @@ def _own(line: str, cut: int, known: Known) -> bool:
 def sniff(lines: list[str], known: Known) -> Envelope | None:
     """The envelope every line of ``lines`` (an input's first lines) carries, or None.
 
-    ``known`` takes off what the reader already knows (a collector's time, a host label, a
-    rank prefix) and returns the rest: a prefix it takes off is not learned.
+    ``known`` is the reader's own reading of a line (the rank its prefix names, and the
+    rest once a collector's time, a host label or a rank prefix is off): a prefix it takes
+    off is not learned again.
     """
     solid = [ln for ln in lines[:_SHAPE_LINES] if ln.strip()]
     if len(solid) < _MIN_LINES:
@@ -136,7 +137,7 @@ def sniff(lines: list[str], known: Known) -> Envelope | None:
         seen = [(ln, c) for ln, c in zip(solid, cuts) if c][:50]
         if not all(_own(ln, c, known) for ln, c in seen):
             continue
-        if all(bare(ln, known) == bare(ln[c:], known) for ln, c in seen):
+        if all(_bare(ln, known) == _bare(ln[c:], known) for ln, c in seen):
             return None  # the reader takes it off already (Ray's prefix, a known head)
         if _wraps(envelope, lines, known):
             return envelope
@@ -150,7 +151,7 @@ def _wraps(envelope: Envelope, lines: list[str], known: Known) -> bool:
         c = envelope.cut(line)
         if c:
             rest = line[c:]
-            job = bare(rest, known)
+            job = _bare(rest, known)
             if not rest.strip() or job != rest or _WRAPPED.match(job):
                 return True
     return False
