@@ -319,8 +319,8 @@ def _envelope(head: bytes, stats: ReadStats) -> envelope.Envelope | None:
     lines = head.splitlines()[:envelope.SAMPLE_LINES]  # a cut last line starts as any
     learned = envelope.sniff([_text(ln) for ln in lines], _known)
     if learned is not None:
-        stats.notes.append(f"read with {learned.example.strip()!r} (a log collector's "
-                           "envelope: every line starts so) taken off each line")
+        stats.notes.append(f"every line starts with {learned.example.strip()!r} (a log "
+                           "collector's envelope): taken off before each line is read")
     return learned
 
 
