@@ -227,11 +227,11 @@ def test_a_spinning_rank_is_not_busy_but_a_moving_or_writing_one_is():
     assert seen.unmeasured == (5,) and not seen.working and not seen.idle
 
 
-def _loop(native: list[bool], *, gil_rule: bool) -> SpinVerdict:
+def _loop(native: list[bool]) -> SpinVerdict:
     spot = Spot("/job/jobview_job.py", "_evaluate", 31)
     caller = (Spot("/job/jobview_job.py", "main", 58),)
     return spin_verdict([StackSample(i * 0.2, "compute", (spot, *caller), (), native=n)
-                         for i, n in enumerate(native)], native_is_work=gil_rule)
+                         for i, n in enumerate(native)])
 
 
 def test_a_tight_torch_loop_in_a_kernel_is_work_for_the_job_view():
@@ -239,18 +239,16 @@ def test_a_tight_torch_loop_in_a_kernel_is_work_for_the_job_view():
     test's 40 s evaluation): two lines, no Python call below, like a spin; but 19 of 20
     reads found it inside torch's kernels with the GIL released."""
     evaluation = [True] * 19 + [False]
-    assert not _loop(evaluation, gil_rule=True).spinning
-    assert "native call" in _loop(evaluation, gil_rule=True).reason
+    assert not _loop(evaluation).spinning
+    assert "native call" in _loop(evaluation).reason
     # the same loop on a host loaded past its cores: 9 of 15 reads native here, and below
     # half once in CI (a healthy job stopped): still work
-    assert not _loop([True] * 9 + [False] * 6, gil_rule=True).spinning
-    assert not _loop([True, False, False] * 5, gil_rule=True).spinning
+    assert not _loop([True] * 9 + [False] * 6).spinning
+    assert not _loop([True, False, False] * 5).spinning
     # a busy-wait whose GIL another thread took in 1 of 12 reads: still a spin
-    assert _loop([True] + [False] * 11, gil_rule=True).spinning
-    # a Python busy loop holds the GIL in every read: spinning under either rule
-    assert _loop([False] * 20, gil_rule=True).spinning
-    # one node's recheck keeps its rule (looks.py): not switched on there
-    assert _loop(evaluation, gil_rule=False).spinning
+    assert _loop([True] + [False] * 11).spinning
+    # a Python busy loop holds the GIL in every read: spinning
+    assert _loop([False] * 20).spinning
 
 
 def test_the_nodes_recheck_reads_stacks_and_leaves_the_spinner_out(monkeypatch):

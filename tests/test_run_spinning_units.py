@@ -139,6 +139,49 @@ def test_sample_of_reads_the_main_thread_and_splits_library_from_user_frames():
     assert s.inner == (("<frozen genericpath>", "exists"),)
 
 
+LINEAR = [_frame("Linear.forward", "/venv/lib/python3.11/site-packages/torch/nn/modules/"
+                 "linear.py", 134),
+          _frame("Module._call_impl", "/venv/lib/python3.11/site-packages/torch/nn/modules/"
+                 "module.py", 1790),
+          _frame("Module._wrapped_call_impl", "/venv/lib/python3.11/site-packages/torch/nn/"
+                 "modules/module.py", 1779)]
+FORWARD = [_frame("Probe.forward", JOB, 43), _frame("evaluate", JOB, 60),
+           _frame("main", JOB, 111)]
+
+
+def _read(frames: list[Frame], owns_gil: bool, at: float = 0.0) -> StackSample:
+    main = ThreadStack(1, "MainThread", True, frames, owns_gil=owns_gil, is_main=True)
+    return sample_of(RankStack(1, 11, "running", [main]), at)
+
+
+def test_a_read_with_the_gil_released_below_a_torch_layer_is_native_below_a_poll_not():
+    """A model's ``self.a(x)``: py-spy finds nn.Linear's Python frames below the user's
+    forward and the GIL released in its matmul: native work. ``os.path.exists``'s
+    ``stat`` releases the GIL too, below a stdlib frame: a poll, not native."""
+    assert _read(LINEAR + FORWARD, owns_gil=False).native
+    assert not _read(LINEAR + FORWARD, owns_gil=True).native
+    assert _read(FORWARD, owns_gil=False).native  # torch.relu: no Python frame below
+    poll = [_frame("exists", "<frozen genericpath>", 19), _frame("spin_on_flag", JOB, 67),
+            _frame("main", JOB, 111)]
+    assert not _read(poll, owns_gil=False).native
+    assert not _read([_frame("exists", "/usr/lib/python3.11/genericpath.py", 19),
+                      *poll[1:]], owns_gil=False).native
+
+
+def test_a_starved_evaluation_whose_reads_all_land_on_two_layers_is_working():
+    """The CI run that stopped a healthy job: rank 1 evaluating (tests/fixtures/run_jobs/
+    spin_job.py), starved to 13% of a core beside three test workers on 2 cores; all 13
+    reads found it on forward's two heavy lines (43/44), inside nn.Linear. Measured here
+    beside five busy loops: 35 of 40 reads had the GIL released there."""
+    reads = []
+    for i in range(13):
+        line = 43 + i % 2
+        frames = LINEAR + [_frame("Probe.forward", JOB, line), *FORWARD[1:]]
+        reads.append(_read(frames, owns_gil=i % 5 == 4, at=i * 0.24))
+    v = spin_verdict(reads)
+    assert not v.spinning and "native call" in v.reason, v
+
+
 def test_sample_of_an_unreadable_or_waiting_rank():
     s = sample_of(RankStack(1, 11, "running", [], error="py-spy did not answer"), 1.0)
     assert s.error == "py-spy did not answer" and not s.user

@@ -118,6 +118,18 @@ def is_library(filename: str) -> bool:
             or "/ddpdoctor/" in f)
 
 
+@lru_cache(maxsize=4096)
+def is_stdlib(filename: str) -> bool:
+    """Python's own library (``os.path``'s ``<frozen genericpath>``, ``/usr/lib/python3.11/``),
+    not an installed package: what a poll loop calls (``os.path.exists``), not a model."""
+    f = filename.replace("\\", "/")
+    if f.startswith("<frozen "):
+        return True
+    if "/site-packages/" in f or "/dist-packages/" in f:
+        return False
+    return "/lib/python3" in f or "/lib64/python3" in f
+
+
 @lru_cache(maxsize=65536)
 def _leaf(name: str) -> str:
     """py-spy qualifies names (``Items.__getitem__``); the function itself is the leaf."""

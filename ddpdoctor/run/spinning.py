@@ -21,19 +21,21 @@ waiting in a collective (the caller's premise):
 - the library calls below it were at most ``MAX_INNER_CALLS`` distinct chains (none, or
   the one helper a poll loop calls: ``os.path.exists``);
 - at least ``MIN_SAMPLES`` reads spanning ``MIN_SPAN_S`` seconds;
-- in most reads the loop ran Python: the main thread held the GIL, or a Python call sat
-  below its frame (``os.path.exists``). A read that finds it inside a native call that
-  released the GIL, with no Python frame below (a torch op, a BLAS kernel), is a
+- in most reads the loop ran Python: the main thread held the GIL, or it was inside
+  Python's own library (``os.path.exists``'s ``stat``). A read that finds it inside a
+  native call that released the GIL, called straight from its frame or through an
+  installed package's Python (a torch op, ``nn.Linear.forward``'s matmul), is a
   ``native`` read: a tight ``x = torch.tanh(x @ w)`` evaluation loop stays on the same
-  two lines with no Python call below, like a spin, but spends nearly every read in
-  torch's kernels with the GIL released (measured: 19 of 20 reads), while a Python busy
-  loop holds the GIL (``n += 1``, ``time.time() < deadline``: 20 of 20) or polls a
-  Python helper (``os.path.exists``: its frame in nearly every read). More than
-  ``MAX_NATIVE_SHARE`` of native reads: not known to spin (a rank spinning inside one
-  native call that released the GIL, such as a GPU host thread in ``.item()`` on a stuck
-  kernel, is not named by this rule: better a missed spin than a stopped evaluation).
-  This last condition is on where ``native_is_work`` is set: the job view's recheck
-  (run/jobnode.py) sets it; one node's recheck (looks.py) does not yet.
+  two lines, like a spin, but spends nearly every read in torch's kernels with the GIL
+  released (measured: 19 of 20 reads), and so does a model's forward whose two heavy
+  layers the reads all land on (37 of 40 reads alone, 35 of 40 beside five busy loops on
+  2 cores; before the layer's own Python frame counted, a CI run starved to 13% of a
+  core called it spinning and stopped the job), while a Python busy loop holds the GIL
+  (``n += 1``, ``time.time() < deadline``: 20 of 20) or polls a stdlib helper
+  (``os.path.exists``: its frame in nearly every read). More than ``MAX_NATIVE_SHARE``
+  of native reads: not known to spin (a rank spinning inside one native call that
+  released the GIL, such as a GPU host thread in ``.item()`` on a stuck kernel, is not
+  named by this rule: better a missed spin than a stopped evaluation).
 
 Then the rank spins: it is the culprit, whatever its CPU says. Storage I/O still proves
 work (the caller checks it first): a spin loop writes nothing.
@@ -44,7 +46,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ddpdoctor.attach.classify import COMPUTE, IDLE, classify, is_library
+from ddpdoctor.attach.classify import COMPUTE, IDLE, classify, is_library, is_stdlib
 from ddpdoctor.attach.stacks import RankStack, ThreadStack
 
 # A working rank's stack moves, but a read can miss the motion: an evaluation spends
@@ -84,7 +86,7 @@ class StackSample:
     user: tuple[Spot, ...] = ()  # the main thread's user-code frames, innermost first
     inner: tuple[tuple[str, str], ...] = ()  # library (file, function) inside user[0]
     error: str = ""  # why the stack could not be read
-    # inside a native call that released the GIL, no Python frame below the user frame
+    # inside a native call that released the GIL, not below a stdlib helper
     native: bool = False
 
 
@@ -115,7 +117,9 @@ def sample_of(stack: RankStack, at: float) -> StackSample:
     user = tuple(Spot(f.filename, f.name, f.line) for f in frames[first_user:]
                  if not is_library(f.filename))
     inner = tuple((f.filename, f.name) for f in frames[:first_user])
-    native = main is not None and not main.owns_gil and not inner
+    # the GIL released below a torch layer's Python is its kernel; below os.path's, a poll
+    native = (main is not None and not main.owns_gil
+              and not (inner and is_stdlib(inner[0][0])))
     return StackSample(at, kind, user, inner, native=native)
 
 
@@ -137,10 +141,8 @@ def _moved(samples: list[StackSample]) -> str:
     return ""
 
 
-def spin_verdict(samples: list[StackSample], native_is_work: bool = False) -> SpinVerdict:
-    """Does this rank spin in place? ``samples``: its stack reads, oldest first;
-    ``native_is_work``: reads inside a native call with the GIL released (most of them)
-    mean native work (a torch op), not a spin."""
+def spin_verdict(samples: list[StackSample]) -> SpinVerdict:
+    """Does this rank spin in place? ``samples``: its stack reads, oldest first."""
     read = [s for s in samples if not s.error]
     if len(read) < MIN_SAMPLES:
         why = next((s.error for s in samples if s.error), "")
@@ -158,7 +160,7 @@ def spin_verdict(samples: list[StackSample], native_is_work: bool = False) -> Sp
     if moved:
         return SpinVerdict(False, moved)
     native = sum(1 for s in read if s.native)
-    if native_is_work and native > MAX_NATIVE_SHARE * len(read):
+    if native > MAX_NATIVE_SHARE * len(read):
         return SpinVerdict(False, f"{native} of its {len(read)} stacks found it inside a "
                            "native call with the GIL released (a torch op, a kernel): "
                            "native work, not a Python spin")

@@ -24,10 +24,9 @@ _READ_TIMEOUT_S = 2.0
 
 
 class StackReads:
-    def __init__(self, pids: dict[int, int], diagnosis: HangDiagnosis | None, start: float,
-                 native_is_work: bool = False) -> None:
+    def __init__(self, pids: dict[int, int], diagnosis: HangDiagnosis | None,
+                 start: float) -> None:
         self.pids = pids
-        self.native_is_work = native_is_work  # spinning.spin_verdict's switch
         self.samples: dict[int, list[StackSample]] = {r: [] for r in pids}
         for stack in getattr(diagnosis, "stacks", []) or []:
             if stack.rank in pids and stack.pid == pids[stack.rank]:
@@ -56,4 +55,4 @@ class StackReads:
         self._next = time.monotonic() + INTERVAL_S
 
     def verdict(self, rank: int) -> SpinVerdict:
-        return spin_verdict(self.samples.get(rank, []), self.native_is_work)
+        return spin_verdict(self.samples.get(rank, []))

@@ -57,9 +57,7 @@ def watch_ranks(job: Job, ranks: list[int], pids: dict[int, int],
     ``seconds``, or until the job ended (the caller asks ``job.poll()``)."""
     before = rank_usage(pids)
     start = time.monotonic()
-    # a tight torch loop (an evaluation: ``x = torch.tanh(x @ w)``) stays on two lines
-    # like a spin; most of its reads find it in a kernel with the GIL released: work
-    reads = StackReads(pids, diagnosis, start, native_is_work=True)
+    reads = StackReads(pids, diagnosis, start)
     while (left := seconds - (time.monotonic() - start)) > 0 and job.poll() is None:
         if reads.due(time.monotonic()):
             reads.read(time.monotonic())

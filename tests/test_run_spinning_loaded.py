@@ -1,0 +1,67 @@
+"""A rank's stacks read live on a host loaded past its cores: work stays work, a spin a spin.
+
+A CI run stopped a healthy job: rank 1 evaluating (tests/fixtures/run_jobs/spin_job.py),
+starved to 13% of a core beside three test workers on 2 cores, was read 13 times on its
+model's two heavy lines and called spinning. Here the same evaluation and the same
+``os.path.exists`` spin run alone (no process group: the functions of spin_job.py), beside
+more busy loops than the host has cores, and run/spinning.py judges py-spy's real reads.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from run_helpers import PY, kill_tree
+
+from ddpdoctor.attach.stacks import collect_stacks
+from ddpdoctor.run.spinning import sample_of, spin_verdict
+
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
+
+JOBS = Path(__file__).parent / "fixtures" / "run_jobs"
+BUSY = 3  # busy loops beside the rank: more than this host's 2 cores
+READS = 15
+# imports spin_job.py (its main() is guarded) and runs one of its functions
+RUN = ("import sys; sys.path.insert(0, {jobs!r}); sys.argv = ['spin_job', {mode!r}, '600']; "
+       "import spin_job; print('ready', flush=True); {call}")
+
+
+def _reads_of(mode: str, call: str, tmp_path: Path) -> list:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    busy = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(BUSY)]
+    rank = subprocess.Popen([PY, "-c", RUN.format(jobs=str(JOBS), mode=mode, call=call)],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert rank.stdout is not None and rank.stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # into its loop
+        samples = []
+        for _ in range(READS):
+            (stack,) = collect_stacks([(1, rank.pid)], timeout=5.0)
+            samples.append(sample_of(stack, time.monotonic()))
+            time.sleep(0.1)
+        return samples
+    finally:
+        for p in (rank, *busy):
+            kill_tree(p.pid)
+            p.wait(timeout=10)
+
+
+def test_a_starved_evaluation_read_live_is_working(tmp_path):
+    samples = _reads_of("evaluate", "spin_job.evaluate(600)", tmp_path)
+    assert all(not s.error for s in samples), [s.error for s in samples]
+    assert all(s.user and s.user[0].name.endswith("forward") or s.user[0].name.endswith(
+        ("evaluate", "accuracy")) for s in samples), samples
+    v = spin_verdict(samples)
+    assert not v.spinning, v
+
+
+def test_a_starved_spin_read_live_is_spinning(tmp_path):
+    samples = _reads_of("flag", "spin_job.spin_on_flag()", tmp_path)
+    v = spin_verdict(samples)
+    assert v.spinning and v.where.startswith("spin_job.py:"), v
+    assert "in spin_on_flag" in v.where, v
+
