@@ -7,6 +7,12 @@ alternation) and `diagnose_logs` in a fresh process (its peak RSS from VmHWM). P
 speed ratio (grep's time / ours: 1.0 = as fast as grep) and the peak memory.
 
     .venv/bin/python benchmarks/bench_logscan.py [--size 1024] [--rounds 3] [--json OUT]
+
+--dense: the log is a real keyword-dense one instead (a healthy 8-GPU fairseq run whose
+4,000-character stats lines each hold ``loss_scale``, and whose c10d socket warnings hold a
+keyword: the X68 fairseq fixture named in DENSE), repeated to --size. Most of its
+lines reach the rules, and one quadratic pattern there (2026-11-29: the loss-scale floor
+pattern's leading ``.*``) took 119 s on 5 MB; tests/test_regex_linear.py keeps that shape out.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 from ddpdoctor.diagnose import KEYWORDS  # noqa: E402
 
 CRASH = (ROOT / "tests" / "fixtures" / "logs" / "exception.log").read_bytes()
+DENSE = ROOT / "tests" / "fixtures" / "reallogs" / \
+    "X68_healthy_fairseq_8gpu_c10d_socket_warn_fp16_overflow.log"
 
 
 def block(epoch: int) -> bytes:
@@ -52,13 +60,14 @@ def block(epoch: int) -> bytes:
     return "".join(out).encode()
 
 
-def write_log(path: Path, size_mb: int) -> int:
+def write_log(path: Path, size_mb: int, dense: bool = False) -> int:
     target = size_mb << 20
     written = 0
+    real = DENSE.read_bytes()
     with open(path, "wb") as f:
         epoch = 0
         while written < target:
-            b = block(epoch)
+            b = real if dense else block(epoch)
             f.write(b)
             written += len(b)
             epoch += 1
@@ -104,12 +113,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--size", type=int, default=1024, help="log size in MB (default 1024)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", help="write the result here")
+    ap.add_argument("--dense", action="store_true",
+                    help="a real keyword-dense log (fairseq stats lines) repeated, not the "
+                         "generated ordinary one")
     args = ap.parse_args(argv)
     if shutil.which("grep") is None:
         sys.exit("grep not found")
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "train.log"
-        size = write_log(log, args.size)
+        size = write_log(log, args.size, args.dense)
         patterns = Path(tmp) / "patterns"
         patterns.write_text(grep_pattern() + "\n")
         time_grep(log, patterns)  # warm the page cache for both
@@ -120,7 +132,8 @@ def main(argv: list[str] | None = None) -> dict:
             runs.append(run)
             ours.append(run["seconds"])
     g, o = statistics.median(greps), statistics.median(ours)
-    result = {"size_mb": round(size / 2**20), "grep_s": round(g, 3), "reader_s": round(o, 3),
+    result = {"log": "dense" if args.dense else "ordinary",
+              "size_mb": round(size / 2**20), "grep_s": round(g, 3), "reader_s": round(o, 3),
               "ratio": round(g / o, 3), "reader_mb_s": round(size / 2**20 / o),
               "grep_mb_s": round(size / 2**20 / g),
               "peak_rss_mb": round(max(r["peak_kb"] for r in runs) / 1024, 1),

@@ -1,0 +1,114 @@
+"""No pattern the doctor runs over a log's lines starts with an unanchored wildcard.
+
+``re.search`` tries a pattern at every offset of the line; one that starts with ``.*``
+(or ``.*?``, ``[^x]*``) scans to the line's end from each of them and backtracks: the work
+grows with the square of the line's length. fairseq prints 4,000-character stats lines,
+each with ``loss_scale``: the floor's loss-scale pattern (``(?i:.*(?:reducing to|loss
+scale...))``) took 119 s on 5 MB of them, and 1.3 s anchored with ``^``. Every compiled
+pattern reachable from the text-reading packages' modules is checked here, not one by one:
+a new rule with the same shape fails this test, not a user's diagnose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import re
+import sys
+from re import _constants as C  # type: ignore[attr-defined]
+from re import _parser as P  # type: ignore[attr-defined]
+
+import pytest
+
+# the packages that read a job's text (logs, stacks, output); the rest import torch
+READERS = ("core", "diagnose", "attach", "hang", "run", "jobview", "watch", "report",
+           "distenv", "nvml")
+# modules with an effect on import: the CLI's entry, the watch's injected sitecustomize
+SKIP = ("__main__", "sitecustomize")
+
+
+def _wide(item: tuple) -> bool:
+    """Matches nearly any character: ``.``, ``[^...]``, a negated literal."""
+    op, av = item
+    return op is C.ANY or op is C.NOT_LITERAL or (op is C.IN and bool(av)
+                                                   and av[0][0] is C.NEGATE)
+
+
+def leads_with_wildcard(items: list) -> bool:
+    """Does this parsed pattern start (through its groups and each branch) with an
+    unbounded repeat of a wide item, not anchored at the line's start?"""
+    for op, av in items:
+        if op is C.SUBPATTERN:
+            return leads_with_wildcard(list(av[-1]))
+        if op is C.BRANCH:
+            return any(leads_with_wildcard(list(b)) for b in av[1])
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT):
+            _, hi, sub = av
+            return hi == C.MAXREPEAT and len(sub) == 1 and _wide(sub[0])
+        return False  # an anchor (AT), a literal, a class: the search moves on fast
+    return False
+
+
+def _patterns() -> dict[str, str]:
+    """Every compiled pattern held by a reader module: in its globals, or in the tuples,
+    dicts and frozen records (FloorPattern, kb Signature) they hold. pattern -> where."""
+    for pkg in READERS:
+        mod = importlib.import_module(f"ddpdoctor.{pkg}")
+        for info in pkgutil.walk_packages(mod.__path__, f"{mod.__name__}."):
+            if info.name.rsplit(".", 1)[-1] not in SKIP:
+                importlib.import_module(info.name)
+    found: dict[str, str] = {}
+    seen: set[int] = set()
+
+    def walk(obj: object, where: str, depth: int) -> None:
+        if depth > 6 or id(obj) in seen or isinstance(obj, (str, bytes, int, float)):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, re.Pattern):
+            if isinstance(obj.pattern, str):
+                found.setdefault(obj.pattern, where)
+        elif isinstance(obj, (tuple, list, set, frozenset)):
+            for x in obj:
+                walk(x, where, depth + 1)
+        elif isinstance(obj, dict):
+            for x in obj.values():
+                walk(x, where, depth + 1)
+        elif dataclasses.is_dataclass(obj) and hasattr(obj, "__dict__"):
+            for x in vars(obj).values():
+                walk(x, where, depth + 1)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("ddpdoctor.") and name.split(".")[1] in READERS:
+            for key, value in vars(module).items():
+                walk(value, f"{name}.{key}", 0)
+    return found
+
+
+def test_the_check_sees_the_shapes_that_are_quadratic_and_passes_the_rest():
+    quadratic = [r"(?i:.*(?:reducing to|loss scale))\s*(?P<s>[\d.]+)", r".*?error",
+                 r"[^|]*\| ERROR", r"(?:x|.*y)z"]
+    linear = [r"^(?i:.*(?:reducing to|loss scale))\s*(?P<s>[\d.]+)", r"error: .*",
+              r"\s*Traceback", r"(?P<a>\d+).*x", r"[a-z]*\| ERROR"]
+    for pattern in quadratic:
+        assert leads_with_wildcard(list(P.parse(pattern))), pattern
+    for pattern in linear:
+        assert not leads_with_wildcard(list(P.parse(pattern))), pattern
+
+
+@pytest.fixture(scope="module")
+def patterns() -> dict[str, str]:
+    return _patterns()
+
+
+def test_the_readers_hold_the_patterns_that_read_logs(patterns):
+    """The walk reaches the rules as data: the floor's and the knowledge base's."""
+    where = set(patterns.values())
+    assert "ddpdoctor.diagnose.floor.PATTERNS" in where
+    assert any(w.startswith("ddpdoctor.diagnose.kb.") for w in where), sorted(where)[:20]
+    assert len(patterns) > 200
+
+
+def test_no_reader_pattern_starts_with_an_unanchored_wildcard(patterns):
+    bad = {where: p for p, where in patterns.items() if leads_with_wildcard(list(P.parse(p)))}
+    assert not bad, bad
