@@ -304,8 +304,10 @@ SIGNATURES = (
         # wrapped one entry a line where a log was pasted: nodes reach each other only
         # through an interface they share (rules_env.nccl_ifaces).
         "nccl.socket_interfaces", K.NCCL_IFACES, "<0>",
-        r"^(?:.*\b(?:NET/Socket|Bootstrap) ?: Using)?\s*(?P<list>(?:\[\d+\][\w.@-]+:\S+<\d+>"
-        r"\s*)+)$",
+        # the address stops at its "<": with \S+ an entry could swallow the next, and a
+        # line of entries with no blank between them backtracked exponentially (20: 0.3 s)
+        r"^(?:.*\b(?:NET/Socket|Bootstrap) ?: Using)?\s*(?P<list>(?:\[\d+\][\w.@-]+:[^\s<]+"
+        r"<\d+>\s*)+)$",
         "ENV_NCCL_CONFIG", "NCCL >= 2.4",
         (Example("ip-172-31-92-218:4760:4826 [0] NCCL INFO NET/Socket : Using [0]ens5:"
                  "172.31.92.218<0> [1]vethe2e6725:fe80::4811:8aff:fe89:315f%vethe2e6725<0>",
