@@ -111,7 +111,7 @@ def test_internal_failure_exits_3_with_a_reason(monkeypatch, tmp_path):
     import ddpdoctor.diagnose as diagnose_mod
     from ddpdoctor.commands.diagnose import command
 
-    def broken(inputs):
+    def broken(inputs, on_read=None):
         raise RuntimeError("rule table corrupt")
 
     monkeypatch.setattr(diagnose_mod, "diagnose_logs", broken)

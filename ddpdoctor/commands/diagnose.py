@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -11,7 +14,11 @@ from ddpdoctor.commands.common import DoctorCommand, finish, html_option, json_o
 from ddpdoctor.core.errors import DoctorError
 from ddpdoctor.core.findings import Finding
 from ddpdoctor.core.report import EXIT_USAGE, Check, Report
+from ddpdoctor.diagnose.metered import ReadProgress
 from ddpdoctor.diagnose.reader import ReadStats
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 
 @click.command(name="diagnose", cls=DoctorCommand)
@@ -34,14 +41,15 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None,
     connection resets) instead of listing it. A failure no known text explains is reported
     as UNRECOGNIZED_FAILURE, never as healthy. Any size of log; .gz is read as a stream
     (a damaged archive: what precedes the damage); binary files are skipped; a FIFO is
-    refused (pipe it instead).
+    refused (pipe it instead). On a terminal, a slow read shows its progress on stderr.
     """
     from ddpdoctor.diagnose import LogInput, diagnose_logs
 
     paths = _inputs(logfiles)
     report = Report(command="diagnose", clear=NO_FAILURE_IN_LOG)
     try:
-        findings, scan = diagnose_logs(LogInput(p) for p in paths)
+        with _progress_line() as on_read:
+            findings, scan = diagnose_logs((LogInput(p) for p in paths), on_read)
     except OSError as e:
         _usage(f"cannot read {e.filename or 'input'}: {e.strerror or e}")
     except Exception as e:  # the doctor never crashes on input: says why and exits 3
@@ -63,6 +71,43 @@ def command(logfiles: tuple[str, ...], verbose: bool, json_path: str | None,
 NO_FAILURE_IN_LOG = ("No failure found in the log. A hang or a slowdown writes none: if the "
                      "job is still running with no new output, `ddpdoctor attach` reads "
                      "its stacks")
+
+
+# a log read in under this shows no progress line (it would only flash)
+PROGRESS_AFTER_S = 1.0
+
+
+@contextmanager
+def _progress_line() -> Iterator[Callable[[ReadProgress], None] | None]:
+    """On a terminal, a transient line on stderr saying how far a slow read has come
+    ("reading train.log: 312 of 1,024 MB (30%)"); elsewhere (a pipe, CI, --json
+    consumers) nothing at all."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    start = time.monotonic()
+    status: Status | None = None
+
+    def show(p: ReadProgress) -> None:
+        nonlocal status
+        line = Text(str(p))
+        line.truncate(console.width - 2, overflow="ellipsis")  # the spinner's 2 columns
+        if status is None:
+            if time.monotonic() - start < PROGRESS_AFTER_S:
+                return
+            status = console.status(line)
+            status.start()
+        status.update(line)
+
+    try:
+        yield show
+    finally:
+        if status is not None:
+            status.stop()
 
 
 def _inputs(logfiles: tuple[str, ...]) -> list[str]:

@@ -15,7 +15,8 @@ Pipeline: reader (bytes -> picked lines, bounded memory) -> scanner + knowledge 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
@@ -23,6 +24,7 @@ from ddpdoctor.core.findings import Finding
 from ddpdoctor.diagnose import floor
 from ddpdoctor.diagnose.events import Event, EventKind
 from ddpdoctor.diagnose.kb import needles
+from ddpdoctor.diagnose.metered import Metered, ReadProgress
 from ddpdoctor.diagnose.reader import (
     ReadStats,
     iter_picked,
@@ -35,8 +37,8 @@ from ddpdoctor.diagnose.triage import triage
 KEYWORDS: tuple[bytes, ...] = tuple(sorted({n.encode() for n in needles() + SCANNER_NEEDLES
                                              + floor.NEEDLES}))
 
-__all__ = ["KEYWORDS", "Event", "EventKind", "LogInput", "ReadStats", "ScanResult",
-           "diagnose_logs", "scan_inputs", "scan_stream", "triage"]
+__all__ = ["KEYWORDS", "Event", "EventKind", "LogInput", "ReadProgress", "ReadStats",
+           "ScanResult", "diagnose_logs", "scan_inputs", "scan_stream", "triage"]
 
 
 @dataclass
@@ -81,8 +83,10 @@ def _with_tail(events: list[Event], lines: int) -> list[Event]:
             for e in events]
 
 
-def scan_inputs(inputs: Iterable[LogInput]) -> ScanResult:
-    """Read every input in order; raises OSError (with the path) for one that cannot open."""
+def scan_inputs(inputs: Iterable[LogInput],
+                on_read: Callable[[ReadProgress], None] | None = None) -> ScanResult:
+    """Read every input in order; raises OSError (with the path) for one that cannot open.
+    ``on_read``: called after each read of a file or stdin with how far it is read."""
     result = ScanResult()
     for inp in inputs:
         rank = inp.rank if inp.rank is not None else (
@@ -91,6 +95,10 @@ def scan_inputs(inputs: Iterable[LogInput]) -> ScanResult:
             events, stats = scan_stream(inp.stream, inp.name or inp.path, rank)
         else:
             stream, name = open_input(inp.path)
+            if on_read is not None:
+                size = os.stat(inp.path).st_size if inp.path != "-" else None
+                stream = Metered(stream, inp.name or name, size,  # type: ignore[assignment]
+                                 on_read)
             try:
                 events, stats = scan_stream(stream, inp.name or name, rank)
             finally:
@@ -126,7 +134,10 @@ def _stack_dump(path: str, name: str, rank: int | None) -> list[Event]:
                       "described": [p.describe() for p in procs]})]
 
 
-def diagnose_logs(inputs: Iterable[LogInput]) -> tuple[list[Finding], ScanResult]:
-    """Findings for a set of logs (root cause first) and what was read."""
-    scan = scan_inputs(inputs)
+def diagnose_logs(inputs: Iterable[LogInput],
+                  on_read: Callable[[ReadProgress], None] | None = None,
+                  ) -> tuple[list[Finding], ScanResult]:
+    """Findings for a set of logs (root cause first) and what was read (``on_read``: see
+    ``scan_inputs``)."""
+    scan = scan_inputs(inputs, on_read)
     return triage(scan.events), scan
