@@ -40,7 +40,8 @@ SIGNATURES: tuple[Signature, ...] = (
         extra=_advises("DDP_FIND_UNUSED_OVERHEAD")),
     Signature(
         "lightning.few_workers", K.ADVICE, "which may be a bottleneck",
-        r"(?P<loader>\S+(?: \d+)?),? does not have many workers which may be a bottleneck",
+        # (?<!\S): tried where a word starts, not at each offset of a long one
+        r"(?<!\S)(?P<loader>\S+(?: \d+)?),? does not have many workers which may be a bottleneck",
         "DATALOADER_BOTTLENECK", "pytorch_lightning >= 1.0 (data_connector.py)",
         (Example("/home/tes001/u/TxT2SPEECH/miniconda3_u20/envs/EveryVoice/lib/python3.9/"
                  "site-packages/pytorch_lightning/trainer/connectors/data_connector.py:441: The "

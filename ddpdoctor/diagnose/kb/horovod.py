@@ -14,7 +14,8 @@ from ddpdoctor.diagnose.kb.signature import Example, Signature, ints
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
         "horovod.stalled_op", K.HOROVOD_STALL, "[ready ranks:",
-        r"(?P<op>\S+) \[ready ranks: (?P<ready_ranks>\d+(?:, ?\d+)*)\]",
+        # (?<!\S): tried where a word starts, not at each offset of a long one
+        r"(?<!\S)(?P<op>\S+) \[ready ranks: (?P<ready_ranks>\d+(?:, ?\d+)*)\]",
         "HANG_RANK_MISSING_COLLECTIVE", "horovod >= 0.13 (the stall inspector)",
         (Example("HorovodBroadcast_InceptionV3_AuxLogits_Conv2d_2a_5x5_weights_0 [ready ranks: "
                  "5, 6, 3, 1, 4, 0], ", "https://github.com/horovod/horovod/issues/530",

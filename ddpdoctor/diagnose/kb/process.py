@@ -580,7 +580,8 @@ SIGNATURES = (
         # gcc / g++ / nvcc's own error line on a source or header file: the reason a build
         # above failed (the first one is the one to read)
         "compiler.error", K.EXT_BUILD, ": error: ",
-        r"(?P<file>\S+\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp)):\d+(?::\d+)?: (?:fatal )?error: "
+        # (?<!\S): tried where a word starts, not at each offset of a long one
+        r"(?<!\S)(?P<file>\S+\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp)):\d+(?::\d+)?: (?:fatal )?error: "
         r"(?P<compiler_error>.+)",
         "RANK_CRASHED", "gcc, g++, nvcc",
         (Example("/users/zhu/anaconda3/lib/python3.12/site-packages/torch/include/c10/util/"
