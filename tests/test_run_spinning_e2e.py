@@ -6,9 +6,11 @@ busy-waits in one of three ways (tests/fixtures/run_jobs/spin_job.py) while rank
 in the next step's all_reduce: run must name HANG_RANK_MISSING_COLLECTIVE, rank 1 and
 its loop's line, within the threshold plus 10 s, although rank 1 burns CPU all along. A
 healthy job whose rank 1 evaluates for 25 s meanwhile (CPU busy, its stack moving
-through the model) must run to its end, exit 0, with no finding.
+through the model) must run to its end, exit 0, with no finding; so must one whose rank 1
+counts words for 25 s in a one-line ``for`` loop (its stack on one line every read, as a
+spin's: its source says it steps through data).
 
-The four jobs run side by side (a module fixture): ~70 s on 2 busy cores.
+The five jobs run side by side (a module fixture): ~80 s on 2 busy cores.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def spin_runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("run-spin")
     jobs = {mode: RunJob(mode, base / mode, _cmd(mode),
                          ["--hang-min", "5", "--kill-grace", "2"])
-            for mode in (*SPINS, "evaluate")}
+            for mode in (*SPINS, "evaluate", "vocab")}
     run_all(list(jobs.values()), deadline_s=220)
     return jobs
 
@@ -108,3 +110,21 @@ def test_a_long_evaluation_on_one_rank_is_not_called_hung(spin_runs):
     # at least one look measured rank 1 busy and cleared it by its moving stack
     moved = [lk["reason"] for lk in looks if "rank 1 used" in lk["reason"]]
     assert moved and all("working, not hung" in r for r in moved), json.dumps(looks)
+
+
+@pytest.mark.timeout(300)
+def test_a_long_word_count_in_a_for_loop_is_not_called_hung(spin_runs):
+    """Rank 1 counts words in ``for w in words: counts[w] = counts.get(w, 0) + 1`` for
+    ~25 s while rank 0 waits in all_reduce: the same line in every read, like a spin, but
+    a ``for`` loop through data in its source: looked at, left running."""
+    job = spin_runs["vocab"]
+    print(_said(job))
+    assert job.returncode == 0, f"rc {job.returncode}\n{job.output[-3000:]}"
+    report = job.report()
+    assert report["exit_code"] == 0 and findings(report) == [], findings(report)
+    assert "rank 1: done" in job.output and "rank 0: done" in job.output
+    looks = report["probes"]["stall"]["data"]["looks"]
+    assert looks and not any(lk["confirmed"] for lk in looks), looks
+    counted = [lk["reason"] for lk in looks if "rank 1 used" in lk["reason"]]
+    loop = f"stayed in a `for` loop (spin_job.py:{_line_of('for w in words:')})"
+    assert counted and any(loop in r for r in counted), json.dumps(looks)

@@ -19,6 +19,7 @@ from run_helpers import PY, kill_tree
 
 from ddpdoctor.attach.stacks import collect_stacks
 from ddpdoctor.run.spinning import sample_of, spin_verdict
+from ddpdoctor.run.stack_reads import loop_in_source
 
 pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
@@ -55,13 +56,28 @@ def test_a_starved_evaluation_read_live_is_working(tmp_path):
     assert all(not s.error for s in samples), [s.error for s in samples]
     assert all(s.user and s.user[0].name.endswith("forward") or s.user[0].name.endswith(
         ("evaluate", "accuracy")) for s in samples), samples
-    v = spin_verdict(samples)
+    v = spin_verdict(samples, loop_in_source)
     assert not v.spinning, v
 
 
 def test_a_starved_spin_read_live_is_spinning(tmp_path):
     samples = _reads_of("flag", "spin_job.spin_on_flag()", tmp_path)
-    v = spin_verdict(samples)
+    v = spin_verdict(samples, loop_in_source)
     assert v.spinning and v.where.startswith("spin_job.py:"), v
     assert "in spin_on_flag" in v.where, v
 
+
+
+def test_a_starved_word_count_read_live_is_working_by_its_source(tmp_path):
+    """A one-line ``for`` loop through data: the stacks alone call it a spin (one line,
+    GIL held), the source read as run reads it (stack_reads.loop_in_source) does not."""
+    samples = _reads_of("vocab", "spin_job.build_vocab(600)", tmp_path)
+    assert spin_verdict(samples).spinning
+    v = spin_verdict(samples, loop_in_source)
+    assert not v.spinning and "stayed in a `for` loop (spin_job.py:" in v.reason, v
+
+
+def test_a_starved_spin_is_still_spinning_with_its_source_read(tmp_path):
+    samples = _reads_of("deadline", "spin_job.spin_until_deadline()", tmp_path)
+    v = spin_verdict(samples, loop_in_source)
+    assert v.spinning and "in spin_until_deadline" in v.where, v

@@ -182,6 +182,22 @@ def test_a_starved_evaluation_whose_reads_all_land_on_two_layers_is_working():
     assert not v.spinning and "native call" in v.reason, v
 
 
+def test_a_tight_loop_in_place_is_spinning_in_a_while_loop_working_in_a_for_loop():
+    """``for w in words: counts[w] = counts.get(w, 0) + 1`` (rank 0 counting words while
+    the others wait in a barrier): one line every read, GIL held, no call below, as a poll
+    loop; its source says it steps through data."""
+    from ddpdoctor.run.loops import Loop
+
+    reads = _reads(_at(67, "build_vocab"), n=12)
+    assert spin_verdict(reads).spinning  # the stacks alone
+    v = spin_verdict(reads, lambda f, lines: (Loop.FOR, 66) if lines == (67,) else None)
+    assert not v.spinning and v.reason == (
+        "its 12 stacks stayed in a `for` loop (train.py:66): it steps through data, not "
+        "polling a condition"), v
+    assert spin_verdict(reads, lambda f, lines: (Loop.WHILE, 67)).spinning
+    assert spin_verdict(reads, lambda f, lines: None).spinning  # source unknown
+
+
 def test_sample_of_an_unreadable_or_waiting_rank():
     s = sample_of(RankStack(1, 11, "running", [], error="py-spy did not answer"), 1.0)
     assert s.error == "py-spy did not answer" and not s.user

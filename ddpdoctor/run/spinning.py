@@ -36,6 +36,13 @@ waiting in a collective (the caller's premise):
   of native reads: not known to spin (a rank spinning inside one native call that
   released the GIL, such as a GPU host thread in ``.item()`` on a stuck kernel, is not
   named by this rule: better a missed spin than a stopped evaluation).
+- its lines are not in a ``for`` loop (or a comprehension) of its source, where the caller
+  could read it (run/loops.py): a tight loop through data (``for w in words: counts[w] =
+  counts.get(w, 0) + 1``, rank 0 building a vocabulary while the others wait in a
+  barrier) looks like a poll in every read, GIL held and no call below; a ``for`` loop
+  ends with its iterable, a ``while`` loop re-tests its condition. A ``for`` loop that
+  polls (``for _ in itertools.count():``) is missed: better a missed spin than a stopped
+  job.
 
 Then the rank spins: it is the culprit, whatever its CPU says. Storage I/O still proves
 work (the caller checks it first): a spin loop writes nothing.
@@ -44,10 +51,15 @@ work (the caller checks it first): a spin loop writes nothing.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ddpdoctor.attach.classify import COMPUTE, IDLE, classify, is_library, is_stdlib
 from ddpdoctor.attach.stacks import RankStack, ThreadStack
+from ddpdoctor.run.loops import Loop
+
+# (file, the lines the reads found) -> the innermost loop around them and its first line
+LoopOf = Callable[[str, tuple[int, ...]], "tuple[Loop, int] | None"]
 
 # A working rank's stack moves, but a read can miss the motion: an evaluation spends
 # ~80% of its time inside its model's forward, whose few lines a handful of reads may
@@ -141,8 +153,9 @@ def _moved(samples: list[StackSample]) -> str:
     return ""
 
 
-def spin_verdict(samples: list[StackSample]) -> SpinVerdict:
-    """Does this rank spin in place? ``samples``: its stack reads, oldest first."""
+def spin_verdict(samples: list[StackSample], loop_of: LoopOf | None = None) -> SpinVerdict:
+    """Does this rank spin in place? ``samples``: its stack reads, oldest first;
+    ``loop_of``: the loop of its source around some lines (None: its source unknown)."""
     read = [s for s in samples if not s.error]
     if len(read) < MIN_SAMPLES:
         why = next((s.error for s in samples if s.error), "")
@@ -166,6 +179,11 @@ def spin_verdict(samples: list[StackSample]) -> SpinVerdict:
                            "native work, not a Python spin")
     lines = sorted({s.user[0].line for s in read})
     top = read[0].user[0]
+    loop = loop_of(top.filename, tuple(lines)) if loop_of is not None else None
+    if loop is not None and loop[0] is Loop.FOR:
+        return SpinVerdict(False, f"its {len(read)} stacks stayed in a `for` loop "
+                           f"({os.path.basename(top.filename)}:{loop[1]}): it steps "
+                           "through data, not polling a condition")
     where = str(top) if len(lines) == 1 else \
         f"{os.path.basename(top.filename)}:{'/'.join(map(str, lines))} in " \
         f"{top.name.rsplit('.', 1)[-1]}"

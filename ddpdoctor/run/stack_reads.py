@@ -10,8 +10,10 @@ enough reads to see a working rank move.
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from ddpdoctor.run.loops import Loop, enclosing_loop
 from ddpdoctor.run.spinning import SpinVerdict, StackSample, sample_of, spin_verdict
 
 if TYPE_CHECKING:
@@ -21,6 +23,7 @@ INTERVAL_S = 0.1
 MAX_READS = 30
 SPIN_WINDOW_S = 3.0
 _READ_TIMEOUT_S = 2.0
+_MAX_SOURCE_BYTES = 4 << 20  # a training script; past this, not parsed (the stacks decide)
 
 
 class StackReads:
@@ -55,4 +58,23 @@ class StackReads:
         self._next = time.monotonic() + INTERVAL_S
 
     def verdict(self, rank: int) -> SpinVerdict:
-        return spin_verdict(self.samples.get(rank, []))
+        return spin_verdict(self.samples.get(rank, []), loop_in_source)
+
+
+def loop_in_source(filename: str, lines: tuple[int, ...]) -> tuple[Loop, int] | None:
+    """The loop around ``lines`` of a rank's source file, as this host sees it; None when
+    it cannot be read (another container's path, too big, not Python)."""
+    source = _source(filename)
+    return enclosing_loop(source, lines) if source is not None else None
+
+
+@lru_cache(maxsize=64)
+def _source(filename: str) -> str | None:
+    try:
+        with open(filename, "rb") as f:
+            data = f.read(_MAX_SOURCE_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > _MAX_SOURCE_BYTES:
+        return None
+    return data.decode("utf-8", errors="replace")
