@@ -42,6 +42,10 @@ CASES = [
     (["dataloader_exit_connreset.log"], "DATALOADER_WORKER_FAILURE", [1],
      ["DATALOADER_WORKER_FAILURE"]),
     (["dataloader_timeout.log"], "DATALOADER_WORKER_FAILURE", [1], ["DATALOADER_WORKER_FAILURE"]),
+    # a worker killed while the rank read the queue: EOFError there, and the rank's
+    # stderr lost as it died (the exception only in CPython's object dump)
+    (["dataloader_kill_lost_stderr/rank0.log", "dataloader_kill_lost_stderr/rank1.log"],
+     "DATALOADER_WORKER_FAILURE", [1], ["DATALOADER_WORKER_FAILURE"]),
     # raised while the DataLoader built its workers: they never ran
     (["dataloader_unpicklable.log"], "DATALOADER_WORKER_FAILURE", [1],
      ["DATALOADER_WORKER_FAILURE"]),

@@ -21,10 +21,28 @@ def _worker_events(ix: EventIndex) -> list[Event]:
     # A worker that dies mid-send shows up in the rank as ConnectionResetError raised
     # inside the DataLoader's own frames: the worker died, not a peer rank.
     lost = [e for e in ix.of(K.CONN_RESET, K.CONN_CLOSED) if e.data.get("in_dataloader")]
+    lost += [e for e in ix.of(K.EXCEPTION, K.TRACEBACK) if _pipe_closed(e)]
     dl = (ix.of(K.DL_KILLED, K.DL_EXIT, K.DL_TIMEOUT, K.DL_WORKER_EXCEPTION, K.DL_WORKER_SIGNAL)
           + worker_exc + [e for e in ix.of(K.SHM_ALLOC) if "in_dataloader_worker" in e.data]
           + lost)
     return sorted(dl, key=ix.pos)
+
+
+# what reading a pipe whose other end died raises (multiprocessing's Connection.recv)
+_PIPE_CLOSED = frozenset({"EOFError", "ConnectionResetError", "BrokenPipeError",
+                          "ConnectionAbortedError"})
+
+
+def _pipe_closed(e: Event) -> bool:
+    """The rank's read of its workers' queue (``_try_get_data``) ended because a worker's
+    end closed: EOFError or a reset (a worker killed mid-send, by the OOM killer or
+    SIGKILL), or a traceback cut there whose exception line never came (the rank's
+    stderr lost as it died: "lost sys.stderr")."""
+    if not e.data.get("dataloader_queue"):
+        return False
+    if e.kind is K.TRACEBACK:
+        return True
+    return e.get_str("exception", "").split(":", 1)[0].rsplit(".", 1)[-1] in _PIPE_CLOSED
 
 
 def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -39,7 +57,7 @@ def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         return [_dataset_crash(ix, raised)]
     first = min(dl, key=lambda e: (_DL_ORDER.index(e.kind) if e.kind in _DL_ORDER else 99,
                                    ix.pos(e)))
-    describe = _DL_DESCRIBE.get(first.kind)
+    describe = _dl_connection_lost if _pipe_closed(first) else _DL_DESCRIBE.get(first.kind)
     title, ev = describe(first, dl) if describe else _dl_raised(first, dl, family)
     ranks = ranks_of([e for e in dl + exited if e.kind is not K.DL_WORKER_SIGNAL])
     return [verdict(ix, "DATALOADER_WORKER_FAILURE", title, dl + exited, ev, ranks=ranks or None)]
@@ -101,7 +119,8 @@ def _dl_raised(first: Event, dl: list[Event],
 
 _DL_DESCRIBE = {K.DL_KILLED: _dl_killed, K.DL_EXIT: _dl_exit, K.DL_TIMEOUT: _dl_timeout,
                 K.DL_WORKER_SIGNAL: _dl_worker_signal, K.DL_EXITED: _dl_exited,
-                K.CONN_RESET: _dl_connection_lost, K.CONN_CLOSED: _dl_connection_lost}
+                K.CONN_RESET: _dl_connection_lost, K.CONN_CLOSED: _dl_connection_lost,
+                K.TRACEBACK: _dl_connection_lost}
 
 
 # What a worker raised that is the host's limits, not the Dataset's code: shared memory,

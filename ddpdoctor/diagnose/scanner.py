@@ -341,10 +341,14 @@ class LineScanner:
         data: dict[str, object] = {"exception": f"{name}: {message}".strip().rstrip(":")}
         data.update(_placed(frames))
         data.update(_side_marks(frames, headed))
-        if any("torch/utils/data/" in f[0] for f in frames):
+        loader = [f for f in frames if "torch/utils/data/" in f[0]]
+        if loader:
             data["in_dataloader"] = True
             if _starts_workers(frames):
                 data["dataloader_start"] = True
+            if loader[-1][2] == "_try_get_data":
+                # raised where the rank reads its workers' results off their queue
+                data["dataloader_queue"] = True
         coll = [f[2] for f in frames if f[0].endswith("distributed_c10d.py")
                 and f[2] in _COLLECTIVES]
         if coll:
