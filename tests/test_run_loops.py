@@ -28,6 +28,11 @@ def poll_all(procs, data):
 
 def straight():
     return 1
+
+for attempt in range(3):
+    def inner():
+        x = check()
+        return x
 '''
 
 
@@ -45,6 +50,9 @@ def test_the_innermost_loop_that_holds_every_line_decides():
 
 def test_no_loop_or_no_source_says_nothing():
     assert enclosing_loop(SOURCE, [19]) is None
+    # a function defined in a loop: its frame does not run that loop
+    assert enclosing_loop(SOURCE, [23, 24]) is None
+    assert enclosing_loop(SOURCE, [21]) == (Loop.FOR, 21)
     assert enclosing_loop(SOURCE, []) is None
     assert enclosing_loop("def f(:\n", [1]) is None
     assert enclosing_loop("x = 1\x00\n", [1]) is None

@@ -35,15 +35,45 @@ def enclosing_loop(source: str, lines: Iterable[int]) -> tuple[Loop, int] | None
         tree = ast.parse(source)
     except (SyntaxError, ValueError):  # not this Python's source, or a NUL byte
         return None
-    best: tuple[int, Loop, int] | None = None  # (span, kind, first line)
-    for node in ast.walk(tree):
-        if not isinstance(node, (*_FOR, ast.While)):
+    best: tuple[int, int, Loop, int] | None = None  # (span, -depth, kind, first line)
+    for node, depth in _own_nodes(_function_of(tree, want)):
+        if not isinstance(node, (*_FOR, ast.While)) or not _holds(node, want):
             continue
-        first, last = node.lineno, node.end_lineno or node.lineno
-        if not all(first <= n <= last for n in want):
-            continue
-        span = last - first
-        # the tightest wins; of two on the same lines, the inner one (walk goes outside in)
-        if best is None or span <= best[0]:
-            best = (span, Loop.WHILE if isinstance(node, ast.While) else Loop.FOR, first)
-    return (best[1], best[2]) if best is not None else None
+        first = node.lineno
+        # the tightest wins; of two on the same lines, the inner one
+        key = ((node.end_lineno or first) - first, -depth,
+               Loop.WHILE if isinstance(node, ast.While) else Loop.FOR, first)
+        if best is None or key[:2] < best[:2]:
+            best = key
+    return (best[2], best[3]) if best is not None else None
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _holds(node: ast.AST, lines: set[int]) -> bool:
+    first = getattr(node, "lineno", None)
+    last = getattr(node, "end_lineno", None) or first
+    return first is not None and all(first <= n <= last for n in lines)  # type: ignore[operator]
+
+
+def _function_of(tree: ast.Module, lines: set[int]) -> ast.AST:
+    """The innermost function whose body holds the lines (the module when none): the
+    frame the reads found runs it, and only its own loops repeat those lines."""
+    best: ast.AST = tree
+    for node in ast.walk(tree):  # outside in: a later holder is nested in an earlier one
+        if isinstance(node, _SCOPES) and _holds(node, lines):
+            best = node
+    return best
+
+
+def _own_nodes(scope: ast.AST) -> list[tuple[ast.AST, int]]:
+    """The nodes of ``scope`` outside the functions defined in it, with their depth."""
+    out: list[tuple[ast.AST, int]] = []
+    todo = [(child, 1) for child in ast.iter_child_nodes(scope)]
+    while todo:
+        node, depth = todo.pop()
+        out.append((node, depth))
+        if not isinstance(node, _SCOPES):
+            todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return out
