@@ -54,9 +54,10 @@ def test_the_line_reads_as_a_user_wants_it():
 def test_a_terminal_sees_the_progress_line_a_pipe_does_not(tmp_path, monkeypatch):
     path = _log(tmp_path)
     monkeypatch.setattr(command, "PROGRESS_AFTER_S", 0.0)  # this log reads in well under 1 s
+    monkeypatch.setenv("FORCE_COLOR", "1")  # set by many CI systems: still a pipe
     piped = CliRunner().invoke(main, ["diagnose", str(path)])
     assert piped.exit_code == 1 and "reading" not in piped.stderr, piped.stderr
-    monkeypatch.setenv("FORCE_COLOR", "1")  # rich: stderr is a terminal
+    monkeypatch.setattr(command, "_stderr_is_terminal", lambda: True)
     monkeypatch.setenv("COLUMNS", "300")
     tty = CliRunner().invoke(main, ["diagnose", str(path)])
     assert tty.exit_code == 1, tty.output

@@ -33,6 +33,12 @@ for attempt in range(3):
     def inner():
         x = check()
         return x
+
+def count(words, d, g):
+    for w in words: d[w] = d.get(w, 0) + 1; f = lambda: 0
+    for w in words: g.setdefault(w, defaultdict(lambda: 0))[w] += 1
+    while not [p for p in words if os.path.exists(p)]:
+        pass
 '''
 
 
@@ -52,6 +58,7 @@ def test_no_loop_or_no_source_says_nothing():
     assert enclosing_loop(SOURCE, [19]) is None
     # a function defined in a loop: its frame does not run that loop
     assert enclosing_loop(SOURCE, [23, 24]) is None
+    assert enclosing_loop(SOURCE, [23, 24], "inner") is None
     assert enclosing_loop(SOURCE, [21]) == (Loop.FOR, 21)
     assert enclosing_loop(SOURCE, []) is None
     assert enclosing_loop("def f(:\n", [1]) is None
@@ -72,3 +79,21 @@ def test_the_fixture_jobs_loops_read_as_they_are_written():
         assert enclosing_loop(source, [at(spin)]) == (Loop.WHILE, at(spin)), spin
     count = at("for w in words:")
     assert enclosing_loop(source, [count]) == (Loop.FOR, count)
+
+
+def test_the_frames_function_decides_not_a_lambda_on_its_line():
+    assert enclosing_loop(SOURCE, [27], "count") == (Loop.FOR, 27)
+    assert enclosing_loop(SOURCE, [28], "count") == (Loop.FOR, 28)
+    assert enclosing_loop(SOURCE, [28], "<lambda>") is None  # the lambda's own frame
+    assert enclosing_loop(SOURCE, [5], "vocab") == (Loop.FOR, 5)
+    assert enclosing_loop(SOURCE, [16], "<listcomp>") == (Loop.FOR, 16)  # Python < 3.12
+    assert enclosing_loop(SOURCE, [21], "<module>") == (Loop.FOR, 21)
+
+
+def test_a_comprehension_in_a_while_condition_polls():
+    assert enclosing_loop(SOURCE, [29], "count") == (Loop.WHILE, 29)
+    assert enclosing_loop(SOURCE, [29, 30], "count") == (Loop.WHILE, 29)
+
+
+def test_a_source_the_parser_cannot_take_says_nothing():
+    assert enclosing_loop("x = " + "1+" * 200_000 + "1\n", [1]) is None

@@ -166,6 +166,17 @@ def test_a_read_with_the_gil_released_below_a_torch_layer_is_native_below_a_poll
     assert not _read(poll, owns_gil=False).native
     assert not _read([_frame("exists", "/usr/lib/python3.11/genericpath.py", 19),
                       *poll[1:]], owns_gil=False).native
+    pathlib = [_frame("Path.stat", "/usr/lib/python3.11/pathlib.py", 1013),
+               _frame("Path.exists", "/usr/lib/python3.11/pathlib.py", 1235), *poll[1:]]
+    assert not _read(pathlib, owns_gil=False).native
+    # the main thread waiting on a thread that works: Python's own wait, GIL released
+    waits = [_frame("Condition.wait", "/usr/lib/python3.11/threading.py", 320),
+             _frame("Future.result", "/usr/lib/python3.11/concurrent/futures/_base.py", 451),
+             *FORWARD]
+    assert _read(waits, owns_gil=False).native
+    # an installed package in Debian's dist-packages is not Python's own helper
+    assert _read([_frame("exists", "/usr/lib/python3/dist-packages/fsspec/os.py", 3),
+                  *poll[1:]], owns_gil=False).native
 
 
 def test_a_starved_evaluation_whose_reads_all_land_on_two_layers_is_working():
@@ -190,12 +201,13 @@ def test_a_tight_loop_in_place_is_spinning_in_a_while_loop_working_in_a_for_loop
 
     reads = _reads(_at(67, "build_vocab"), n=12)
     assert spin_verdict(reads).spinning  # the stacks alone
-    v = spin_verdict(reads, lambda f, lines: (Loop.FOR, 66) if lines == (67,) else None)
+    v = spin_verdict(reads, lambda f, fn, lines: (Loop.FOR, 66)
+                     if (fn, lines) == ("build_vocab", (67,)) else None)
     assert not v.spinning and v.reason == (
         "its 12 stacks stayed in a `for` loop (train.py:66): it steps through data, not "
         "polling a condition"), v
-    assert spin_verdict(reads, lambda f, lines: (Loop.WHILE, 67)).spinning
-    assert spin_verdict(reads, lambda f, lines: None).spinning  # source unknown
+    assert spin_verdict(reads, lambda f, fn, lines: (Loop.WHILE, 67)).spinning
+    assert spin_verdict(reads, lambda f, fn, lines: None).spinning  # source unknown
 
 
 def test_sample_of_an_unreadable_or_waiting_rank():

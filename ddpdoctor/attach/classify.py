@@ -118,16 +118,25 @@ def is_library(filename: str) -> bool:
             or "/ddpdoctor/" in f)
 
 
+# the stdlib modules a poll loop calls that drop the GIL for a moment (a stat, a listdir):
+# not work. Python's blocking waits (threading, queue, concurrent.futures, selectors)
+# drop it too, but while they wait another thread works
+_POLL_MODULES = frozenset({"genericpath", "posixpath", "ntpath", "os", "pathlib", "glob",
+                           "fnmatch", "stat"})
+
+
 @lru_cache(maxsize=4096)
-def is_stdlib(filename: str) -> bool:
-    """Python's own library (``os.path``'s ``<frozen genericpath>``, ``/usr/lib/python3.11/``),
-    not an installed package: what a poll loop calls (``os.path.exists``), not a model."""
+def is_poll_helper(filename: str) -> bool:
+    """A frame of Python's own file-system helpers (``os.path.exists``'s ``<frozen
+    genericpath>``, ``/usr/lib/python3.11/pathlib.py``), not an installed package's."""
     f = filename.replace("\\", "/")
     if f.startswith("<frozen "):
-        return True
+        return f[len("<frozen "):].rstrip(">") in _POLL_MODULES
     if "/site-packages/" in f or "/dist-packages/" in f:
         return False
-    return "/lib/python3" in f or "/lib64/python3" in f
+    if "/lib/python3" not in f and "/lib64/python3" not in f:
+        return False
+    return f.rsplit("/", 1)[-1].removesuffix(".py") in _POLL_MODULES
 
 
 @lru_cache(maxsize=65536)

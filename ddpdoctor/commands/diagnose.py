@@ -77,18 +77,29 @@ NO_FAILURE_IN_LOG = ("No failure found in the log. A hang or a slowdown writes n
 PROGRESS_AFTER_S = 1.0
 
 
+def _stderr_is_terminal() -> bool:
+    """stderr itself, not rich's guess: FORCE_COLOR (set by many CI systems) makes rich
+    call a pipe a terminal, and a spinner in `--json - 2>&1` would corrupt it."""
+    import os
+
+    try:
+        return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):  # no stderr, or a closed one
+        return False
+
+
 @contextmanager
 def _progress_line() -> Iterator[Callable[[ReadProgress], None] | None]:
     """On a terminal, a transient line on stderr saying how far a slow read has come
     ("reading train.log: 312 of 1,024 MB (30%)"); elsewhere (a pipe, CI, --json
     consumers) nothing at all."""
+    if not _stderr_is_terminal():
+        yield None
+        return
     from rich.console import Console
     from rich.text import Text
 
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        yield None
-        return
+    console = Console(stderr=True, force_terminal=True)
     start = time.monotonic()
     status: Status | None = None
 

@@ -40,8 +40,9 @@ def _pipe_closed(e: Event) -> bool:
     stderr lost as it died: "lost sys.stderr")."""
     if not e.data.get("dataloader_queue"):
         return False
-    if e.kind is K.TRACEBACK:
-        return True
+    if e.kind is K.TRACEBACK:  # cut in the read itself, not in what a worker sent
+        at = e.get_str("raised_at", "")
+        return at.endswith(" in _try_get_data") or "multiprocessing/connection.py" in at
     return e.get_str("exception", "").split(":", 1)[0].rsplit(".", 1)[-1] in _PIPE_CLOSED
 
 

@@ -25,24 +25,29 @@ class Loop(enum.Enum):
     WHILE = "while"  # re-tests a condition: may poll for ever
 
 
-def enclosing_loop(source: str, lines: Iterable[int]) -> tuple[Loop, int] | None:
-    """The innermost loop of ``source`` whose lines include every one of ``lines``, and
-    the line it starts on; None when no loop holds them or the source does not parse."""
+def enclosing_loop(source: str, lines: Iterable[int],
+                   function: str = "") -> tuple[Loop, int] | None:
+    """The innermost loop of ``source`` whose lines include every one of ``lines``, in the
+    function the frame runs (``function``: its name as a stack shows it, ``Probe.forward``,
+    ``<lambda>``; "" for the innermost function holding the lines), and the line the loop
+    starts on; None when no loop holds them or the source does not parse. A comprehension
+    in a ``while`` loop's condition is that loop's (``while not [p for p in ps if
+    os.path.exists(p)]: pass`` polls)."""
     want = set(lines)
     if not want:
         return None
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):  # not this Python's source, or a NUL byte
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # not parseable here
         return None
     best: tuple[int, int, Loop, int] | None = None  # (span, -depth, kind, first line)
-    for node, depth in _own_nodes(_function_of(tree, want)):
+    for node, depth, in_test in _own_nodes(_function_of(tree, want, function)):
         if not isinstance(node, (*_FOR, ast.While)) or not _holds(node, want):
             continue
         first = node.lineno
+        kind = Loop.WHILE if isinstance(node, ast.While) or in_test else Loop.FOR
         # the tightest wins; of two on the same lines, the inner one
-        key = ((node.end_lineno or first) - first, -depth,
-               Loop.WHILE if isinstance(node, ast.While) else Loop.FOR, first)
+        key = ((node.end_lineno or first) - first, -depth, kind, first)
         if best is None or key[:2] < best[:2]:
             best = key
     return (best[2], best[3]) if best is not None else None
@@ -57,23 +62,38 @@ def _holds(node: ast.AST, lines: set[int]) -> bool:
     return first is not None and all(first <= n <= last for n in lines)  # type: ignore[operator]
 
 
-def _function_of(tree: ast.Module, lines: set[int]) -> ast.AST:
-    """The innermost function whose body holds the lines (the module when none): the
-    frame the reads found runs it, and only its own loops repeat those lines."""
+def _runs(node: ast.AST, function: str) -> bool:
+    """Is ``node`` the scope a frame named ``function`` runs? A comprehension's own frame
+    (``<listcomp>``, Python < 3.12) is its function's."""
+    leaf = function.rsplit(".", 1)[-1]
+    if isinstance(node, ast.Lambda):
+        return leaf == "<lambda>"
+    if not leaf or leaf.startswith("<"):
+        return leaf != "<module>"
+    return node.name == leaf  # type: ignore[attr-defined]
+
+
+def _function_of(tree: ast.Module, lines: set[int], function: str) -> ast.AST:
+    """The innermost function run by the frame whose body holds the lines (the module
+    when none): only its own loops repeat those lines."""
     best: ast.AST = tree
     for node in ast.walk(tree):  # outside in: a later holder is nested in an earlier one
-        if isinstance(node, _SCOPES) and _holds(node, lines):
+        if isinstance(node, _SCOPES) and _holds(node, lines) and _runs(node, function):
             best = node
     return best
 
 
-def _own_nodes(scope: ast.AST) -> list[tuple[ast.AST, int]]:
-    """The nodes of ``scope`` outside the functions defined in it, with their depth."""
-    out: list[tuple[ast.AST, int]] = []
-    todo = [(child, 1) for child in ast.iter_child_nodes(scope)]
+def _own_nodes(scope: ast.AST) -> list[tuple[ast.AST, int, bool]]:
+    """The nodes of ``scope`` outside the functions defined in it, with their depth and
+    whether they sit in a ``while`` loop's condition."""
+    out: list[tuple[ast.AST, int, bool]] = []
+    todo = [(child, 1, False) for child in ast.iter_child_nodes(scope)]
     while todo:
-        node, depth = todo.pop()
-        out.append((node, depth))
-        if not isinstance(node, _SCOPES):
-            todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+        node, depth, in_test = todo.pop()
+        out.append((node, depth, in_test))
+        if isinstance(node, _SCOPES):
+            continue
+        for child in ast.iter_child_nodes(node):
+            test = in_test or (isinstance(node, ast.While) and child is node.test)
+            todo.append((child, depth + 1, test))
     return out

@@ -22,16 +22,17 @@ waiting in a collective (the caller's premise):
   the one helper a poll loop calls: ``os.path.exists``);
 - at least ``MIN_SAMPLES`` reads spanning ``MIN_SPAN_S`` seconds;
 - in most reads the loop ran Python: the main thread held the GIL, or it was inside
-  Python's own library (``os.path.exists``'s ``stat``). A read that finds it inside a
-  native call that released the GIL, called straight from its frame or through an
-  installed package's Python (a torch op, ``nn.Linear.forward``'s matmul), is a
-  ``native`` read: a tight ``x = torch.tanh(x @ w)`` evaluation loop stays on the same
+  Python's own file-system helpers (``os.path.exists``'s ``stat``, pathlib). A read that
+  finds it inside a call that released the GIL, called straight from its frame or through
+  any other Python (a torch op, ``nn.Linear.forward``'s matmul; a ``Future.result()`` or
+  ``Thread.join()`` waiting on a thread that works), is a ``native`` read: a tight
+  ``x = torch.tanh(x @ w)`` evaluation loop stays on the same
   two lines, like a spin, but spends nearly every read in torch's kernels with the GIL
   released (measured: 19 of 20 reads), and so does a model's forward whose two heavy
   layers the reads all land on (37 of 40 reads alone, 35 of 40 beside five busy loops on
   2 cores; before the layer's own Python frame counted, a CI run starved to 13% of a
   core called it spinning and stopped the job), while a Python busy loop holds the GIL
-  (``n += 1``, ``time.time() < deadline``: 20 of 20) or polls a stdlib helper
+  (``n += 1``, ``time.time() < deadline``: 20 of 20) or polls a file-system helper
   (``os.path.exists``: its frame in nearly every read). More than ``MAX_NATIVE_SHARE``
   of native reads: not known to spin (a rank spinning inside one native call that
   released the GIL, such as a GPU host thread in ``.item()`` on a stuck kernel, is not
@@ -54,12 +55,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ddpdoctor.attach.classify import COMPUTE, IDLE, classify, is_library, is_stdlib
+from ddpdoctor.attach.classify import COMPUTE, IDLE, classify, is_library, is_poll_helper
 from ddpdoctor.attach.stacks import RankStack, ThreadStack
 from ddpdoctor.run.loops import Loop
 
-# (file, the lines the reads found) -> the innermost loop around them and its first line
-LoopOf = Callable[[str, tuple[int, ...]], "tuple[Loop, int] | None"]
+# (file, function, the lines the reads found) -> the innermost loop around them, its line
+LoopOf = Callable[[str, str, tuple[int, ...]], "tuple[Loop, int] | None"]
 
 # A working rank's stack moves, but a read can miss the motion: an evaluation spends
 # ~80% of its time inside its model's forward, whose few lines a handful of reads may
@@ -98,7 +99,7 @@ class StackSample:
     user: tuple[Spot, ...] = ()  # the main thread's user-code frames, innermost first
     inner: tuple[tuple[str, str], ...] = ()  # library (file, function) inside user[0]
     error: str = ""  # why the stack could not be read
-    # inside a native call that released the GIL, not below a stdlib helper
+    # inside a native call that released the GIL, not below a file-system helper (os.path)
     native: bool = False
 
 
@@ -131,7 +132,7 @@ def sample_of(stack: RankStack, at: float) -> StackSample:
     inner = tuple((f.filename, f.name) for f in frames[:first_user])
     # the GIL released below a torch layer's Python is its kernel; below os.path's, a poll
     native = (main is not None and not main.owns_gil
-              and not (inner and is_stdlib(inner[0][0])))
+              and not (inner and is_poll_helper(inner[-1][0])))
     return StackSample(at, kind, user, inner, native=native)
 
 
@@ -179,7 +180,7 @@ def spin_verdict(samples: list[StackSample], loop_of: LoopOf | None = None) -> S
                            "native work, not a Python spin")
     lines = sorted({s.user[0].line for s in read})
     top = read[0].user[0]
-    loop = loop_of(top.filename, tuple(lines)) if loop_of is not None else None
+    loop = loop_of(top.filename, top.name, tuple(lines)) if loop_of is not None else None
     if loop is not None and loop[0] is Loop.FOR:
         return SpinVerdict(False, f"its {len(read)} stacks stayed in a `for` loop "
                            f"({os.path.basename(top.filename)}:{loop[1]}): it steps "

@@ -9,6 +9,7 @@ enough reads to see a working rank move.
 
 from __future__ import annotations
 
+import os
 import time
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -61,11 +62,20 @@ class StackReads:
         return spin_verdict(self.samples.get(rank, []), loop_in_source)
 
 
-def loop_in_source(filename: str, lines: tuple[int, ...]) -> tuple[Loop, int] | None:
-    """The loop around ``lines`` of a rank's source file, as this host sees it; None when
-    it cannot be read (another container's path, too big, not Python)."""
+def loop_in_source(filename: str, function: str,
+                   lines: tuple[int, ...]) -> tuple[Loop, int] | None:
+    """The loop around ``lines`` of ``function`` in a rank's source file, as this host sees
+    it; None when it cannot be read (another container's path, a path relative to the
+    rank's directory, too big, not Python)."""
+    if not os.path.isabs(filename):
+        return None
     source = _source(filename)
-    return enclosing_loop(source, lines) if source is not None else None
+    if source is None:
+        return None
+    try:
+        return enclosing_loop(source, lines, function)
+    except Exception:  # a parser's surprise never ends the supervision: the stacks decide
+        return None
 
 
 @lru_cache(maxsize=64)
