@@ -46,18 +46,38 @@ def _wide(item: tuple) -> bool:
         o is C.CATEGORY and a in _NOT for o, a in av))
 
 
+def _anchor(op: object, av: object) -> bool:
+    """``^`` (the line's start), or ``(?<!\\S)`` (a word's start): the search starts
+    there, not at every offset."""
+    if op is C.AT:
+        return av in (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
+    if op is C.ASSERT_NOT:
+        direction, sub = av  # type: ignore[misc]
+        return direction == -1 and list(sub) == [(C.IN, [(C.CATEGORY, C.CATEGORY_NOT_SPACE)])]
+    return False
+
+
 def leads_with_wildcard(items: list) -> bool:
-    """Does this parsed pattern start (through its groups and each branch) with an
-    unbounded repeat of a wide item, not anchored at the line's start?"""
-    for op, av in items:
+    """Does this parsed pattern start (through its groups, each branch, and past anything
+    that may match nothing: ``\\b``, a lookahead, an optional group) with an unbounded
+    repeat of a wide item, not anchored at the line's or a word's start?"""
+    for i, (op, av) in enumerate(items):
+        if _anchor(op, av):
+            return False
         if op is C.SUBPATTERN:
-            return leads_with_wildcard(list(av[-1]))
+            return leads_with_wildcard(list(av[-1]) + items[i + 1:])
         if op is C.BRANCH:
-            return any(leads_with_wildcard(list(b)) for b in av[1])
+            return any(leads_with_wildcard(list(b) + items[i + 1:]) for b in av[1])
         if op in (C.MAX_REPEAT, C.MIN_REPEAT):
-            _, hi, sub = av
-            return hi == C.MAXREPEAT and len(sub) == 1 and _wide(sub[0])
-        return False  # an anchor (AT), a literal, a class: the search moves on fast
+            lo, hi, sub = av
+            if hi == C.MAXREPEAT and len(sub) == 1 and _wide(sub[0]):
+                return True
+            if lo == 0:  # may match nothing: what follows may lead as well
+                return leads_with_wildcard(list(sub)) or leads_with_wildcard(items[i + 1:])
+            return leads_with_wildcard(list(sub))
+        if op in (C.AT, C.ASSERT, C.ASSERT_NOT):
+            continue  # zero-width: the next item is tried at every offset too
+        return False  # a literal, a class: the search moves on fast
     return False
 
 
@@ -98,7 +118,8 @@ def _patterns() -> dict[str, str]:
 
 def test_the_check_sees_the_shapes_that_are_quadratic_and_passes_the_rest():
     quadratic = [r"(?i:.*(?:reducing to|loss scale))\s*(?P<s>[\d.]+)", r".*?error",
-                 r"[^|]*\| ERROR", r"(?:x|.*y)z", r"(?P<op>\S+) \[ready ranks:"]
+                 r"[^|]*\| ERROR", r"(?:x|.*y)z", r"(?P<op>\S+) \[ready ranks:",
+                 r"\b\S+x", r"(?:a)?.*b", r"(?=x).*y"]
     linear = [r"^(?i:.*(?:reducing to|loss scale))\s*(?P<s>[\d.]+)", r"error: .*",
               r"\s*Traceback", r"(?P<a>\d+).*x", r"[a-z]*\| ERROR",
               r"(?<!\S)(?P<op>\S+) \[ready ranks:"]
