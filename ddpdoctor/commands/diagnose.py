@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -80,8 +81,6 @@ PROGRESS_AFTER_S = 1.0
 def _stderr_is_terminal() -> bool:
     """stderr itself, not rich's guess: FORCE_COLOR (set by many CI systems) makes rich
     call a pipe a terminal, and a spinner in `--json - 2>&1` would corrupt it."""
-    import os
-
     try:
         return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
     except (AttributeError, ValueError):  # no stderr, or a closed one

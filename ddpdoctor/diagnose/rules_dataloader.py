@@ -120,8 +120,7 @@ def _dl_raised(first: Event, dl: list[Event],
 
 _DL_DESCRIBE = {K.DL_KILLED: _dl_killed, K.DL_EXIT: _dl_exit, K.DL_TIMEOUT: _dl_timeout,
                 K.DL_WORKER_SIGNAL: _dl_worker_signal, K.DL_EXITED: _dl_exited,
-                K.CONN_RESET: _dl_connection_lost, K.CONN_CLOSED: _dl_connection_lost,
-                K.TRACEBACK: _dl_connection_lost}
+                K.CONN_RESET: _dl_connection_lost, K.CONN_CLOSED: _dl_connection_lost}
 
 
 # What a worker raised that is the host's limits, not the Dataset's code: shared memory,
