@@ -356,3 +356,23 @@ def test_the_recheck_leaves_a_busy_rank_whose_stack_moves(monkeypatch):
     assert not v.confirmed and v.spins == (), v
     assert "rank 1 used" in v.reason and "3 lines" in v.reason and "working, not hung" \
         in v.reason, v
+
+
+def test_the_source_is_read_from_a_regular_file_only(tmp_path):
+    """A frame's file name is the job's: a FIFO there (no writer) or a device must not
+    make run's supervision wait; a relative name is the rank's directory's, not ours."""
+    import os
+
+    from ddpdoctor.run.loops import Loop
+    from ddpdoctor.run.stack_reads import loop_in_source
+
+    job = tmp_path / "train.py"
+    job.write_text("def vocab(words, counts):\n"
+                   "    for w in words: counts[w] = counts.get(w, 0) + 1\n")
+    assert loop_in_source(str(job), "vocab", (2,)) == (Loop.FOR, 2)
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)
+    assert loop_in_source(str(fifo), "vocab", (2,)) is None
+    assert loop_in_source("/dev/zero", "vocab", (2,)) is None
+    assert loop_in_source("train.py", "vocab", (2,)) is None
+    assert loop_in_source(str(tmp_path / "gone.py"), "vocab", (2,)) is None

@@ -10,6 +10,7 @@ enough reads to see a working rank move.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -80,11 +81,23 @@ def loop_in_source(filename: str, function: str,
 
 @lru_cache(maxsize=64)
 def _source(filename: str) -> str | None:
+    """A regular file's text; never a FIFO's or a device's: a frame's file name is the
+    job's to choose, and run's supervision must not wait on it."""
     try:
-        with open(filename, "rb") as f:
+        fd = os.open(filename, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # the file object owns it now
             data = f.read(_MAX_SOURCE_BYTES + 1)
     except OSError:
         return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > _MAX_SOURCE_BYTES:
         return None
     return data.decode("utf-8", errors="replace")
