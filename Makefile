@@ -25,7 +25,7 @@ venv: $(BIN)/ddpdoctor
 check: venv
 	$(BIN)/ddpdoctor check --nproc 2
 
-# Debian's headless Chromium for the HTML views' browser tests (tests/html_browser.py): the
+# Debian's headless Chromium for the HTML views' browser tests (tests/lib/html_browser.py): the
 # set-up installs it (as root, with apt-get), never a test; without it they say skipped.
 browser:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
@@ -55,7 +55,7 @@ test-e2e: venv browser
 
 test-all: test test-e2e
 
-# The tests without the `slow` marker, for every edit; tests/spawn_report.py names those
+# The tests without the `slow` marker, for every edit; tests/lib/spawn_report.py names those
 # among them that still start a process (they belong under `slow`).
 .PHONY: test-quick
 # Bytecode written (an environment's PYTHONDONTWRITEBYTECODE would make every worker
@@ -63,7 +63,7 @@ test-all: test test-e2e
 # (a module's corpus fixture computed once, not once per worker)
 test-quick: venv
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -ra -m "not slow" -n 3 \
-		--dist loadfile -p tests.spawn_report tests
+		--dist loadfile -p tests.lib.spawn_report tests
 
 lint: venv
 	$(BIN)/ruff check ddpdoctor tests benchmarks tools setup.py

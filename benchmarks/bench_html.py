@@ -147,7 +147,7 @@ def pages(world: int, steps: int, tmp: Path) -> dict[str, str]:
 
 
 def _browser():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "lib"))
     import html_browser
 
     return html_browser

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-JOB = str(ROOT / "tests" / "jobview_job.py")
+JOB = str(ROOT / "tests" / "lib" / "jobview_job.py")
 
 
 # ---- leader at scale

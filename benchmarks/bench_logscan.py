@@ -12,7 +12,7 @@ speed ratio (grep's time / ours: 1.0 = as fast as grep) and the peak memory.
 4,000-character stats lines each hold ``loss_scale``, and whose c10d socket warnings hold a
 keyword: the X68 fairseq fixture named in DENSE), repeated to --size. Most of its
 lines reach the rules, and one quadratic pattern there (2026-11-29: the loss-scale floor
-pattern's leading ``.*``) took 119 s on 5 MB; tests/test_regex_linear.py keeps that shape out.
+pattern's leading ``.*``) took 119 s on 5 MB; tests/unit/test_regex_linear.py keeps that shape out.
 """
 
 from __future__ import annotations

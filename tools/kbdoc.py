@@ -4,7 +4,7 @@ and how it scores on the real-log corpus.
     python -m tools.kbdoc            print both tables
     python -m tools.kbdoc --write [docs/diagnose.md]   replace them between the markers
 
-``tests/test_logscan_kbdoc.py`` fails when the page's knowledge-base table is stale.
+``tests/unit/test_logscan_kbdoc.py`` fails when the page's knowledge-base table is stale.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Where the suite's CPU goes: sums the file ``tests/cpu_report.py`` writes, per module and
+"""Where the suite's CPU goes: sums the file ``tests/lib/cpu_report.py`` writes, per module and
 per test, costliest first.
 
-    DDPD_CPU_REPORT=/tmp/cpu.jsonl pytest -p tests.cpu_report -n 3 --dist loadfile tests
+    DDPD_CPU_REPORT=/tmp/cpu.jsonl pytest -p tests.lib.cpu_report -n 3 --dist loadfile tests
     python -m tools.test_cpu /tmp/cpu.jsonl [--top N]
 """
 

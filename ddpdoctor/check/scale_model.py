@@ -27,7 +27,7 @@ from typing import Literal
 from ddpdoctor.check.schedule import hypercube
 
 # Mirrors of the check's constants (not imported: the check's modules import socket and
-# torch machinery; this model stays pure). tests/test_check_scale_model.py holds them equal.
+# torch machinery; this model stays pure). tests/unit/test_check_scale_model.py holds them equal.
 MAX_CONNECTING = 32  # ddpdoctor/check/mesh.py: outgoing connections in flight per rank
 REPORTER_POLL_S = 0.2  # ddpdoctor/check/worker.py: rank 0's reporter polls for results this often
 CONNECTIVITY_ELEMENTS = 1024  # ddpdoctor/check/probes/connectivity.py: all-reduce float32s

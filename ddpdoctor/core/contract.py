@@ -2,9 +2,9 @@
 layout and its file names, store keys and schema versions.
 
 The writer and the reader of each name import it from here; docs/design.md ("Contracts") is
-generated from this module (``python -m ddpdoctor.core.contract``) and tests/test_docs.py checks
-that the two agree. Nothing here imports anything heavier than the standard library: the
-watch's sitecustomize and ``--help`` import it.
+generated from this module (``python -m ddpdoctor.core.contract``) and tests/unit/test_docs.py
+checks that the two agree. Nothing here imports anything heavier than the standard library:
+the watch's sitecustomize and ``--help`` import it.
 """
 
 from __future__ import annotations

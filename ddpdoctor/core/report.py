@@ -136,7 +136,7 @@ class Report:
             "doctor_error": self.doctor_error or None,
             "action": self.next_step().to_dict(),
             # only where a command says what no finding means (diagnose): the keys of
-            # the other commands' reports are unchanged (tests/test_check_report_keys.py)
+            # the other commands' reports are unchanged (tests/functional/test_check_report_keys.py)
             **({"clear": self.clear} if self.clear else {}),
         }
 

@@ -13,7 +13,7 @@ the *kinds* of lines that prove a job failed, whatever wrote them:
   or below, a scaler at its minimum).
 
 Each pattern keeps real lines from public threads as examples
-(``tests/test_logscan_floor.py`` runs them).
+(``tests/unit/test_logscan_floor.py`` runs them).
 The scanner emits a ``FLOOR`` event for a hit; triage turns hits into a finding only when
 no rule found an error, so the floor never changes a diagnosis, it only forbids "healthy".
 Pure: no files, no processes.

@@ -10,7 +10,7 @@ from ddpdoctor.core.report import Check, Report
 
 if TYPE_CHECKING:
     # run's other modules name attach's diagnosis and its parts through here, run's glue
-    # to attach (the package layers, tests/test_layers.py)
+    # to attach (the package layers, tests/unit/test_layers.py)
     from ddpdoctor.attach.diagnosis import HangDiagnosis
     from ddpdoctor.attach.diagnosis import RankState as RankState
 

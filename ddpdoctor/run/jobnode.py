@@ -37,9 +37,9 @@ STARTUP_EVENTS = 3  # the first intervals are startup (rendezvous, imports), not
 
 # A quiet spell that was looked at and found no hang (a long evaluation, a checkpoint) is
 # not a step time while such spells are rare: one 40 s evaluation among 1 s steps made the
-# adaptive threshold 5 x 42 s (measured, tests/test_multinode_run.py). When long looked-at
-# spells are at least a quarter of the recent intervals (and 4 or more), they are the job's
-# pace and count. Short ones (the steps a look's py-spy read slowed) never matter.
+# adaptive threshold 5 x 42 s (measured, tests/functional/test_multinode_run.py). When long
+# looked-at spells are at least a quarter of the recent intervals (and 4 or more), they are
+# the job's pace and count. Short ones (the steps a look's py-spy read slowed) never matter.
 PACE_SHARE = 0.25
 PACE_REPEATS = 4
 

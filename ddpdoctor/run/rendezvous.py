@@ -37,7 +37,7 @@ class _Kind(Protocol):
 
 class Event(Protocol):
     """What is read of a diagnose event (run does not import diagnose's types: the
-    package layers, tests/test_layers.py)."""
+    package layers, tests/unit/test_layers.py)."""
 
     @property
     def kind(self) -> _Kind: ...  # an EventKind

@@ -2,7 +2,7 @@
 
 A module of its own (runner.py re-exports it): the loop and the report (outcome.py) take
 it by type, and runner imports both. The job view's types are named through run/jobnode.py,
-run's one glue to jobview (the package layers, tests/test_layers.py).
+run's one glue to jobview (the package layers, tests/unit/test_layers.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Each poll of a quiet job goes observe -> decide to look -> look -> judge -> end:
 spell, and the functions here decide from them alone, without a process, a clock or a
 terminal: the loop (loop.py) gathers the observation, does the look (stacks, CPU) and
 prints; these say whether to look, what a look that found no hang changes, and how a
-confirmed hang ends. tests/test_run_steps.py holds them without processes.
+confirmed hang ends. tests/unit/test_run_steps.py holds them without processes.
 """
 
 from __future__ import annotations

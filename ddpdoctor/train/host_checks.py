@@ -13,7 +13,7 @@ from typing import Protocol
 class PlantedFault(Protocol):
     """What these checks read of an ``injections.Injection``. A protocol rather than an
     import: injections re-exports check_host, and the two files must not import each other
-    (tests/test_layers.py)."""
+    (tests/unit/test_layers.py)."""
 
     @property
     def name(self) -> str: ...

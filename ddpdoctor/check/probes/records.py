@@ -7,7 +7,7 @@ the wire and in reports are exactly what the probes build.
 
 They live here, not in each probe's module, because a probe module imports its analysis
 (for ``PROBE``) and an analysis imports its probe's shape: one module for both would be an
-import cycle (tests/test_layers.py counts imports made only for type checkers too).
+import cycle (tests/unit/test_layers.py counts imports made only for type checkers too).
 Keys a probe writes only sometimes are in a ``total=False`` part.
 """
 

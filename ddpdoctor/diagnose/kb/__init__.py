@@ -2,7 +2,7 @@
 
 Each entry (a :class:`Signature`) holds the pattern, the finding it leads to, the fields it
 extracts, the releases that print that wording, and real example lines with the public
-thread (or the recorded run) they came from; ``tests/test_logscan_kb.py`` runs every
+thread (or the recorded run) they came from; ``tests/unit/test_logscan_kb.py`` runs every
 example through its signature. To teach ddpdoctor a new error text, add a Signature to
 the module of its subsystem; no triage code changes unless the text needs a new rule.
 """
