@@ -530,6 +530,7 @@ def rendezvous(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 # which its kernel does when the process ends (killed or crashed); a network fault resets
 # or times out instead
 _CLOSED_BY_PEER = re.compile(r"Connection closed by remote peer (?P<host>[^\s<]+)")
+_CLOSED = re.compile(r"Connection closed by (?:remote )?peer")
 
 
 def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -554,8 +555,35 @@ def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if peer:
         ev["peer"] = f"{peer['address']}:{peer['port']}"
         with_peer = f" with peer {ev['peer']} ({peer.get('reason', '')})"
+    victims = [e for e in ix.of(K.CONN_CLOSED) if _CLOSED.search(e.text)]
+    origin = _failed_first(ix, victims)
+    if origin:
+        ranks = sorted({e.rank for e in origin if e.rank is not None})
+        first = ev["first_warning"] = origin[0].get_str("message", origin[0].text)
+        return [verdict(ix, "COMM_CONNECTIVITY", f"NCCL failed first on rank {fmt(origin)}: "
+                        f"{cut(first, 100)}; rank {fmt(victims)} then saw "
+                        "their connections closed by them", origin + evs, ev, ranks=ranks)]
     return [verdict(ix, "COMM_CONNECTIVITY", f"NCCL lost a connection on rank {fmt(evs) or '?'}"
                     f"{with_peer}: {cut(evs[0].text, 120)}", evs, ev, ranks=[])]
+
+
+def _failed_first(ix: EventIndex, closed: list[Event]) -> list[Event]:
+    """The NCCL warnings of the ranks where the failure began: when some ranks only saw
+    their connections closed by a peer, the ranks that warned of something else before
+    that (a verbs call failing, a device error) are where it started. A warning the
+    closed-on ranks print too is the job's common noise, not a start."""
+    victims = {e.rank for e in closed if e.rank is not None}
+    if not victims:
+        return []
+    first_close = min(ix.pos(e) for e in closed)
+    warns = [e for e in ix.of(K.NCCL_WARN) if e.rank is not None]
+    common = {_shape(e) for e in warns if e.rank in victims}
+    return [e for e in warns if e.rank not in victims and ix.pos(e) < first_close
+            and _shape(e) not in common and not _CLOSED.search(e.text)]
+
+
+def _shape(e: Event) -> str:
+    return re.sub(r"\d+", "#", e.get_str("message", e.text))
 
 
 def peer_gone(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

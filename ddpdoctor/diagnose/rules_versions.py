@@ -27,9 +27,15 @@ def _who(e: Event) -> str:
 
 
 def nccl_versions_differ(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    said = [e for e in ix.of(K.VERSION) if e.data.get("nccl") and _who(e)]
+    # a process that prints two versions (two libraries loaded, or a misprint) says nothing
+    # about the others: only whoever prints one version is compared
+    versions_of: dict[str, set[str]] = defaultdict(set)
+    for e in said:
+        versions_of[_who(e)].add(str(e.data["nccl"]))
     by_version: dict[str, list[Event]] = defaultdict(list)
-    for e in ix.of(K.VERSION):
-        if e.data.get("nccl") and _who(e):
+    for e in said:
+        if len(versions_of[_who(e)]) == 1:
             by_version[str(e.data["nccl"])].append(e)
     if len(by_version) < 2:
         return []
@@ -37,10 +43,10 @@ def nccl_versions_differ(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[V
     sizes = sorted(by_version.items(), key=lambda kv: len({_who(e) for e in kv[1]}))
     odd = [] if len({len({_who(e) for e in evs}) for _, evs in sizes}) == 1 else sizes[0][1]
     where = {v: sorted({_who(e) for e in evs}) for v, evs in by_version.items()}
-    said = "; ".join(f"NCCL {v} on {', '.join(w)}" for v, w in sorted(where.items()))
+    which = "; ".join(f"NCCL {v} on {', '.join(w)}" for v, w in sorted(where.items()))
     evs = [e for group in by_version.values() for e in group]
     return [verdict(ix, "ENV_VERSION_MISMATCH", f"the job's processes run different NCCL "
-                    f"versions ({said}): install one NCCL (one torch build) on every node",
+                    f"versions ({which}): install one NCCL (one torch build) on every node",
                     evs, {"nccl_versions": where},
                     ranks=sorted({e.rank for e in odd if e.rank is not None}))]
 

@@ -21,6 +21,18 @@ def _ib(m: re.Match[str]) -> dict[str, str]:
     return out
 
 
+def nccl_version(printed: str) -> str:
+    """NCCL's version as NCCL numbers it. torch before 1.11 decoded NCCL's version code with
+    the scheme NCCL dropped in 2.9 (code = X*1000 + Y*100 + Z, then X*10000 + Y*100 + Z):
+    its error messages print 2.9.8 as "20.9.8" and 2.10.3 as "21.0.3" (pytorch#63445, the
+    encoding in pytorch#73611), while NCCL's own banner in the same log says 2.9.8."""
+    major, minor, patch = (int(p) for p in printed.split("."))
+    if major < 10:
+        return printed
+    code = major * 1000 + minor * 100 + patch
+    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+
+
 SIGNATURES = (
     Signature(
         "nccl.watchdog_timeout", K.NCCL_WATCHDOG, "Watchdog caught collective operation timeout",
@@ -366,7 +378,12 @@ SIGNATURES = (
         "nccl.version", K.VERSION, "NCCL version",
         r"NCCL version (?P<nccl>\d+\.\d+\.\d+)", "KNOWN_UPSTREAM_BUG", "all",
         (Example("NCCL version 2.19.3+cuda12.3", "https://github.com/NVIDIA/nccl/issues/1240",
-                 {"nccl": "2.19.3"}),)),
+                 {"nccl": "2.19.3"}),
+         Example("RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:832, "
+                 "unhandled system error, NCCL version 20.9.8",
+                 "https://github.com/sparticlesteve/nersc-pytorch-testing/blob/d6aa2354838b8071"
+                 "a92e8c00d19b5863f8bf21ec/slurm-pm-shifter-test-8597.out", {"nccl": "2.9.8"})),
+        convert={"nccl": nccl_version}),
     Signature(
         "nccl.warn", K.NCCL_WARN, "NCCL WARN",
         r"NCCL WARN (?P<message>.+)", "UNRECOGNIZED_FAILURE", "all",
