@@ -191,9 +191,25 @@ def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event
            and e.kind not in _REPORTS):
         return evs
     return [replace(e, rank=root_rank, rank_from="torchrun's summary (line carries no rank)")
-            if e.rank is None and e.kind not in _REPORTS
+            if e.rank is None and e.kind not in _REPORTS and not _launchers_own(e)
             and not e.kind.value.startswith("desync_")
             else e for e in evs]
+
+
+# Frames of the launcher's own process (torchrun's entry point, the elastic agent)
+_LAUNCHER_FRAMES = ("/torchrun:", "torch/distributed/run.py:", "torch/distributed/launch.py:",
+                    "torch/distributed/elastic/")
+
+
+def _launchers_own(e: Event) -> bool:
+    """The launcher's line, not a worker's: its teardown of the other workers ("Sending
+    process P closing signal SIGTERM") and its own traceback (ChildFailedError's, cut
+    before its last line or not). Given to the failed rank, they made the rank look like
+    it died of what it felt, and its death went unexplained."""
+    if e.kind is EventKind.TEARDOWN:
+        return True
+    return e.kind is EventKind.TRACEBACK and any(
+        f in e.get_str("raised_at", "") for f in _LAUNCHER_FRAMES)
 
 
 # A shell script's own line failing ("slurm_script: line 372: python: command not found")

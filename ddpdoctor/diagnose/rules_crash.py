@@ -425,7 +425,8 @@ def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     pids = {p for e in ix.root_failures if (p := e.get_int("pid")) is not None}
     signalled = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") in _OWN_RULE]
     for e in list(ix.root_failures) + ix.of(K.SIGKILL) + signalled:
-        if _told_already(e, explained, pids, bool(out)) or _died_of_fallout(e, felt):
+        if _told_already(e, explained, pids, bool(out)) or _died_of_fallout(e, felt) \
+                or _lone_exit(ix, e):
             continue
         out.append(_death(ix, e))
         explained.add(e.rank)
@@ -448,6 +449,24 @@ def _told_already(e: Event, explained: set[int | None], root_pids: set[int],
         return True
     launcher = e.kind in (K.TORCHRUN_FAILURE, K.AGENT_FAILED)
     return not launcher and (e.data.get("pid") in root_pids or (found_one and e.rank is None))
+
+
+# what a launcher prints of a worker's exit: its report, the floor's copy of it, its own
+# ChildFailedError traceback
+_LAUNCHER_SAID = frozenset({K.AGENT_FAILED, K.TORCHRUN_FAILURE, K.FLOOR, K.TRACEBACK})
+
+
+def _lone_exit(ix: EventIndex, e: Event) -> bool:
+    """The launcher's report of an exit code, and nothing else: no other worker torn down
+    or heard from. Nothing says a rank crashed and took a job down; the floor says what was
+    seen, a failure no line explains (the labelling convention's UNRECOGNIZED_FAILURE)."""
+    code = e.get_int("exit_code")
+    if e.kind not in (K.AGENT_FAILED, K.TORCHRUN_FAILURE) or code is None or code <= 0:
+        return False
+    if ix.of(K.TEARDOWN) or any(x.rank not in (None, e.rank) for x in ix.events):
+        return False
+    # ... and no line of the worker's own (an exception the launcher's line follows)
+    return not any(x.is_failure and x.kind not in _LAUNCHER_SAID for x in ix.events)
 
 
 def _died_of_fallout(e: Event, felt: set[int | None]) -> bool:
