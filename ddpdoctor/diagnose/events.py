@@ -168,6 +168,9 @@ class EventKind(str, Enum):
     # python: command not found") after which ranks printed: without `set -e` the script
     # went on and launched the job (index._script_went_on)
     SCRIPT_WENT_ON = "script_went_on"
+    # informational: the first line the reader picked from a rank (its launcher's prefix
+    # names it): that rank ran and printed (index._script_went_on)
+    RANK_SEEN = "rank_seen"
     # informational: a launcher starting (torchrun's OMP_NUM_THREADS banner, the deprecated
     # torch.distributed.launch's warning, DeepSpeed's "WORLD INFO DICT"): where a log holds
     # several launches, one starts here (launches.split)
@@ -198,6 +201,7 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT,
                            EventKind.IGNORED_EXCEPTION, EventKind.HOST_MEMORY,
                            EventKind.LAUNCH_SUCCEEDED, EventKind.RANK_ANNOUNCE,
+                           EventKind.RANK_SEEN,
                            EventKind.SCRIPT_WENT_ON, EventKind.LAUNCH_START})
 
 

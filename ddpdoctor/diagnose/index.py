@@ -35,9 +35,13 @@ class EventIndex:
 
     @classmethod
     def build(cls, events: Iterable[Event]) -> EventIndex:
-        evs, root = _first_failure(_node_local_ranks(list(events)))
+        evs = list(events)
+        # the scanner's census of ranks that printed: read here, seen by no rule
+        seen = [e for e in evs if e.kind is EventKind.RANK_SEEN]
+        evs, root = _first_failure(_node_local_ranks(
+            [e for e in evs if e.kind is not EventKind.RANK_SEEN]))
         evs = _attribute_unprefixed(_one_per_failed_rank(evs), root.rank if root else None)
-        evs = _script_went_on(_one_process(evs))
+        evs = _script_went_on(_one_process(evs), seen)
         by_kind: dict[EventKind, list[Event]] = {}
         for e in evs:
             by_kind.setdefault(e.kind, []).append(e)
@@ -216,20 +220,28 @@ def _launchers_own(e: Event) -> bool:
 _SCRIPT_LINE = re.compile(r"\bline \d+: .*: command not found$")
 
 
-def _script_went_on(evs: list[Event]) -> list[Event]:
+def _script_went_on(evs: list[Event], seen: list[Event]) -> list[Event]:
     """A batch script's command that was not found, after which two or more ranks printed
     (without `set -e` the script went on and launched the job: a helper command of its
     set-up failed, not the launch), or after the trainer said its training completed (a
     step of the script after the job, such as an evaluation it starts next):
-    informational, not the job's failure."""
+    informational, not the job's failure. The ranks that printed are those of the events
+    after it and of the scanner's census (``seen``: a rank's lines no rule reads, such as
+    its warnings, count too)."""
     out = list(evs)
     done = False
     for i, e in enumerate(evs):
         done = done or e.kind is EventKind.JOB_DONE
         if e.kind is EventKind.FAMILY_START and e.rank is None and _SCRIPT_LINE.search(e.text) \
-                and (done or len({x.rank for x in evs[i + 1:] if x.rank is not None}) >= 2):
+                and (done or len(_printed_after(e, evs[i + 1:], seen)) >= 2):
             out[i] = replace(e, kind=EventKind.SCRIPT_WENT_ON)
     return out
+
+
+def _printed_after(e: Event, later: list[Event], seen: list[Event]) -> set[int]:
+    ranks = {x.rank for x in later if x.rank is not None}
+    return ranks | {x.rank for x in seen
+                    if x.rank is not None and x.source == e.source and x.lineno > e.lineno}
 
 
 def _one_process(evs: list[Event]) -> list[Event]:

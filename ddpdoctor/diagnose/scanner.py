@@ -135,9 +135,25 @@ class LineScanner:
         self._ignoring: dict[int | None, int] = {}  # rank -> the header's line number
         self._ignored_last: set[int | None] = set()
         self._lent = ""  # where the current line's rank came from, when not the line
+        self._seen: set[int] = set()  # ranks whose prefix a picked line carried
 
     def feed(self, line: RawLine) -> None:
         rank, body = self._rank_and_body(line.printed)
+        before = len(self.events)
+        self._read(line, rank, body)
+        if rank is not None and rank not in self._seen and not self._lent \
+                and rank != self.file_rank:
+            self._census(line, rank, body, before)
+
+    def _census(self, line: RawLine, rank: int, body: str, before: int) -> None:
+        """The first picked line a rank's prefix names: that rank ran and printed. Said by
+        an event of the line where there is one, else by RANK_SEEN (the index reads it,
+        index._script_went_on, and drops it: no rule sees it)."""
+        self._seen.add(rank)
+        if all(e.rank != rank for e in self.events[before:]):
+            self._emit(EventKind.RANK_SEEN, line, rank, body.strip(), {})
+
+    def _read(self, line: RawLine, rank: int | None, body: str) -> None:
         stripped = body.strip()
         if self._summary_line(line, stripped, body) or _logged_traceback(stripped):
             return
