@@ -16,6 +16,7 @@ Pure: a list of events in, a list of findings out; no files, no processes.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
@@ -119,7 +120,7 @@ def _triage(events: list[Event]) -> list[Finding]:
         if unknown is None:
             return _rules_broken(broken) + advice
         verdicts = [unknown]
-    findings = _one_process_hint(ix, _ordered(ix, verdicts, folds))
+    findings = _one_process_hint(ix, _ordered(ix, _same_failure_merged(verdicts), folds))
     if broken:
         findings[0].evidence["rule_errors"] = broken
     return findings + advice
@@ -220,6 +221,55 @@ def _unread_exception(ix: EventIndex, root: Event, where: str,
                    {"root_line": root.quote(), "hint": "the rank's last lines name the "
                     "exception; adding a Signature to ddpdoctor/diagnose/kb teaches a new "
                     "one"}, ranks=[root.rank] if root.rank is not None else [])
+
+
+# what differs between ranks' copies of one error: numbers, and ids (a uuid, a hash)
+_NUMBERS = re.compile(r"[0-9a-fA-F]{8,}(?:-[0-9a-fA-F]{4,})*|\d+")
+
+
+def _failure_shape(v: Verdict) -> tuple[str, str, str] | None:
+    """What makes two ranks' findings one failure: the id, the exception with its numbers
+    and ids folded (GPU 0 and GPU 1 out of memory), where it was raised. None: not one
+    rank's error."""
+    f = v.finding
+    exc = f.evidence.get("exception")
+    if f.severity != "error" or len(f.ranks) != 1 or not isinstance(exc, str) or not exc:
+        return None
+    return f.id, _NUMBERS.sub("#", exc), str(f.evidence.get("where", ""))
+
+
+def _same_failure_merged(verdicts: list[Verdict]) -> list[Verdict]:
+    """The same failure raised on several ranks (each its own OOM, each the same
+    KeyError) is one finding naming every one of them, not one finding per rank."""
+    groups: dict[tuple[str, str, str], list[Verdict]] = defaultdict(list)
+    for v in verdicts:
+        shape = _failure_shape(v)
+        if shape is not None:
+            groups[shape].append(v)
+    out: list[Verdict] = []
+    for v in verdicts:
+        shape = _failure_shape(v)
+        group = groups.get(shape) if shape is not None else None
+        if group is None or len(group) == 1:
+            out.append(v)
+        elif v is group[0]:
+            out.append(_merged(group))
+    return out
+
+
+def _merged(group: list[Verdict]) -> Verdict:
+    lead = min(group, key=lambda v: v.first)
+    ranks = sorted({r for v in group for r in v.finding.ranks})
+    own = f"rank {lead.finding.ranks[0]} "
+    title = lead.finding.title
+    if title.startswith(own):
+        title = f"rank {format_ranks(ranks)} " + title[len(own):]
+    others = [v.finding.evidence.get("first_seen") for v in group if v is not lead]
+    evidence = {**lead.finding.evidence,
+                "also_raised_at": [w for w in others if isinstance(w, str)]}
+    finding = replace(lead.finding, title=title, ranks=ranks, evidence=evidence)
+    events = tuple(e for v in group for e in v.events)
+    return Verdict(finding, events, lead.first)
 
 
 def _ordered(ix: EventIndex, verdicts: list[Verdict], folds: set[EventKind]) -> list[Finding]:
