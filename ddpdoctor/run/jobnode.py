@@ -33,6 +33,7 @@ FINAL_WAIT_S = 4.0
 LOST_MARGIN_S = 1.5  # after the job ended: how long to wait for the other nodes' causes
 _STEP_SIGNALS = ("heartbeat", "output")  # CPU samples are not steps
 STARTUP_EVENTS = 3  # the first intervals are startup (rendezvous, imports), not steps
+STEPS_PER_INTERVAL = 32  # at most this many step times from one interval between polls
 
 
 # A quiet spell that was looked at and found no hang (a long evaluation, a checkpoint) is
@@ -75,6 +76,7 @@ class StepTimes:
     events: int = 0
     _looking: bool = False  # the current interval was looked at (and not stopped)
     _look_open: bool = False  # a look is under way: every interval it overlaps is flagged
+    _last_step: int | None = None  # the ranks' highest heartbeat step at the last event
 
     def observe(self, tracker: ProgressTracker) -> None:
         if tracker.last_progress == self.last_seen:
@@ -84,12 +86,27 @@ class StepTimes:
         if not tracker.last_what.startswith(_STEP_SIGNALS):
             return
         self.events += 1
-        if self.last_event is not None and self.events > STARTUP_EVENTS:
-            self.raw.append(tracker.last_progress - self.last_event)
-            self.looked_at.append(self._looking)
+        # past start-up: after its first events, or from the first step a rank counted
+        started = self.events > STARTUP_EVENTS or bool(self._last_step)
+        if self.last_event is not None and started:
+            n = self._steps_since(tracker.step)
+            dt = (tracker.last_progress - self.last_event) / n
+            self.raw.extend([dt] * n)
+            self.looked_at.extend([self._looking] * n)
             del self.raw[:-256], self.looked_at[:-256]
+        self._last_step = tracker.step
         self._looking = self._look_open
         self.last_event = tracker.last_progress
+
+    def _steps_since(self, step: int) -> int:
+        """How many steps one interval between two observed events holds (the ranks'
+        heartbeats count them): a poll sees a fast job many steps on (0.15 s steps, one
+        poll a second), and counted as one step each, the first five step times took ten
+        seconds of training to gather (a hang after 15 steps kept the 300 s start-up
+        threshold). An interval with no step counted (output lines only) is one."""
+        if self._last_step is None:
+            return 1
+        return max(1, min(step - self._last_step, STEPS_PER_INTERVAL))
 
     def look_began(self) -> None:
         """The leader asked for this node's stacks: py-spy pauses the ranks while it reads

@@ -196,15 +196,22 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
                                          or "SIGINT"}))
         result.exit_code = job_exit_code(rc)
         return
+    log_path, exits = _triage_input(result, job)
+    redirected = (redirected_logs(result.redirect, wall0) if result.redirect is not None
+                  else [])
     if rc == 0:
+        hidden = triage_mod.hidden_failure(
+            log_path, redirected,
+            ranks_in_paths=result.redirect is not None and result.redirect.paths_name_ranks)
+        if hidden:
+            _hidden(report, hidden, took)
+            result.exit_code = 0  # passed on: --fail-on-findings makes it 1
+            return
         report.checks.append(Check("job", f"exited with code 0 after {took:.1f} s",
                                    group=GROUP, data={"returncode": 0}))
         result.exit_code = EXIT_FINDINGS if result.hang is not None else 0
         return
 
-    log_path, exits = _triage_input(result, job)
-    redirected = (redirected_logs(result.redirect, wall0) if result.redirect is not None
-                  else [])
     findings, info = triage_mod.triage_output(
         log_path, exits, rc, getattr(tracker, "endpoints", None),
         rank_files=redirected,
@@ -228,6 +235,22 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
     for f in findings:
         report.add(f, check=triage_mod.CHECK)
     result.exit_code = job_exit_code(rc)
+
+
+def _hidden(report: Report, findings: list[Finding], took: float) -> None:
+    """A job that exited 0 while its output shows a rank's failure: never "healthy"."""
+    lead = findings[0]
+    who = f"rank {lead.ranks[0]}" if len(lead.ranks) == 1 else (
+        f"ranks {lead.ranks}" if lead.ranks else "the job")
+    report.checks.append(Check(
+        "job", f"exited with code 0 after {took:.1f} s, but its output shows a failure "
+        f"({who}: {lead.id}): the launch hid it (a shell's `wait` with no argument, "
+        "`|| true`, a wrapper that drops its children's exit status)", status="error",
+        group=GROUP, data={"returncode": 0, "hidden_failure": True}))
+    report.checks.append(Check(triage_mod.CHECK, f"first failure: {who}: {lead.id}",
+                               group=GROUP, data={"returncode": 0}))
+    for f in findings:
+        report.add(f, check=triage_mod.CHECK)
 
 
 def _triage_input(result: RunResult, job: Job) -> tuple[Path, list[RankExit]]:

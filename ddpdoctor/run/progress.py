@@ -201,6 +201,7 @@ class ProgressTracker:
         self._lines = 0
         self._prev: TreeSample | None = None
         self._hb: dict[int, tuple[int, float]] = {}
+        self.step = 0  # the highest step a rank's heartbeat reported
         self._rank_pids: dict[int, set[int]] = {}
         self._live_pids: dict[int, set[int]] = {}  # the ranks' processes in the last sample
         # each rank's distributed set-up as its process was first seen (oddrank.py)
@@ -219,6 +220,7 @@ class ProgressTracker:
             self._moved(now, "output", None)
         hb_ranks = {r for r, hb in heartbeats.items() if hb.training}
         for r, hb in heartbeats.items():
+            self.step = max(self.step, hb.step)
             mark = (hb.step, hb.last_progress)
             if self._hb.get(r) != mark:
                 if r in self._hb:

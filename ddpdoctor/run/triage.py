@@ -86,6 +86,32 @@ def _how_found(first: RankExit, exits: list[RankExit]) -> str:
             "and it alone reported no lost peer")
 
 
+def hidden_failure(output_log: Path, rank_files: Sequence[Path] = (),
+                   ranks_in_paths: bool = True) -> list[Finding]:
+    """The failure a job's output shows though the job exited 0: a launch that drops its
+    ranks' status (a shell's `wait` with no argument, `torchrun ... || true`, a wrapper that
+    exits 0 whatever its children did) reports success while a rank crashed. The findings
+    when the output's first finding is an error (its error findings), else none: a healthy
+    job's output gets the same reading as any log ``diagnose`` is given, no more."""
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
+
+    inputs = [LogInput(str(output_log))] + [
+        LogInput(str(p), rank_from_path=ranks_in_paths) for p in rank_files]
+    try:
+        findings, _ = diagnose_logs(inputs)
+    except OSError:
+        return []
+    findings = [f for f in findings if f.id not in _GOES_ON]
+    if not findings or findings[0].severity != "error":
+        return []
+    return [f for f in findings if f.severity == "error"]
+
+
+# What a job's output may show while the job goes on to exit 0 as it should: a training's
+# health (NaN losses), which the watch reports as such, not a launch that hid a death
+_GOES_ON = frozenset({"GRAD_NONFINITE", "PARAM_DESYNC"})
+
+
 def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
                   endpoints: dict[int, RankEndpoint] | None = None,
                   rank_files: Sequence[Path] = (), ranks_in_paths: bool = True

@@ -114,6 +114,7 @@ def test_step_times_skip_startup_and_cpu_samples():
     class T:
         last_progress = 0.0
         last_what = "output"
+        step = 0
 
     steps, t = StepTimes(), T()
     for i in range(1, 8):
@@ -130,6 +131,7 @@ def _paced(steps: StepTimes, intervals: list[float], looked: set[int]) -> None:
     class T:
         last_progress = 0.0
         last_what = "heartbeat of rank 0 (step 1)"
+        step = 0
 
     t = T()
     for _ in range(STARTUP_EVENTS + 1):
