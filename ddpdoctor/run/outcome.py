@@ -199,10 +199,9 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
     log_path, exits = _triage_input(result, job)
     redirected = (redirected_logs(result.redirect, wall0) if result.redirect is not None
                   else [])
+    in_paths = result.redirect is not None and result.redirect.paths_name_ranks
     if rc == 0:
-        hidden = triage_mod.hidden_failure(
-            log_path, redirected,
-            ranks_in_paths=result.redirect is not None and result.redirect.paths_name_ranks)
+        hidden = triage_mod.hidden_failure(log_path, redirected, ranks_in_paths=in_paths)
         if hidden:
             _hidden(report, hidden, took)
             result.exit_code = 0  # passed on: --fail-on-findings makes it 1
@@ -214,8 +213,7 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
 
     findings, info = triage_mod.triage_output(
         log_path, exits, rc, getattr(tracker, "endpoints", None),
-        rank_files=redirected,
-        ranks_in_paths=result.redirect is not None and result.redirect.paths_name_ranks)
+        rank_files=redirected, ranks_in_paths=in_paths)
     _spawn_culprit(findings, result, log_path)
     info["returncode"] = rc
     if job.copy.incomplete():
@@ -223,10 +221,7 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
     report.checks.append(Check("job", f"failed: {how} after {took:.1f} s", status="error",
                                group=GROUP, data={"returncode": rc}))
     if findings:
-        lead = findings[0]
-        who = f"rank {lead.ranks[0]}" if len(lead.ranks) == 1 else (
-            f"ranks {lead.ranks}" if lead.ranks else "the job")
-        summary = f"first failure: {who}: {lead.id}"
+        summary = f"first failure: {_who(findings[0])}: {findings[0].id}"
     else:
         summary = "no known error in the output; see the kept logs"
     if job.copy.incomplete():
@@ -237,11 +232,17 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
     result.exit_code = job_exit_code(rc)
 
 
+def _who(lead: Finding) -> str:
+    """Whom the crash triage's lead finding names, as its check line says it."""
+    if len(lead.ranks) == 1:
+        return f"rank {lead.ranks[0]}"
+    return f"ranks {lead.ranks}" if lead.ranks else "the job"
+
+
 def _hidden(report: Report, findings: list[Finding], took: float) -> None:
     """A job that exited 0 while its output shows a rank's failure: never "healthy"."""
     lead = findings[0]
-    who = f"rank {lead.ranks[0]}" if len(lead.ranks) == 1 else (
-        f"ranks {lead.ranks}" if lead.ranks else "the job")
+    who = _who(lead)
     report.checks.append(Check(
         "job", f"exited with code 0 after {took:.1f} s, but its output shows a failure "
         f"({who}: {lead.id}): the launch hid it (a shell's `wait` with no argument, "

@@ -22,6 +22,7 @@ from ddpdoctor.run.progress import RankExit
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ddpdoctor.diagnose import ScanResult
     from ddpdoctor.run.rendezvous import Event, RankEndpoint
 
 CHECK = "crash triage"
@@ -93,12 +94,8 @@ def hidden_failure(output_log: Path, rank_files: Sequence[Path] = (),
     exits 0 whatever its children did) reports success while a rank crashed. The findings
     when the output's first finding is an error (its error findings), else none: a healthy
     job's output gets the same reading as any log ``diagnose`` is given, no more."""
-    from ddpdoctor.diagnose import LogInput, diagnose_logs
-
-    inputs = [LogInput(str(output_log))] + [
-        LogInput(str(p), rank_from_path=ranks_in_paths) for p in rank_files]
     try:
-        findings, _ = diagnose_logs(inputs)
+        findings, _ = _read_output(output_log, rank_files, ranks_in_paths)
     except OSError:
         return []
     findings = [f for f in findings if f.id not in _GOES_ON]
@@ -112,6 +109,17 @@ def hidden_failure(output_log: Path, rank_files: Sequence[Path] = (),
 _GOES_ON = frozenset({"GRAD_NONFINITE", "PARAM_DESYNC"})
 
 
+def _read_output(output_log: Path, rank_files: Sequence[Path],
+                 ranks_in_paths: bool) -> tuple[list[Finding], ScanResult]:
+    """diagnose's reading of the job's kept output and the ranks' own files (``rank_files``,
+    their paths naming the rank when ``ranks_in_paths``); raises OSError."""
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
+
+    inputs = [LogInput(str(output_log))] + [
+        LogInput(str(p), rank_from_path=ranks_in_paths) for p in rank_files]
+    return diagnose_logs(inputs)
+
+
 def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
                   endpoints: dict[int, RankEndpoint] | None = None,
                   rank_files: Sequence[Path] = (), ranks_in_paths: bool = True
@@ -120,16 +128,14 @@ def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
     ``endpoints``: each rank's rendezvous endpoint (ProgressTracker.endpoints);
     ``rank_files``: the ranks' output where the launcher wrote it to files (run/redirected.py),
     their paths naming the rank when ``ranks_in_paths``."""
-    from ddpdoctor.diagnose import LogInput, diagnose_logs
     from ddpdoctor.run.rendezvous import culprit_finding
 
     info: dict[str, object] = {"log": str(output_log)}
     if rank_files:
         info["rank_files"] = [str(p) for p in rank_files]
-    inputs = [LogInput(str(output_log))] + [
-        LogInput(str(p), rank_from_path=ranks_in_paths) for p in rank_files]
+    scan: ScanResult | None
     try:
-        findings, scan = diagnose_logs(inputs)
+        findings, scan = _read_output(output_log, rank_files, ranks_in_paths)
         info["events"] = len(scan.events)
     except OSError as e:
         findings, scan = [], None
