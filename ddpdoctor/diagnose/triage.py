@@ -241,16 +241,15 @@ def _failure_shape(v: Verdict) -> tuple[str, str, str] | None:
 def _same_failure_merged(verdicts: list[Verdict]) -> list[Verdict]:
     """The same failure raised on several ranks (each its own OOM, each the same
     KeyError) is one finding naming every one of them, not one finding per rank."""
+    shaped = [(v, _failure_shape(v)) for v in verdicts]
     groups: dict[tuple[str, str, str], list[Verdict]] = defaultdict(list)
-    for v in verdicts:
-        shape = _failure_shape(v)
+    for v, shape in shaped:
         if shape is not None:
             groups[shape].append(v)
     out: list[Verdict] = []
-    for v in verdicts:
-        shape = _failure_shape(v)
-        group = groups.get(shape) if shape is not None else None
-        if group is None or len(group) == 1:
+    for v, shape in shaped:
+        group = groups[shape] if shape is not None else [v]
+        if len(group) == 1:
             out.append(v)
         elif v is group[0]:
             out.append(_merged(group))
