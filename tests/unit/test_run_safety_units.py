@@ -4,10 +4,10 @@ the kept-log accounting. No processes (but /dev/full for a real ENOSPC)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from look_fakes import Diagnosis, State
 
 from ddpdoctor.core.findings import Finding
 from ddpdoctor.hang.verdict import SpellMemory, judge, looking_again
@@ -15,21 +15,6 @@ from ddpdoctor.run.memory import MemoryHistory
 from ddpdoctor.run.process import KeptFile
 from ddpdoctor.run.progress import ProcSample, ProgressTracker, TreeSample
 from ddpdoctor.run.secrets import scrub, secret_values
-
-
-@dataclass
-class State:
-    rank: int
-    kind: str
-    pid: int = 0
-
-
-@dataclass
-class Diagnosis:
-    states: list[State]
-    findings: list[Finding] = field(default_factory=list)
-    headline: str = ""
-    fr_verdicts: list = field(default_factory=list)
 
 
 def _missing(culprit: int = 1) -> Diagnosis:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from look_fakes import Diagnosis, State
 
 from ddpdoctor.attach.stacks import Frame, RankStack, ThreadStack
 from ddpdoctor.core.findings import Finding
@@ -221,21 +222,6 @@ def test_sample_of_an_unreadable_or_waiting_rank():
 
 
 # --- the verdict's premise: a busy culprit while others wait gets its stacks compared
-
-
-@dataclass
-class State:
-    rank: int
-    kind: str
-    pid: int = 0
-
-
-@dataclass
-class Diagnosis:
-    states: list[State]
-    findings: list[Finding] = field(default_factory=list)
-    headline: str = ""
-    fr_verdicts: list = field(default_factory=list)
 
 
 def test_a_busy_culprit_while_a_peer_waits_is_to_be_checked_not_cleared():
