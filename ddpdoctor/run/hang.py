@@ -28,6 +28,9 @@ class HangOutcome:
     stop_status: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
     detected_at: float = field(default_factory=time.time)  # wall time, for comparisons
+    # how much of the kept output was written when the hang was confirmed: what the job
+    # printed before run stopped it (its cause may be there), not the stop's own teardown
+    output_bytes: int | None = None
 
     def add_to(self, report: Report, hang_timeout: float) -> None:
         what = (f"no rank made progress for {self.no_progress_s:.1f} s "

@@ -138,7 +138,8 @@ class Loop:
         watched = self.result.watched
         if watched.hang is not None:
             return False  # --no-kill: said once already
-        watched.hang = hang_mod.HangOutcome(v.no_progress_s, self.tracker.last_what)
+        watched.hang = hang_mod.HangOutcome(v.no_progress_s, self.tracker.last_what,
+                                            output_bytes=self.job.copy.kept_bytes())
         if not self.opts.hang_fixed:
             self.adapt(v.threshold_s)  # the job's, as the leader judged it
         named = ", ".join(culprit_text(c) for c in v.culprits)
@@ -197,6 +198,7 @@ class Loop:
 
     def _local_hang(self, seen: Look, outcome: hang_mod.HangOutcome) -> bool:
         opts, result = self.opts, self.result
+        outcome.output_bytes = self.job.copy.kept_bytes()
         result.watched.hang = outcome
         if steps.on_hang(opts.kill) is steps.Ending.STOP:
             say("ddpdoctor run: hang confirmed: " + redact.text(seen.verdict.reason)

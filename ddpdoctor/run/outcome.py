@@ -25,6 +25,7 @@ from ddpdoctor.run.watch_events import merge, watch_findings
 if TYPE_CHECKING:
     from ddpdoctor.core.findings import Finding
     from ddpdoctor.run.env import JobEnv
+    from ddpdoctor.run.hang import HangOutcome
     from ddpdoctor.run.options import RunOptions
     from ddpdoctor.run.progress import ProgressTracker, RankExit
     from ddpdoctor.run.result import RunResult
@@ -176,6 +177,7 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
     rc = result.returncode
     tracker = result.tracker
     if result.hang is not None:
+        _hang_cause(report, result.hang, job.copy.combined_path)
         result.hang.add_to(report, opts.hang_timeout)
         if result.hang.stopped:
             report.checks.append(Check("job", f"stopped by ddpdoctor after {took:.1f} s "
@@ -230,6 +232,30 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
     for f in findings:
         report.add(f, check=triage_mod.CHECK)
     result.exit_code = job_exit_code(rc)
+
+
+def _hang_cause(report: Report, hang: HangOutcome, output_log: Path) -> None:
+    """What the job printed before its hang, when that is a failure: it leads the hang's
+    own findings (a limit, a crash the launch did not end the job for)."""
+    if hang.output_bytes is None:
+        return
+    cause = triage_mod.before_hang(output_log, hang.output_bytes)
+    if not cause:
+        return
+    lead = cause[0]
+    culprits = hang.diagnosis.culprits if hang.diagnosis is not None else []
+    named = (f" (the stacks name {'rank' if len(culprits) == 1 else 'ranks'} "
+             f"{', '.join(map(str, culprits))})" if culprits else "")
+    report.checks.append(Check(
+        HANG_CAUSE, f"before the hang, the output shows {_who(lead)}: {lead.id}: the likely "
+        f"cause of the hang; the stacks show where each rank waits{named}", group=GROUP,
+        data={"log": str(output_log), "bytes_read": hang.output_bytes,
+              "hang_culprits": culprits}))
+    for f in cause:
+        report.add(f, check=HANG_CAUSE)
+
+
+HANG_CAUSE = "hang cause"
 
 
 def _who(lead: Finding) -> str:

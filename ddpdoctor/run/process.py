@@ -146,6 +146,11 @@ class OutputCopy:
     def flush(self) -> None:
         """Nothing is buffered; kept for callers that flush before reading."""
 
+    def kept_bytes(self) -> int:
+        """How much of the combined copy is written: where what comes later starts."""
+        with self._lock:
+            return self._combined.bytes
+
     def files(self) -> list[KeptFile]:
         with self._lock:
             return [self._combined, *(self._ranks[r] for r in sorted(self._ranks))]

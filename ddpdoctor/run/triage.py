@@ -21,6 +21,7 @@ from ddpdoctor.run.progress import RankExit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import BinaryIO
 
     from ddpdoctor.diagnose import ScanResult
     from ddpdoctor.run.rendezvous import Event, RankEndpoint
@@ -107,6 +108,45 @@ def hidden_failure(output_log: Path, rank_files: Sequence[Path] = (),
 # What a job's output may show while the job goes on to exit 0 as it should: a training's
 # health (NaN losses), which the watch reports as such, not a launch that hid a death
 _GOES_ON = frozenset({"GRAD_NONFINITE", "PARAM_DESYNC"})
+
+# What a hang's output shows of the hang itself (a watchdog's timeout, a rank gone quiet):
+# the stacks run read name the hang better; these are never its cause
+_THE_HANG = frozenset({"COLLECTIVE_TIMEOUT", "RANK_UNRESPONSIVE", "HANG_RANK_MISSING_COLLECTIVE",
+                       "HANG_COLLECTIVE_MISMATCH", "HANG_P2P_DEADLOCK", "HANG_DATALOADER"})
+
+
+class _Upto:
+    """The first ``left`` bytes of a binary stream (the reader only calls ``read``)."""
+
+    def __init__(self, stream: BinaryIO, left: int) -> None:
+        self._stream, self._left = stream, left
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._stream.read(n) if n > 0 else b""
+        self._left -= len(data)
+        return data
+
+
+def before_hang(output_log: Path, upto: int) -> list[Finding]:
+    """The failure a job printed before run confirmed its hang: a rank's DataLoader workers
+    that died of "Too many open files" leave it waiting for data, the others in the next
+    collective; the stacks show where each waits, the output why. Read as diagnose reads a
+    log, only the first ``upto`` bytes (what run's own stop printed after is no cause). Its
+    error findings when the first one is an error that is not the hang itself, else none."""
+    from ddpdoctor.diagnose import LogInput, diagnose_logs
+
+    try:
+        with open(output_log, "rb") as f:
+            findings, _ = diagnose_logs([LogInput(
+                str(output_log), stream=_Upto(f, upto),  # type: ignore[arg-type]
+                rank_from_path=False)])
+    except OSError:
+        return []
+    findings = [f for f in findings if f.id not in _GOES_ON | _THE_HANG]
+    if not findings or findings[0].severity != "error":
+        return []
+    return [f for f in findings if f.severity == "error"]
 
 
 def _read_output(output_log: Path, rank_files: Sequence[Path],
