@@ -203,7 +203,8 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
                   else [])
     in_paths = result.redirect is not None and result.redirect.paths_name_ranks
     if rc == 0:
-        hidden = triage_mod.hidden_failure(log_path, redirected, ranks_in_paths=in_paths)
+        hidden = triage_mod.hidden_failure(log_path, redirected, ranks_in_paths=in_paths,
+                                           endpoints=getattr(tracker, "endpoints", None))
         if hidden:
             _hidden(report, hidden, took)
             result.exit_code = 0  # passed on: --fail-on-findings makes it 1

@@ -89,17 +89,20 @@ def _how_found(first: RankExit, exits: list[RankExit]) -> str:
 
 
 def hidden_failure(output_log: Path, rank_files: Sequence[Path] = (),
-                   ranks_in_paths: bool = True) -> list[Finding]:
+                   ranks_in_paths: bool = True,
+                   endpoints: dict[int, RankEndpoint] | None = None) -> list[Finding]:
     """The failure a job's output shows though the job exited 0: a launch that drops its
     ranks' status (a shell's `wait` with no argument, `torchrun ... || true`, a wrapper that
     exits 0 whatever its children did) reports success while a rank crashed. The findings
     when the output's first finding is an error (its error findings), else none: a healthy
-    job's output gets the same reading as any log ``diagnose`` is given, no more."""
+    job's output gets the same reading as any log ``diagnose`` is given, no more, and the
+    same rendezvous culprit a failed job's triage names (``endpoints``)."""
     try:
-        findings, _ = _read_output(output_log, rank_files, ranks_in_paths)
+        findings, scan = _read_output(output_log, rank_files, ranks_in_paths)
     except OSError:
         return []
     findings = [f for f in findings if f.id not in _GOES_ON]
+    findings = _rendezvous_culprit(findings, scan, endpoints) or findings
     if not findings or findings[0].severity != "error":
         return []
     return [f for f in findings if f.severity == "error"]
@@ -160,6 +163,19 @@ def _read_output(output_log: Path, rank_files: Sequence[Path],
     return diagnose_logs(inputs)
 
 
+def _rendezvous_culprit(findings: list[Finding], scan: ScanResult,
+                        endpoints: dict[int, RankEndpoint] | None) -> list[Finding] | None:
+    """The findings led by the rank given another rendezvous endpoint than the others,
+    their fallout dropped (run/rendezvous.py); None where the output shows no such rank."""
+    from ddpdoctor.run.rendezvous import culprit_finding
+
+    lead, fallout = culprit_finding(scan.events, endpoints or {}, findings)
+    if lead is None:
+        return None
+    drop = {id(f) for f in fallout}
+    return [lead, *(f for f in findings if id(f) not in drop)]
+
+
 def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
                   endpoints: dict[int, RankEndpoint] | None = None,
                   rank_files: Sequence[Path] = (), ranks_in_paths: bool = True
@@ -168,8 +184,6 @@ def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
     ``endpoints``: each rank's rendezvous endpoint (ProgressTracker.endpoints);
     ``rank_files``: the ranks' output where the launcher wrote it to files (run/redirected.py),
     their paths naming the rank when ``ranks_in_paths``."""
-    from ddpdoctor.run.rendezvous import culprit_finding
-
     info: dict[str, object] = {"log": str(output_log)}
     if rank_files:
         info["rank_files"] = [str(p) for p in rank_files]
@@ -181,11 +195,9 @@ def triage_output(output_log: Path, exits: list[RankExit], returncode: int,
         findings, scan = [], None
         info["error"] = f"cannot read {output_log}: {e.strerror or e}"
     if scan is not None:
-        lead, fallout = culprit_finding(scan.events, endpoints or {}, findings)
-        if lead is not None:
-            drop = {id(f) for f in fallout}
-            findings = [lead, *(f for f in findings if id(f) not in drop)]
-            return findings, info
+        led = _rendezvous_culprit(findings, scan, endpoints)
+        if led is not None:
+            return led, info
     first = first_exit(exits) or _only_non_victim(exits, scan.events if scan else [])
     if first is None:
         return findings, info

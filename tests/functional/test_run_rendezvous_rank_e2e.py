@@ -7,9 +7,11 @@ timeout), no torchrun:
 - a Slurm-style shell script starting one task per rank, rank 1 computing base port + 1
   (rank 0's store times out "1/2 clients joined", rank 1's connect goes unanswered);
 - a Python launcher starting the same script twice, rank 1 with another MASTER_ADDR;
-- the same shell script with every task right: it exits 0 with no finding.
+- the same shell script with every task right: it exits 0 with no finding;
+- the port case again with a bare `wait` that exits 0: the same culprit, the launch said
+  to have hidden it.
 
-The three run side by side (~25 s on 2 busy cores).
+The four run side by side (~25 s on 2 busy cores).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def rdzv_runs(tmp_path_factory):
                                                TIMEOUT_S], env={"PYTHON": PY}),
         "addr": RunJob("addr", base / "addr", [PY, str(JOBS / "rdzv_launch.py"),
                                                str(free_port(2)), "1", BAD_ADDR, TIMEOUT_S]),
+        "hidden": RunJob("hidden", base / "hidden", ["sh", shell, str(free_port(2)), "1",
+                                                     TIMEOUT_S, "hide"], env={"PYTHON": PY}),
         "healthy": RunJob("healthy", base / "healthy", ["sh", shell, str(free_port(2)), "-1",
                                                         TIMEOUT_S], env={"PYTHON": PY}),
     }
@@ -60,6 +64,14 @@ def test_the_rank_given_another_endpoint_is_the_culprit(rdzv_runs, name):
     assert odd.startswith(f"rank 1: {BAD_ADDR}:" if name == "addr" else "rank 1: 127.0.0.1:")
     assert odd != ev["endpoints"][0].replace("rank 0", "rank 1")
     assert any("clients joined" in line for line in ev["lines"]), ev["lines"]
+
+
+def test_a_launch_that_hid_the_failed_rendezvous_names_the_same_culprit(rdzv_runs):
+    job = rdzv_runs["hidden"]
+    assert job.returncode == 0, job.output  # the launch's own code, passed on
+    report = job.report()
+    assert findings(report)[0] == ("ENV_RENDEZVOUS_UNREACHABLE", [1]), findings(report)
+    assert "the launch hid it" in report["probes"]["job"]["summary"]
 
 
 def test_the_same_launch_with_every_task_right_is_healthy(rdzv_runs):
