@@ -7,6 +7,7 @@ it into a Report. Every step has a deadline, so a stopped or dying rank never ha
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ddpdoctor.attach import flight_recorder as fr
@@ -20,7 +21,7 @@ from ddpdoctor.attach.analyze import (
 from ddpdoctor.attach.classify import DATALOADER, UNKNOWN, RankState, classify
 from ddpdoctor.attach.discover import AttachError, Discovery, discover
 from ddpdoctor.attach.evidence import collect_evidence
-from ddpdoctor.attach.stacks import MISSING, ZOMBIE, RankStack, collect_stacks, stack_to_dict
+from ddpdoctor.attach.stacks import DEAD, MISSING, ZOMBIE, RankStack, collect_stacks, stack_to_dict
 from ddpdoctor.core.findings import Finding
 from ddpdoctor.core.report import EXIT_USAGE, Check, Report
 
@@ -127,9 +128,21 @@ def _request_flight_recorder(disc: Discovery) -> tuple[dict[str, tuple[list[int]
     return requests, ""
 
 
+def _states_for_gone(gone: Mapping[int, str], states: list[RankState]) -> list[RankState]:
+    """Ranks a supervisor saw exit that no process stands for now (``gone``: rank ->
+    how it went): a rank started on its own (`python main.py --rank 1 ...` from a shell
+    loop) leaves no launcher's count of the ranks behind to miss it by."""
+    present = {s.rank for s in states}
+    return [RankState(rank, 0, DEAD, detail=how) for rank, how in sorted(gone.items())
+            if rank not in present]
+
+
 def diagnose_hang(pids: list[int], native: bool = False, timeout: float = 5.0,
-                  flight_recorder: bool = True) -> HangDiagnosis:
-    """Find the ranks under ``pids``, read their stacks (and FR dumps), name the culprit."""
+                  flight_recorder: bool = True, gone: Mapping[int, str] | None = None
+                  ) -> HangDiagnosis:
+    """Find the ranks under ``pids``, read their stacks (and FR dumps), name the culprit;
+    ``gone``: ranks the caller saw exit (rank -> how), counted as dead where no process
+    of theirs is found."""
     t0 = time.monotonic()
     disc = discover(pids)
     timings = {"discover_s": round(time.monotonic() - t0, 3)}
@@ -142,6 +155,7 @@ def diagnose_hang(pids: list[int], native: bool = False, timeout: float = 5.0,
     states = [classify(s) for s in stacks]
     _add_worker_stacks(disc, stacks, states, native, timeout)
     states = [classify(s) for s in stacks] + _states_for_missing(disc)
+    states += _states_for_gone(gone or {}, states)
     timings["stacks_s"] = round(time.monotonic() - t1, 3)
 
     verdicts: list[fr.PgVerdict] = []

@@ -14,8 +14,10 @@ import os
 from dataclasses import dataclass, field
 
 from ddpdoctor.attach.rankproof import (
+    COMMAND_LINE,
     ProcFacts,
     RankMark,
+    argv_mark,
     is_python,
     launcher_name,
     own_lineage,
@@ -41,7 +43,8 @@ class RankProcess:
     local_world_size: int | None = None
     fr_dir: str = ""  # DDPDOCTOR_FR_DIR: where it serves Flight Recorder dumps
     workers: list[int] = field(default_factory=list)  # Python child processes
-    # The variable that numbers it ("env": RANK or its MPI spelling; "local_rank"), or
+    # The variable that numbers it ("env": RANK or its MPI spelling; "local_rank"),
+    # "command_line" (`--rank N` beside a world size or an init method, no variable), or
     # "order" (only WORLD_SIZE set: numbered in PID order after the numbered ones).
     rank_source: str = "env"
     cmdline: str = ""
@@ -121,7 +124,7 @@ def _facts(proc, lineage: dict[int, str]) -> ProcFacts:
     try:
         if proc.status() == psutil.STATUS_ZOMBIE:
             return ProcFacts(**base, env="zombie")
-        return ProcFacts(**base, mark=rank_mark(proc.environ()))
+        return ProcFacts(**base, mark=rank_mark(proc.environ()) or argv_mark(cmd))
     except psutil.ZombieProcess:
         return ProcFacts(**base, env="zombie")
     except psutil.NoSuchProcess:
@@ -217,8 +220,10 @@ def _ranks_from_marks(disc: Discovery, seen: dict, facts: dict[int, ProcFacts],
                               f"{by_rank[number].pid} and {pid} (two jobs?): using "
                               f"{by_rank[number].pid}")
             continue
-        source = "env" if mark.rank is not None else "local_rank"
-        by_rank[number] = _rank_process(number, pid, seen, facts, source)
+        source = (COMMAND_LINE if mark.argv else "env" if mark.rank is not None
+                  else "local_rank")
+        by_rank[number] = rp = _rank_process(number, pid, seen, facts, source)
+        rp.rank_detail = mark.argv
     free = (n for n in range(len(by_rank) + len(unnumbered)) if n not in by_rank)
     for pid in unnumbered:
         n = next(free)

@@ -13,8 +13,9 @@ exported RANK, the launcher ddpdoctor itself runs under).
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
+
+from ddpdoctor.core.rankclaim import PYTHON_EXE, argv_rank
 
 # Per launcher family, the variables in the order they are trusted: torch's own names,
 # then Open MPI's, then MPICH/Intel MPI (PMI) and PMIx. Set only on launched processes.
@@ -33,7 +34,7 @@ _LAUNCHER_MODULES = frozenset({
     "torch.distributed.run", "torch.distributed.launch", "torch.distributed.elastic.agent",
     "deepspeed.launcher.launch", "deepspeed.launcher.runner", "accelerate.commands.launch",
     "accelerate.commands.accelerate_cli"})
-_PYTHON = re.compile(r"^(python|pypy)[\d.]*[mtd]*$")
+_PYTHON = PYTHON_EXE
 
 SELF = "it is this ddpdoctor process itself"
 ANCESTOR = "it is an ancestor of this ddpdoctor process (ddpdoctor never targets itself)"
@@ -58,6 +59,7 @@ class RankMark:
     world_size: int | None
     local_world_size: int | None
     source: str  # the variable that numbers it; "" when only the world size is set
+    argv: str = ""  # where its command line numbers it instead: what it says (argv_mark)
 
     @property
     def number(self) -> int | None:
@@ -79,6 +81,19 @@ def rank_mark(env: dict[str, str]) -> RankMark | None:
         return None
     return RankMark(rank, local, world, _int(env, LOCAL_WORLD_SIZE_VARS)[0],
                     rank_var or local_var)
+
+
+COMMAND_LINE = "command_line"  # RankMark.source of a rank its own command line numbers
+
+
+def argv_mark(cmdline: list[str]) -> RankMark | None:
+    """The rank a Python's own command line gives it where its environment gives none
+    (``python main.py --rank 1 --world-size 2 --dist-url tcp://...``, core/rankclaim.py)."""
+    said = argv_rank(cmdline)
+    if said is None:
+        return None
+    return RankMark(said.rank, said.local_rank, said.world_size, None, COMMAND_LINE,
+                    argv=said.detail)
 
 
 def is_python(argv0_names: list[str]) -> bool:

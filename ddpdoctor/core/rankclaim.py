@@ -16,6 +16,11 @@ strongest first:
 3. mp.spawn's process index (``i`` in ``torch.multiprocessing.spawn._wrap``), which is only
    the rank when the script passes it on unchanged: the claim says it is an index.
 
+Before any of them, where a Python's own command line numbers it (``argv_rank``: ``python
+main.py --rank 1 --world-size 2 --dist-url tcp://...``, one command per rank from a shell
+loop or a Slurm task script), that number is its rank, read from ``/proc/PID/cmdline`` as
+the launcher's variables are read from its environment.
+
 When none of them answers, the rank is unknown and callers say so (never PID order
 silently). Shared by ``attach`` (discovery) and ``run`` (its per-rank sampling): the same
 process gets the same number in both. Never imports torch.
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,6 +51,90 @@ _SPAWN_FILE = os.path.join("torch", "multiprocessing", "spawn.py")
 _DIST_DIR = os.path.join("torch", "distributed", "")
 _LIBRARY_DIRS = ("site-packages", "dist-packages", os.path.join("lib", "python"))
 _MAX_FILE = 1 << 20
+
+
+PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[mtd]*$")  # a Python interpreter's basename
+
+# A script's options that number its process. `--rank` alone may be something else (a LoRA
+# rank): it counts only beside an option that says the script runs a process group.
+_RANK_OPTS = ("--rank", "--global-rank", "--global_rank", "--world-rank", "--world_rank")
+_LOCAL_RANK_OPTS = ("--local-rank", "--local_rank")  # torch.distributed.launch's own
+_WORLD_OPTS = ("--world-size", "--world_size")
+_GROUP_OPTS = ("--dist-url", "--dist_url", "--init-method", "--init_method", "--master-addr",
+               "--master_addr", "--master-port", "--master_port", "--dist-backend",
+               "--dist_backend", *_WORLD_OPTS)
+_PY_VALUE_OPTS = frozenset({"-X", "-W", "-Q"})  # Python's own options that take a value
+
+
+@dataclass(frozen=True)
+class ArgvRank:
+    """What a Python's command line says of its rank (``detail``: the options, as given)."""
+
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    detail: str
+
+
+def script_args(cmdline: Sequence[str]) -> list[str]:
+    """The arguments a Python passes to its script or ``-m`` module; [] for ``-c`` or none."""
+    args = list(cmdline[1:])
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in _PY_VALUE_OPTS:
+            i += 2
+            continue
+        if a == "-m":
+            return args[i + 2:]
+        if a.startswith("-c") or (a.startswith("-m") and not a.startswith("--")):
+            return [] if a.startswith("-c") else args[i + 1:]
+        if not a.startswith("-"):
+            return args[i + 1:]
+        i += 1
+    return []
+
+
+def _options(args: Sequence[str]) -> dict[str, str]:
+    """``--name value`` and ``--name=value``; the last one given wins, as in argparse."""
+    out: dict[str, str] = {}
+    for i, a in enumerate(args):
+        if not a.startswith("--"):
+            continue
+        name, eq, value = a.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        out[name] = value
+    return out
+
+
+def _first_int(opts: dict[str, str], names: Sequence[str]) -> tuple[int | None, str]:
+    for name in names:
+        value = opts.get(name)
+        if value is not None and value.isdigit():
+            return int(value), f"{name} {value}"
+    return None, ""
+
+
+def argv_rank(cmdline: Sequence[str]) -> ArgvRank | None:
+    """The rank a Python process's own command line gives it: ``--local-rank N`` (what
+    torch.distributed.launch passes), or ``--rank N`` beside a world size, a ``--dist-url``
+    / ``--init-method`` or a master address or port; None otherwise (a non-Python process
+    included)."""
+    if not cmdline or not PYTHON_EXE.match(os.path.basename(cmdline[0])):
+        return None
+    opts = _options(script_args(cmdline))
+    if not opts:
+        return None
+    local, local_said = _first_int(opts, _LOCAL_RANK_OPTS)
+    rank, rank_said = _first_int(opts, _RANK_OPTS)
+    if rank is not None and not any(name in opts for name in _GROUP_OPTS):
+        rank, rank_said = None, ""
+    if rank is None and local is None:
+        return None
+    world, world_said = _first_int(opts, _WORLD_OPTS)
+    said = ", ".join(x for x in (rank_said, local_said, world_said) if x)
+    return ArgvRank(rank, local, world, f"{said} on its command line")
 
 
 class RankSource(str, Enum):

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from ddpdoctor.core.report import Check, Report
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     # run's other modules name attach's diagnosis and its parts through here, run's glue
     # to attach (the package layers, tests/unit/test_layers.py)
     from ddpdoctor.attach.diagnosis import HangDiagnosis
@@ -49,8 +51,10 @@ class HangOutcome:
 
 
 def diagnose(job_pid: int, no_progress_s: float, last_progress: str, native: bool = False,
-             timeout: float = 5.0) -> HangOutcome:
-    """Stacks (and Flight Recorder dumps) of every rank under ``job_pid``; never raises."""
+             timeout: float = 5.0, gone: Mapping[int, str] | None = None) -> HangOutcome:
+    """Stacks (and Flight Recorder dumps) of every rank under ``job_pid``; ``gone``: the
+    ranks run saw exit (rank -> how), dead where no process of theirs is found; never
+    raises."""
     from ddpdoctor.attach.diagnosis import diagnose_hang
     from ddpdoctor.attach.discover import AttachError
     from ddpdoctor.attach.stacks import StackError
@@ -58,7 +62,7 @@ def diagnose(job_pid: int, no_progress_s: float, last_progress: str, native: boo
     out = HangOutcome(no_progress_s, last_progress)
     t0 = time.monotonic()
     try:
-        out.diagnosis = diagnose_hang([job_pid], native=native, timeout=timeout)
+        out.diagnosis = diagnose_hang([job_pid], native=native, timeout=timeout, gone=gone)
     except (AttachError, StackError) as e:
         out.error = str(e)
     except Exception as e:  # the job must still be stopped and reported

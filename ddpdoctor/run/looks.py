@@ -78,8 +78,11 @@ def look(job: Job, tracker: ProgressTracker, stalled: float, opts: LookOptions,
     if announce:  # once per quiet spell: a long evaluation is not worth a line a minute
         say(f"ddpdoctor run: no output or step for {stalled:.1f} s (last progress: "
             f"{tracker.last_what}); looking at the stacks...")
+    now = time.monotonic()
+    gone = {e.rank: f"pid {e.pid} exited {now - (e.died or e.time):.0f} s before (run saw it go)"
+            for e in tracker.exits}
     outcome = hang_mod.diagnose(job.pid, stalled, tracker.last_what, opts.native,
-                                opts.attach_timeout)
+                                opts.attach_timeout, gone=gone)
     if job.poll() is not None:
         say("ddpdoctor run: the job ended while it was being looked at; no hang")
         return None, outcome

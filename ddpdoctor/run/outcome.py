@@ -196,6 +196,7 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
                                    status="warning", group=GROUP,
                                    data={"returncode": rc, "signal": result.teardown
                                          or "SIGINT"}))
+        _stop_cause(report, result, job.copy.combined_path)
         result.exit_code = job_exit_code(rc)
         return
     log_path, exits = _triage_input(result, job)
@@ -240,11 +241,17 @@ def _hang_cause(report: Report, hang: HangOutcome, output_log: Path) -> None:
     own findings (a limit, a crash the launch did not end the job for)."""
     if hang.output_bytes is None:
         return
-    cause = triage_mod.before_hang(output_log, hang.output_bytes)
+    cause = triage_mod.before_stop(output_log, hang.output_bytes, hang=True)
     if not cause:
         return
     lead = cause[0]
     culprits = hang.diagnosis.culprits if hang.diagnosis is not None else []
+    same = [f for f in getattr(hang.diagnosis, "findings", None) or [] if f.id == lead.id]
+    if not lead.ranks and len(same) == 1 and same[0].ranks:
+        # one failure seen twice: the output says why, the stacks whose (a usage error
+        # printed unprefixed; rank 1 gone while rank 0 waits for it)
+        lead.ranks = list(same[0].ranks)
+        lead.evidence["rank_from"] = f"run's look at the hang: {same[0].title}"
     named = (f" (the stacks name {'rank' if len(culprits) == 1 else 'ranks'} "
              f"{', '.join(map(str, culprits))})" if culprits else "")
     report.checks.append(Check(
@@ -257,6 +264,24 @@ def _hang_cause(report: Report, hang: HangOutcome, output_log: Path) -> None:
 
 
 HANG_CAUSE = "hang cause"
+
+
+def _stop_cause(report: Report, result: RunResult, output_log: Path) -> None:
+    """A job ended by a signal to run is not healthy for that: what it printed before the
+    signal, when that is a failure (a rank's usage error while the other waits for it in
+    its rendezvous, until someone gives up and ends the job)."""
+    if result.signalled_at_bytes is None:
+        return
+    cause = triage_mod.before_stop(output_log, result.signalled_at_bytes)
+    if not cause:
+        return
+    lead = cause[0]
+    report.checks.append(Check(
+        triage_mod.CHECK, f"before the job was ended, its output shows {_who(lead)}: "
+        f"{lead.id}", group=GROUP,
+        data={"log": str(output_log), "bytes_read": result.signalled_at_bytes}))
+    for f in cause:
+        report.add(f, check=triage_mod.CHECK)
 
 
 def _who(lead: Finding) -> str:

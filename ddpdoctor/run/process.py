@@ -147,9 +147,10 @@ class OutputCopy:
         """Nothing is buffered; kept for callers that flush before reading."""
 
     def kept_bytes(self) -> int:
-        """How much of the combined copy is written: where what comes later starts."""
-        with self._lock:
-            return self._combined.bytes
+        """How much of the combined copy is written: where what comes later starts.
+        No lock: a signal handler asks (the main thread may hold the lock it interrupted),
+        and one int read is whole under the GIL."""
+        return self._combined.bytes
 
     def files(self) -> list[KeptFile]:
         with self._lock:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ddpdoctor.core import safefile
 from ddpdoctor.core.oddrank import shared_env
 from ddpdoctor.core.proctree import HostProcs
+from ddpdoctor.core.rankclaim import argv_rank
 from ddpdoctor.run.background_threads import BackgroundThreads
 from ddpdoctor.run.rendezvous import RankEndpoint, endpoint_of
 
@@ -95,12 +96,16 @@ def _identity_of(proc: psutil.Process) -> Identity:
         rank = int(value) if value is not None else None
     except ValueError:
         return Identity(None)
-    if rank is None:
-        return Identity(None)
     try:
         cmdline = proc.cmdline()
     except (psutil.Error, OSError):
         cmdline = []
+    if rank is None:  # one `python main.py --rank N --world-size W` per rank, no launcher
+        said = argv_rank(cmdline)
+        rank = None if said is None else (said.rank if said.rank is not None
+                                          else said.local_rank)
+    if rank is None:
+        return Identity(None)
     return Identity(rank, endpoint_of(env, cmdline), shared_env(env))
 
 

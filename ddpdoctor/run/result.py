@@ -54,6 +54,7 @@ class RunResult:
     killed: list[Killed] = field(default_factory=list)
     ended_by: str = "the job exited"  # why run ended the job's tree
     teardown: str = ""  # the signal run got, if one ended it
+    signalled_at_bytes: int | None = None  # the kept output's size when it came
     terminal_gone: bool = False
     memory: MemoryHistory | None = None
     secrets: list[str] = field(default_factory=list)

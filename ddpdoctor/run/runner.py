@@ -168,6 +168,7 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: JobEnv, opts
         _end_job(job, tree, sigs, result, opts)
     result.interrupted = sigs.interrupts
     result.teardown = sigs.teardown
+    result.signalled_at_bytes = sigs.output_bytes
     result.tracker = tracker
 
 

@@ -37,6 +37,9 @@ class RunSignals:
         self.hurry = False  # SIGKILL now, no grace
         self.terminal_gone = False
         self._pending_interrupt = False  # a Ctrl-C before the job was there to get it
+        # how much of the job's kept output was written when the first ending signal came:
+        # what it printed before, not the tracebacks the signal itself makes it print
+        self.output_bytes: int | None = None
         self._saved: dict[int, _Handler] = {}
 
     def __enter__(self) -> RunSignals:
@@ -57,6 +60,7 @@ class RunSignals:
         self.job = job
         if self._pending_interrupt:
             self._pending_interrupt = False
+            self.output_bytes = job.copy.kept_bytes()
             job.signal_group(signal.SIGINT)
 
     @property
@@ -65,6 +69,8 @@ class RunSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal_name(signum) or f"signal {signum}"
+        if self.output_bytes is None and self.job is not None:
+            self.output_bytes = self.job.copy.kept_bytes()
         if self.teardown:
             self.hurry = True  # asked again while the grace runs
             return

@@ -131,12 +131,15 @@ class _Upto:
         return data
 
 
-def before_hang(output_log: Path, upto: int) -> list[Finding]:
-    """The failure a job printed before run confirmed its hang: a rank's DataLoader workers
-    that died of "Too many open files" leave it waiting for data, the others in the next
-    collective; the stacks show where each waits, the output why. Read as diagnose reads a
-    log, only the first ``upto`` bytes (what run's own stop printed after is no cause). Its
-    error findings when the first one is an error that is not the hang itself, else none."""
+def before_stop(output_log: Path, upto: int, hang: bool = False) -> list[Finding]:
+    """The failure a job printed before it was stopped: by run, for a confirmed hang
+    (``hang``: a rank's DataLoader workers that died of "Too many open files" leave it
+    waiting for data, the others in the next collective; the stacks show where each waits,
+    the output why), or by a signal to run (a rank that died of a usage error while the
+    other waits in its rendezvous for ever). Read as diagnose reads a log, only the first
+    ``upto`` bytes: what the stop itself made the job print (torchrun's SignalException,
+    a KeyboardInterrupt on every rank) is no cause. Its error findings when the first one
+    is an error (and, for a hang, not the hang itself), else none."""
     from ddpdoctor.diagnose import LogInput, diagnose_logs
 
     try:
@@ -146,7 +149,8 @@ def before_hang(output_log: Path, upto: int) -> list[Finding]:
                 rank_from_path=False)])
     except OSError:
         return []
-    findings = [f for f in findings if f.id not in _GOES_ON | _THE_HANG]
+    skip = _GOES_ON | _THE_HANG if hang else _GOES_ON
+    findings = [f for f in findings if f.id not in skip]
     if not findings or findings[0].severity != "error":
         return []
     return [f for f in findings if f.severity == "error"]

@@ -158,9 +158,17 @@ def test_signals_first_ctrl_c_is_passed_on_even_while_the_job_starts():
 
     from ddpdoctor.run.signals import RunSignals
 
+    class FakeCopy:
+        def __init__(self) -> None:
+            self.written = 120  # bytes of the job's output kept so far
+
+        def kept_bytes(self) -> int:
+            return self.written
+
     class FakeJob:
         def __init__(self) -> None:
             self.sent: list[int] = []
+            self.copy = FakeCopy()
 
         def signal_group(self, sig: int) -> bool:
             self.sent.append(sig)
@@ -170,7 +178,11 @@ def test_signals_first_ctrl_c_is_passed_on_even_while_the_job_starts():
     sigs._handle(signal.SIGINT, None)  # before the job is attached
     sigs.attach(job)
     assert job.sent == [signal.SIGINT] and not sigs.teardown
+    # what the job printed before it got the Ctrl-C, not the tracebacks it makes
+    assert sigs.output_bytes == 120
+    job.copy.written = 900
     sigs._handle(signal.SIGINT, None)  # the second: the whole tree, at once
+    assert sigs.output_bytes == 120
     assert sigs.teardown.startswith("a second Ctrl-C") and sigs.hurry
     assert job.sent == [signal.SIGINT]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from paths import FIXTURES
 
-from ddpdoctor.run.triage import before_hang
+from ddpdoctor.run.triage import before_stop
 
 LOG = FIXTURES / "run_jobs" / "fd_limit_job.output.log"
 
@@ -19,7 +19,7 @@ def _offset_of(marker: bytes) -> int:
 
 def test_the_limit_printed_before_the_hang_is_its_cause():
     upto = _offset_of(b"W1129 10:47:35.186000 11520 torch/distributed/elastic/agent")
-    found = before_hang(LOG, upto)
+    found = before_stop(LOG, upto)
     assert [f.id for f in found] == ["ENV_LIMITS"]
     assert str(found[0].evidence["first_seen"]).endswith(":11")
 
@@ -28,15 +28,21 @@ def test_the_stops_own_teardown_is_no_cause():
     # nothing of the job's before the stop but torchrun's banner: the SignalException
     # traceback after it must not become a cause
     upto = _offset_of(b"Traceback")
-    assert before_hang(LOG, upto) == []
+    assert before_stop(LOG, upto) == []
 
 
 def test_a_file_that_went_away_gives_no_cause(tmp_path):
-    assert before_hang(tmp_path / "gone.log", 1000) == []
+    assert before_stop(tmp_path / "gone.log", 1000) == []
 
 
 def test_a_watchdog_timeout_is_the_hang_itself_not_its_cause():
     # a real NCCL watchdog timeout and nothing before it (its source URL in the .json
     # beside it): the stacks name a hang better than the timeout it ran into
     log = FIXTURES / "reallogs" / "F3_nccl_timeout_allreduce_ddw_a100.log"
-    assert before_hang(log, log.stat().st_size) == []
+    assert before_stop(log, log.stat().st_size, hang=True) == []
+
+
+def test_a_watchdog_timeout_before_a_signal_to_run_is_a_cause():
+    # no hang was confirmed: the timeout is what the job shows, nothing names it better
+    log = FIXTURES / "reallogs" / "F3_nccl_timeout_allreduce_ddw_a100.log"
+    assert [f.id for f in before_stop(log, log.stat().st_size)] == ["COLLECTIVE_TIMEOUT"]
