@@ -14,7 +14,6 @@ import os
 from dataclasses import dataclass, field
 
 from ddpdoctor.attach.rankproof import (
-    COMMAND_LINE,
     ProcFacts,
     RankMark,
     argv_mark,
@@ -220,9 +219,7 @@ def _ranks_from_marks(disc: Discovery, seen: dict, facts: dict[int, ProcFacts],
                               f"{by_rank[number].pid} and {pid} (two jobs?): using "
                               f"{by_rank[number].pid}")
             continue
-        source = (COMMAND_LINE if mark.argv else "env" if mark.rank is not None
-                  else "local_rank")
-        by_rank[number] = rp = _rank_process(number, pid, seen, facts, source)
+        by_rank[number] = rp = _rank_process(number, pid, seen, facts, mark.numbered_by)
         rp.rank_detail = mark.argv
     free = (n for n in range(len(by_rank) + len(unnumbered)) if n not in by_rank)
     for pid in unnumbered:

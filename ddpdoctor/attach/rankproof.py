@@ -67,6 +67,11 @@ class RankMark:
         return self.rank if self.rank is not None else self.local_rank
 
     @property
+    def numbered_by(self) -> str:
+        """What gives its number: its command line, RANK, or LOCAL_RANK alone."""
+        return COMMAND_LINE if self.argv else "env" if self.rank is not None else "local_rank"
+
+    @property
     def identity(self) -> tuple[int | None, int | None, int | None]:
         """Equal in a rank and its forked workers (which inherit its environment)."""
         return self.rank, self.local_rank, self.world_size

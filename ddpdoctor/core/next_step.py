@@ -122,7 +122,7 @@ def _has(pattern: str) -> Callable[[Finding], bool]:
 # A program refusing its configuration before it trains: raised while validating its
 # arguments or config, or saying which version or which divisibility it needs, or which
 # launcher variable is missing. What fixes it is the launch, not the code.
-_CONFIG_WHERE = re.compile(r"(?:arguments|training_args|config\w*)\.py:\d+|in (?:validate_"
+_CONFIG_WHERE = re.compile(r"(?:arguments|\w*_?args|config\w*)\.py:\d+|in (?:validate_"
                            r"args|_?validate\w*|check_args|parse_args|__post_init__)$")
 _CONFIG_SAYS = re.compile(
     r"requires (?:PyTorch|torch|transformers|accelerate|deepspeed|CUDA|Python)\b[^.;]*?"
@@ -156,6 +156,9 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
     ("*", _has(r"DUE TO PREEMPTION"), _R, "the job was preempted: restart as is"),
     ("COMM_CONNECTIVITY", _has(r"(?i)async event|catastrophic|port error|port state"),
      _D, "the InfiniBand adapter itself reported an error: drain the node"),
+    ("COMM_CONNECTIVITY", lambda f: f.evidence.get("family") == "node_network", _D,
+     "only one node's ranks could not bring up the network the others did: drain that "
+     "node and restart"),
     # before the missing-path rule: a sample the Dataset could not read is not the launch
     ("RANK_CRASHED", lambda f: f.evidence.get("family") == "dataset_code", _C,
      "the Dataset's own code raised on a sample in a DataLoader worker: fix that code, or "

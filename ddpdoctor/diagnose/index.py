@@ -32,6 +32,8 @@ class EventIndex:
     root_failures: tuple[Event, ...]
     versions: Mapping[str, str]
     _pos: Mapping[int, int] = field(repr=False)
+    # every rank that printed a line: the census and the events' own ranks
+    ranks_seen: frozenset[int] = frozenset()
 
     @classmethod
     def build(cls, events: Iterable[Event]) -> EventIndex:
@@ -49,7 +51,8 @@ class EventIndex:
                  and e.kind in (EventKind.TORCHRUN_FAILURE, EventKind.AGENT_FAILED)]
         return cls(tuple(evs), MappingProxyType({k: tuple(v) for k, v in by_kind.items()}),
                    tuple(roots), MappingProxyType(_versions(by_kind.get(EventKind.VERSION, []))),
-                   MappingProxyType({id(e): i for i, e in enumerate(evs)}))
+                   MappingProxyType({id(e): i for i, e in enumerate(evs)}),
+                   frozenset(e.rank for e in (*evs, *seen) if e.rank is not None))
 
     @property
     def root_rank(self) -> int | None:
@@ -194,10 +197,29 @@ def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event
     if any(e.rank == root_rank for e in evs if e.kind not in CASCADE
            and e.kind not in _REPORTS):
         return evs
-    return [replace(e, rank=root_rank, rank_from="torchrun's summary (line carries no rank)")
+    each = _each_raisers_own(evs, root_rank)
+    return [each[id(e)] if id(e) in each else
+            replace(e, rank=root_rank, rank_from="torchrun's summary (line carries no rank)")
             if e.rank is None and e.kind not in _REPORTS and not _launchers_own(e)
             and not e.kind.value.startswith("desync_")
             else e for e in evs]
+
+
+def _each_raisers_own(evs: list[Event], root_rank: int) -> dict[int, Event]:
+    """Identical exceptions with no rank, as many as the ranks torchrun's summary says
+    exited with an error code of their own (not the SIGTERM it sent the others): one
+    each, the first observed failure's first. Two ranks refusing one config raise the
+    same ValueError; giving both to the first named one rank and dropped the other."""
+    raisers = [root_rank] + [e.rank for e in evs if e.kind is EventKind.TORCHRUN_FAILURE
+                             and e.rank not in (None, root_rank) and not e.data.get("first")
+                             and isinstance(code := e.data.get("exit_code"), int) and code > 0]
+    raised = [e for e in evs if e.kind is EventKind.EXCEPTION and e.rank is None]
+    if len(raisers) < 2 or len(raised) != len(raisers) or len({e.text for e in raised}) != 1:
+        return {}
+    why = (f"torchrun's summary: {len(raisers)} ranks exited with an error code, "
+           f"{len(raised)} identical tracebacks carry no rank")
+    return {id(e): replace(e, rank=r, rank_from=why)
+            for e, r in zip(raised, raisers, strict=True) if r is not None}
 
 
 # Frames of the launcher's own process (torchrun's entry point, the elastic agent)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, fmt, ranks_of, verdict
@@ -141,32 +142,7 @@ def nccl_config(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                            f"{xml[0].data['dev']} not found): {var}", xml + ix.of(K.NCCL_ENV),
                            {"variables": files}, ranks=[]))
     if configured:
-        d = configured[0].data
-        env_ifname = env.get("NCCL_SOCKET_IFNAME")
-        if "local_size" in d:
-            title = (f"NCCL ranks disagree on message sizes with peer {d['peer']} (local "
-                     f"{d['local_size']} vs remote {d['remote_size']}): NCCL_* settings "
-                     "differ between nodes")
-        elif "interface" in d:
-            title = (f"gloo found no interface named {d['interface']!r}: set "
-                     "GLOO_SOCKET_IFNAME to one existing interface name (gloo does not take "
-                     "NCCL's ^exclude lists)")
-        elif configured[0].typed("config", str).startswith("GLOO"):
-            title = ("gloo could not resolve this host's name to a local address and used "
-                     "loopback, so other nodes cannot reach it: set GLOO_SOCKET_IFNAME")
-        elif d.get("plugin_failed"):
-            net = env.get("NCCL_NET")
-            title = ("NCCL could not initialize any network plugin"
-                     + (f" (NCCL_NET={net})" if net else "") + ": NCCL_NET names a transport "
-                     "this NCCL cannot load (IB, Socket or a plugin's name; SHM is none), or "
-                     "the installed plugin (libnccl-net.so) fails: unset NCCL_NET or fix it")
-        elif env_ifname and d["config"] == "NCCL_SOCKET_IFNAME":
-            title = (f"NCCL_SOCKET_IFNAME={env_ifname} matches no usable interface on this "
-                     "host: set it to an existing interface (ip -br addr)")
-        else:
-            title = f"NCCL found no usable network interface: set {d['config']}"
-        out.append(verdict(ix, "ENV_NCCL_CONFIG", title, configured, {"setting": d["config"]},
-                           ranks=[]))
+        out.append(_node_local(ix, configured) or _configured(ix, configured, env))
     if loop:
         d = loop[0].data
         lib = "NCCL_SOCKET_IFNAME" if loop[0].kind is K.NCCL_SOCKET else "GLOO_SOCKET_IFNAME"
@@ -176,6 +152,62 @@ def nccl_config(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                            f"advertise the wrong interface; set {lib}", loop,
                            {"address": d["address"], "setting": lib}, ranks=[]))
     return out
+
+
+def _configured(ix: EventIndex, configured: list[Event], env: dict[object, object]) -> Verdict:
+    """An interface or network setting NCCL or gloo cannot work with, named."""
+    d = configured[0].data
+    env_ifname = env.get("NCCL_SOCKET_IFNAME")
+    if "local_size" in d:
+        title = (f"NCCL ranks disagree on message sizes with peer {d['peer']} (local "
+                 f"{d['local_size']} vs remote {d['remote_size']}): NCCL_* settings "
+                 "differ between nodes")
+    elif "interface" in d:
+        title = (f"gloo found no interface named {d['interface']!r}: set "
+                 "GLOO_SOCKET_IFNAME to one existing interface name (gloo does not take "
+                 "NCCL's ^exclude lists)")
+    elif configured[0].typed("config", str).startswith("GLOO"):
+        title = ("gloo could not resolve this host's name to a local address and used "
+                 "loopback, so other nodes cannot reach it: set GLOO_SOCKET_IFNAME")
+    elif d.get("plugin_failed"):
+        net = env.get("NCCL_NET")
+        title = ("NCCL could not initialize any network plugin"
+                 + (f" (NCCL_NET={net})" if net else "") + ": NCCL_NET names a transport "
+                 "this NCCL cannot load (IB, Socket or a plugin's name; SHM is none), or "
+                 "the installed plugin (libnccl-net.so) fails: unset NCCL_NET or fix it")
+    elif env_ifname and d["config"] == "NCCL_SOCKET_IFNAME":
+        title = (f"NCCL_SOCKET_IFNAME={env_ifname} matches no usable interface on this "
+                 "host: set it to an existing interface (ip -br addr)")
+    else:
+        title = f"NCCL found no usable network interface: set {d['config']}"
+    return verdict(ix, "ENV_NCCL_CONFIG", title, configured, {"setting": d["config"]},
+                   ranks=[])
+
+
+_SRUN_HOST = re.compile(r"srun: error: ([\w.-]+): tasks? ")  # a task's death, on its node
+
+
+def _node_local(ix: EventIndex, failed: list[Event]) -> Verdict | None:
+    """NCCL's network plugin failed on a few ranks while at least as many others printed
+    on without that failure: one launch, one setting, so not the setting but the failing
+    ranks' node (its plugin install, NIC or driver): COMM_CONNECTIVITY on those ranks."""
+    failed = [e for e in failed if e.data.get("plugin_failed")]
+    if any(e.rank is None or e.rank_from for e in failed):
+        return None  # a failure whose rank its line does not say may be every rank's
+    bad = sorted({e.rank for e in failed if e.rank is not None})
+    others = ix.ranks_seen - set(bad)
+    if not bad or len(others) < max(2, len(bad)):
+        return None
+    hosts = sorted({m.group(1) for e in ix.of(K.FLOOR) if e.rank in bad
+                    and (m := _SRUN_HOST.match(e.text))})
+    where = f" on {', '.join(hosts)}" if hosts else ""
+    return verdict(ix, "COMM_CONNECTIVITY",
+                   f"only ranks {format_ranks(bad)}{where} could not initialize NCCL's network "
+                   f"plugin (\"Failed to initialize any NET plugin\"); {len(others)} other ranks "
+                   "of the same launch did: their node's network (its NCCL plugin, NIC or "
+                   "driver) is at fault, not a setting: drain that node and restart",
+                   [e for e in failed if e.rank in bad],
+                   {"family": "node_network", "other_ranks": len(others)}, ranks=bad)
 
 
 # Interfaces a container runtime, VM bridge, overlay network or VPN makes on one host: no

@@ -181,6 +181,26 @@ KNOWN_BUGS = (
              "RuntimeError: one of the variables needed for gradient computation has been "
              "modified by an inplace operation: [torch.FloatTensor [1, 32,3,3]] is at version 2; "
              "expected version 1 instead.", "https://github.com/XPixelGroup/BasicSR/issues/541")),
+    KnownBug(
+        "inductor-legacy-tf32-read", "https://github.com/pytorch/pytorch/issues/166387",
+        "torch.compile (Inductor) reads TF32 through the legacy allow_tf32 flag; once anything "
+        "set it with the new fp32_precision API (transformers' tf32=True does), the read raises "
+        "'you have used mix of the legacy and new APIs to set the TF32 status'",
+        "torch builds with the fp32_precision API (seen on torch 2.10) under torch.compile, "
+        "TF32 set through that API",
+        "not fixed in a release (pytorch/pytorch#173731 moves Inductor to the new API)",
+        "set TF32 through one API only: drop the new-API setting (transformers' --tf32, "
+        "torch.backends.cuda.matmul.fp32_precision) and use allow_tf32, or run without "
+        "torch.compile",
+        {},  # the versions the log prints do not bound it: the line decides
+        _sig("inductor-legacy-tf32-read", "mix of the legacy and new APIs",
+             r"used mix of the legacy and new APIs to set the TF32 status",
+             "torch with the fp32_precision API",
+             "torch._inductor.exc.InductorError: LoweringException: RuntimeError: PyTorch is "
+             "checking whether allow_tf32_new is enabled for cuBlas matmul,Current status "
+             "indicate that you have used mix of the legacy and new APIs to set the TF32 status "
+             "for cublas matmul. We suggest only using the new API to set the TF32 flag.",
+             "https://github.com/pytorch/pytorch/pull/194680")),
 )
 
 BY_ID = {b.id: b for b in KNOWN_BUGS}
