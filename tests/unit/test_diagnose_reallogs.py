@@ -129,12 +129,33 @@ def test_the_next_step_matches_what_fixed_it(results):
     assert 1 - len(wrong) / len(labelled) >= 0.80, wrong
 
 
-def test_cli_exit_code_is_1_on_every_failed_log():
+# Every log is read once per module (the ``results`` fixture, diagnose's own path); the
+# command line and run's crash triage are the same rules behind another door, so each is
+# walked on a fixed sample of the corpus: every SAMPLE-th log, plus every log whose first
+# finding is one the door itself may change (run's rendezvous culprit step; with no rank
+# exits given, run's triage changes nothing else)
+SAMPLE = 4
+_DOOR_CHANGES = {"ENV_RENDEZVOUS_UNREACHABLE"}
+
+
+def _sample(results):
+    return [r for i, r in enumerate(results) if i % SAMPLE == 0 or r.got_id in _DOOR_CHANGES]
+
+
+def test_every_failed_log_has_an_error_finding(results):
+    """What the command's exit code 1 stands for: an error finding in the report."""
+    missed = [r.case.name for r in results
+              if r.case.failed and r.case.name not in NOTHING_TO_SEE and r.healthy]
+    assert missed == []
+
+
+def test_cli_exit_code_is_1_on_failed_logs(results):
     from click.testing import CliRunner
 
     from ddpdoctor.commands.diagnose import command
 
-    for case in CASES:
+    for r in _sample(results):
+        case = r.case
         if case.failed and case.name not in NOTHING_TO_SEE:
             result = CliRunner().invoke(command, [str(case.log)])
             assert result.exit_code == 1, (case.name, result.output[-500:])
@@ -144,7 +165,7 @@ def test_every_log_gets_the_same_first_finding_live_and_after_the_fact(results, 
     """run's crash triage and diagnose share one knowledge base and one set of rules."""
     from ddpdoctor.run.triage import triage_output
 
-    for after in results:
+    for after in _sample(results):
         case = after.case
         # run keeps the job's output under its own name: copy it there, as run does.
         out = tmp_path / "output.log"

@@ -4,6 +4,7 @@ and every file the docs or the code's comments cite is in the repository."""
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import tokenize
@@ -128,10 +129,17 @@ def missing_bare_docs(cited: set[str]) -> list[str]:
         if name in ("PLATFORM-NOTES", "README"):
             missing.append(name)
             continue
-        if not ((ROOT / name).exists()
-                or any(any((ROOT / d).rglob(name)) for d in (*CODE_DIRS, "docs", "playbooks"))):
+        if not ((ROOT / name).exists() or name in _file_names()):
             missing.append(name)
     return missing
+
+
+@functools.cache
+def _file_names() -> frozenset[str]:
+    """Every file name under the code, docs and playbooks folders: one walk, not one a
+    citation (the fixtures hold thousands of files)."""
+    return frozenset(p.name for d in (*CODE_DIRS, "docs", "playbooks")
+                     for p in (ROOT / d).rglob("*"))
 
 
 def code_citations(path: Path) -> tuple[set[str], set[str]]:
@@ -139,13 +147,25 @@ def code_citations(path: Path) -> tuple[set[str], set[str]]:
     source = path.read_text()
     texts = [tok.string for tok in tokenize.generate_tokens(io.StringIO(source).readline)
              if tok.type == tokenize.COMMENT]
-    for node in ast.walk(ast.parse(source)):
+    texts += _docstrings(ast.parse(source))
+    joined = "\n".join(texts)
+    return set(_REPO_PATH.findall(joined)), set(_BARE_DOC.findall(joined))
+
+
+def _docstrings(tree: ast.Module) -> list[str]:
+    """Every module, class and function docstring: statements are walked, expressions
+    (where no docstring can be) are not."""
+    out, todo = [], [tree]
+    while todo:
+        node = todo.pop()
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             doc = ast.get_docstring(node, clean=False)
             if doc:
-                texts.append(doc)
-    joined = "\n".join(texts)
-    return set(_REPO_PATH.findall(joined)), set(_BARE_DOC.findall(joined))
+                out.append(doc)
+        for name in ("body", "orelse", "finalbody", "handlers"):
+            todo += [c for c in getattr(node, name, ())
+                     if isinstance(c, ast.stmt | ast.excepthandler)]
+    return out
 
 
 def _code_files() -> list[Path]:

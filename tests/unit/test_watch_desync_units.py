@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import torch
+from lazy_torch import torch
 
 from ddpdoctor.watch import join as join_hooks
 from ddpdoctor.watch import train_state
