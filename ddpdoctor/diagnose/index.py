@@ -365,6 +365,19 @@ def fmt(evs: Iterable[Event]) -> str:
     return format_ranks(ranks_of(evs))
 
 
+def rank_or(evs: Iterable[Event], unknown: str) -> str:
+    """"rank N" for the ranks of ``evs``, else ``unknown`` ("a rank", "the others"): a
+    title never says "rank ?" for a rank its lines do not give."""
+    ranks = fmt(evs)
+    return f"rank {ranks}" if ranks else unknown
+
+
+def on_rank(evs: Iterable[Event]) -> str:
+    """" on rank N", or nothing where the lines give no rank."""
+    ranks = fmt(evs)
+    return f" on rank {ranks}" if ranks else ""
+
+
 def cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n].rstrip() + " ..."
 

@@ -14,6 +14,8 @@ from ddpdoctor.diagnose.index import (
     Rule,
     Verdict,
     fmt,
+    on_rank,
+    rank_or,
     ranks_of,
     verdict,
 )
@@ -67,9 +69,13 @@ def mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                               "both shapes"}
         if d.get("received_bytes") is not None:
             ev.update(received_bytes=d["received_bytes"], expected_bytes=d["expected_bytes"])
+        amounts = (f" (a transfer of {d['received_bytes']} bytes where "
+                   f"{d['expected_bytes']} were expected)"
+                   if d.get("received_bytes") is not None else "")
+        where = f" (detected on rank {fmt(size)})" if fmt(size) else ""
         out.append(verdict(ix, "HANG_COLLECTIVE_MISMATCH",
-                           "a collective received a different amount of data than it expected "
-                           f"(detected on rank {fmt(size) or '?'})", size + ix.of(K.CPP_ABORT),
+                           "a collective received a different amount of data than it expected"
+                           f"{amounts}{where}", size + ix.of(K.CPP_ABORT),
                            ev, ranks=ranks_of(size)))
     out.extend(_watchdog_fingerprints(ix) if not out else [])
     started = ix.of(K.DESYNC_STARTED)
@@ -363,13 +369,20 @@ def _missing_title(ix: EventIndex, culprits: list[int], busy: list[int], op: str
     if busy and culprits == busy:
         return _busy_elsewhere(ix, culprits, op, ev)
     if culprits:
-        return (f"rank {format_ranks(culprits)} never entered {op}; rank "
-                f"{fmt(waiting) or '?'} timed out waiting for it")
+        return (f"rank {format_ranks(culprits)} never entered {op}; "
+                f"{_who_waited(waiting, 'the others')} timed out waiting for it")
     ev["hint"] = ("a barrier early in the job times out when one process prepares data "
                   "longer than the process-group timeout: raise the timeout or prepare "
                   "the data before launching")
-    return (f"rank {fmt(waiting) or '?'} timed out in a barrier ({op}) that another rank "
+    return (f"{_who_waited(waiting, 'a rank')} timed out in a barrier ({op}) that another rank "
             "never reached: it was busy elsewhere (data preparation, tokenizing, saving)")
+
+
+def _who_waited(waiting: list[Event], unknown: str) -> str:
+    """The ranks that waited, or ``unknown`` where their lines carry no rank (never "rank
+    ?": a slot the log did not fill)."""
+    ranks = fmt(waiting)
+    return f"rank {ranks}" if ranks else unknown
 
 
 def _elsewhere_verdict(ix: EventIndex, culprits: list[int], other: dict[int, str], op: str,
@@ -377,8 +390,9 @@ def _elsewhere_verdict(ix: EventIndex, culprits: list[int], other: dict[int, str
     where = ", ".join(f"rank {r} was in {c}" for r, c in sorted(other.items()))
     ev["collectives"] = {str(r): c for r, c in sorted(other.items())}
     return verdict(ix, "HANG_COLLECTIVE_MISMATCH",
-                   f"rank {format_ranks(culprits)} never entered {op}, where rank "
-                   f"{fmt(waiting) or '?'} waited; by its own traceback {where}: the ranks "
+                   f"rank {format_ranks(culprits)} never entered {op}, where "
+                   f"{_who_waited(waiting, 'the others')} waited; by its own traceback {where}: "
+                   "the ranks "
                    "called different collectives", waiting, ev, ranks=culprits)
 
 
@@ -436,7 +450,7 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     peer = ix.of(K.BARRIER_PEER_ERROR)
     if not evs and peer:
         p = sorted({e.typed("peer", int) for e in peer})
-        return [verdict(ix, "COLLECTIVE_TIMEOUT", f"rank {fmt(peer) or '?'} reached "
+        return [verdict(ix, "COLLECTIVE_TIMEOUT", f"{rank_or(peer, 'a rank')} reached "
                         f"monitored_barrier but got errors from rank {format_ranks(p)}: rank "
                         f"{format_ranks(p)} failed or its log names the late rank", peer,
                         ranks=p)]
@@ -472,7 +486,7 @@ def timeouts(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     # torch before 1.12 printed no SeqNum in the watchdog's line
     seq = f" #{w[0].data['seq']}" if w and "seq" in w[0].data else ""
     op = f" ({w[0].data['op']}{seq})" if w and "op" in w[0].data else ""
-    return [verdict(ix, "COLLECTIVE_TIMEOUT", f"a collective timed out on rank {fmt(evs) or '?'}"
+    return [verdict(ix, "COLLECTIVE_TIMEOUT", f"a collective timed out{on_rank(evs)}"
                     f"{op}; the logs name no culprit", evs, ev, ranks=[])]
 
 
@@ -488,9 +502,9 @@ def _crashed_before(ix: EventIndex, timeouts: list[Event]) -> Verdict | None:
             continue
         who = f"rank {tb.rank}" if tb.rank is not None else "a process"
         return verdict(ix, "RANK_CRASHED", f"{who} failed at {raised} (its traceback's "
-                       "exception line is not in the log) before rank "
-                       f"{fmt(timeouts) or '?'} timed out waiting for it: the timeout is its "
-                       "fallout", [tb, *timeouts],
+                       "exception line is not in the log) before "
+                       f"{rank_or(timeouts, 'the others')} timed out waiting for it: the "
+                       "timeout is its fallout", [tb, *timeouts],
                        {"where": raised, "hint": "the failed process's exception line was cut "
                         "or mixed into another rank's output: its own log file (torchrun "
                         "--log-dir, --tee 3) has it"},

@@ -18,6 +18,8 @@ from ddpdoctor.diagnose.index import (
     cut,
     explained_ranks,
     fmt,
+    on_rank,
+    rank_or,
     ranks_of,
     used,
     verdict,
@@ -97,7 +99,7 @@ def cuda_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         return []
     e = bad[0]
     if e.kind is K.GPU_MEMFAULT:
-        return [verdict(ix, "RANK_CRASHED", f"rank {fmt(bad) or '?'} hit a GPU memory access "
+        return [verdict(ix, "RANK_CRASHED", f"{rank_or(bad, 'a rank')} hit a GPU memory access "
                         f"fault on GPU node-{e.data['node']} at {e.data['address']} "
                         f"({e.data['reason']}): a kernel touched memory it does not own", bad,
                         {"hint": "rerun with AMD_SERIALIZE_KERNEL=3 (ROCm) to get the stack "
@@ -110,7 +112,7 @@ def cuda_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             "the installed torch (or an extension) was built without kernels for this GPU's "
             "compute capability (compare torch.cuda.get_arch_list() with "
             "torch.cuda.get_device_capability()): install a build that includes it")
-    return [verdict(ix, "RANK_CRASHED", f"rank {fmt(bad) or '?'} hit CUDA error: {what}{via}",
+    return [verdict(ix, "RANK_CRASHED", f"{rank_or(bad, 'a rank')} hit CUDA error: {what}{via}",
                     bad, {"hint": hint})]
 
 
@@ -559,8 +561,8 @@ def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     closed = [(e, m) for e in ix.of(K.CONN_CLOSED) if (m := _CLOSED_BY_PEER.search(e.text))]
     if closed and not ix.of(K.NCCL_SYSTEM, K.NCCL_SOCKET):
         host = closed[0][1]["host"]
-        return [verdict(ix, "RANK_CRASHED", f"a process on {host} ended: NCCL on rank "
-                        f"{fmt(evs) or '?'} saw its connection closed by that peer (an "
+        return [verdict(ix, "RANK_CRASHED", f"a process on {host} ended: NCCL"
+                        f"{on_rank(evs)} saw its connection closed by that peer (an "
                         "orderly close: the process exited or was killed, not the network); "
                         "its own error is not in these logs", [e for e, _ in closed] + evs,
                         {"peer_host": host,
@@ -582,7 +584,7 @@ def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         return [verdict(ix, "COMM_CONNECTIVITY", f"NCCL failed first on rank {fmt(origin)}: "
                         f"{cut(first, 100)}; rank {fmt(victims)} then saw "
                         "their connections closed by them", origin + evs, ev, ranks=ranks)]
-    return [verdict(ix, "COMM_CONNECTIVITY", f"NCCL lost a connection on rank {fmt(evs) or '?'}"
+    return [verdict(ix, "COMM_CONNECTIVITY", f"NCCL lost a connection{on_rank(evs)}"
                     f"{with_peer}: {cut(evs[0].text, 120)}", evs, ev, ranks=[])]
 
 
@@ -619,7 +621,7 @@ def peer_gone(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                                  "exits to end without these lines"},
                         ranks=[], severity="info")]
     return [verdict(ix, "RANK_CRASHED", "another rank went away (connection reset/closed by "
-                    f"peer on rank {fmt(peer) or '?'}); its own error is not in these logs",
+                    f"peer{on_rank(peer)}); its own error is not in these logs",
                     peer, {"hint": "the peer that closed the connection crashed first; its log "
                            "is not among the inputs: pass every rank's log"}, ranks=[])]
 

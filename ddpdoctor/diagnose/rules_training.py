@@ -8,7 +8,15 @@ from typing import TypedDict
 from ddpdoctor.core.findings import format_ranks
 from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
-from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, fmt, ranks_of, verdict
+from ddpdoctor.diagnose.index import (
+    EventIndex,
+    Rule,
+    Verdict,
+    cut,
+    on_rank,
+    ranks_of,
+    verdict,
+)
 from ddpdoctor.diagnose.kb.process import size_bytes
 from ddpdoctor.diagnose.rules_dataloader import RULE as DATALOADER
 
@@ -27,9 +35,9 @@ def _reduction_not_finished(ix: EventIndex, red: list[Event]) -> Verdict:
     if any(e.data.get("marked_twice") for e in red):
         ev["note"] = ("a parameter got two gradients in one iteration: it is used twice "
                       "(reentrant checkpointing, shared weights, two forwards per backward)")
-        title = f"DDP marked a parameter ready twice on rank {fmt(red) or '?'}"
+        title = f"DDP marked a parameter ready twice{on_rank(red)}"
     else:
-        title = (f"DDP reduction did not finish on rank {fmt(red) or '?'}: some parameters "
+        title = (f"DDP reduction did not finish{on_rank(red)}: some parameters "
                  "got no gradient in the previous iteration")
     return verdict(ix, "DDP_REDUCTION_NOT_FINISHED", title, red, ev)
 

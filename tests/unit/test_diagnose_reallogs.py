@@ -187,7 +187,9 @@ def test_titles_have_no_empty_slots(results):
     # "rank:" with no number after it is a slot left empty ("on rank: 94", quoted from
     # c10d's own message, is filled)
     # "()" after a name is a call the exception quotes (`scaled_dot_product_attention():`)
-    empty = re.compile(r"rank\s*[:,)](?!\s*\d)|rank\s*$|(?<!\w)\(\s*\)|\s{2,}|\bNone\b")
+    # "rank ?" is a rank the log did not give, printed as if it had (a blind trial of run)
+    empty = re.compile(r"rank\s*[:,)](?!\s*\d)|rank\s*$|(?<!\w)\(\s*\)|\s{2,}|\bNone\b|"
+                       r"\branks? \?")
     assert sum(len(r.titles) for r in results) > len(results) / 2
     for r in results:
         for title in r.titles:

@@ -68,3 +68,13 @@ def test_inductors_legacy_tf32_read_is_a_known_bug():
     found = findings_of(REAL / "XE9_fsdp2_torch_compile_tf32_api_inductor_bug.log")
     assert found[0].id == "KNOWN_UPSTREAM_BUG"
     assert found[0].evidence.get("bug") == "inductor-legacy-tf32-read"
+
+
+def test_a_title_never_says_rank_question_mark():
+    # gloo's size check aborts the rank that received too much, printing no rank prefix
+    # (tests/fixtures/logs/README.md): the title says what it knows, the sizes included
+    found = findings_of(Path("tests/fixtures/logs/gloo_size_mismatch_unprefixed_abort.log"))
+    lead = found[0]
+    assert lead.id == "HANG_COLLECTIVE_MISMATCH"
+    assert lead.title.endswith("(a transfer of 64 bytes where 48 were expected)")
+    assert "?" not in lead.title
