@@ -166,7 +166,9 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
     ("*", _has(r"No such file or directory|command not found|can't open file|execve|"
                r"FileNotFoundError|[Dd]oes not exist|[Ff]ile \S+ not found|"
                r"IsADirectoryError|NotADirectoryError|"
-               r"[Ff]ile not found|No space left on device|"
+               r"[Ff]ile not found|No space left on device|Disk quota exceeded|"
+               # torch.save's zip writer short of the bytes it wrote: a full disk or quota
+               r"unexpected pos \d+ vs \d+|"
                r"Permission denied"), _K,
      "a path, a program or the disk the launch relies on is missing or full: fix the launch "
      "configuration (paths, installed programs, free space)"),

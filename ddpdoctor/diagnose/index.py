@@ -40,8 +40,8 @@ class EventIndex:
         evs = list(events)
         # the scanner's census of ranks that printed: read here, seen by no rule
         seen = [e for e in evs if e.kind is EventKind.RANK_SEEN]
-        evs, root = _first_failure(_node_local_ranks(
-            [e for e in evs if e.kind is not EventKind.RANK_SEEN]))
+        evs, root = _first_failure(_node_local_ranks(_checkpoint_ranks(
+            [e for e in evs if e.kind is not EventKind.RANK_SEEN])))
         evs = _attribute_unprefixed(_one_per_failed_rank(evs), root.rank if root else None)
         evs = _script_went_on(_one_process(evs), seen)
         by_kind: dict[EventKind, list[Event]] = {}
@@ -65,6 +65,32 @@ class EventIndex:
 
     def pos(self, e: Event) -> int:
         return self._pos.get(id(e), 0)
+
+
+# torch.distributed.checkpoint gathers every rank's error into one exception on the rank
+# that reports it: "CheckpointException ranks:dict_keys([0, 1, 6])", then one "Traceback
+# ... (RANK N)" block per rank named, in that order
+_DCP_RANKS = re.compile(r"CheckpointException ranks:dict_keys\(\[(\d+(?:, \d+)*)\]\)")
+
+
+def _checkpoint_ranks(evs: list[Event]) -> list[Event]:
+    """The errors a DCP CheckpointException carries, each given the rank it names: a save
+    that failed on ranks 0, 1 and 6 (a full disk) is theirs, not the reporting rank's."""
+    out = list(evs)
+    for i, e in enumerate(evs):
+        m = _DCP_RANKS.search(e.text) if e.kind is EventKind.EXCEPTION else None
+        if m is None:
+            continue
+        ranks = [int(x) for x in m.group(1).split(", ")]
+        inner = [j for j in range(i + 1, len(evs)) if evs[j].kind is EventKind.EXCEPTION
+                 and evs[j].source == e.source and evs[j].rank == e.rank][:len(ranks)]
+        if len(inner) != len(ranks):
+            continue
+        for j, rank in zip(inner, ranks, strict=True):
+            out[j] = replace(evs[j], rank=rank, rank_from=(
+                f"the CheckpointException {'rank ' + str(e.rank) if e.rank is not None else ''}"
+                f" reported names rank {rank} for it").replace("  ", " "))
+    return out
 
 
 def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:

@@ -78,3 +78,20 @@ def test_a_title_never_says_rank_question_mark():
     assert lead.id == "HANG_COLLECTIVE_MISMATCH"
     assert lead.title.endswith("(a transfer of 64 bytes where 48 were expected)")
     assert "?" not in lead.title
+
+
+def test_a_checkpoint_exception_gives_each_named_rank_its_own_error():
+    # torch.distributed.checkpoint's "CheckpointException ranks:dict_keys([0, 1, 6])" on
+    # rank 7, then one "(RANK N)" traceback per rank: a full disk under every writer
+    found = findings_of(REAL / "XE9_torchtitan_pp_final_ckpt_disk_full.log")
+    inner = [f for f in found if "unexpected pos" in f.title]
+    assert [(f.id, f.ranks) for f in inner] == [("RANK_CRASHED", [0, 1, 6])]
+
+
+def test_a_save_short_of_its_bytes_is_a_full_disk_to_free():
+    from ddpdoctor.core.findings import Finding
+
+    lead = Finding("RANK_CRASHED", "rank 0-1,6 raised RuntimeError: [enforce fail at "
+                   "inline_container.cc:664] . unexpected pos 704 vs 598", ranks=[0, 1, 6])
+    step = decide([lead])
+    assert step.action.value == "fix_config" and "full" in step.reason
