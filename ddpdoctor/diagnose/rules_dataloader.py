@@ -69,7 +69,11 @@ def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 def _dl_killed(first: Event, dl: list[Event]) -> tuple[str, dict[str, object]]:
     ev: dict[str, object] = {"signal": first.data["signal"]}
     if first.data["signal"] == "Killed":
-        ev["hint"] = "SIGKILL: most often the host's OOM killer (check dmesg)"
+        ev["hint"] = ("SIGKILL: most often the host's OOM killer (confirm with `dmesg -T | "
+                      "grep -i oom`); fewer workers, a smaller batch or prefetch_factor, or "
+                      "more memory")
+        return ("a DataLoader worker was killed by SIGKILL (most often the host's OOM "
+                "killer: check dmesg)", ev)
     return f"a DataLoader worker was killed by signal: {first.data['signal']}", ev
 
 
