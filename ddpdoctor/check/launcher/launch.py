@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import pickle
+import re
 import shutil
 import tempfile
 import time
@@ -229,6 +230,14 @@ def _payloads(result_dir: Path, nproc: int) -> dict[int, _Payload]:
     return {r: pickle.loads(f.read_bytes()) for r, f in files.items() if f.exists()}
 
 
+# A rank's error that only says a peer went away (gloo's "Connection closed by peer" while
+# it was still joining the process group): no failure of its own, so the peer that went is
+# not its teardown's victim. Seen on a loaded host: a rank SIGKILLed in its function was
+# called torn down because its peer, still in init_process_group, lost the connection.
+_PEER_LOST = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|remote worker|"
+                        r"ECONNRESET|EPIPE")
+
+
 class _Ends:
     """How each rank ended, from its result file, its exit code or the deadline."""
 
@@ -248,6 +257,7 @@ class _Ends:
             outcome.error = payload.get("error", "")
             outcome.traceback = payload.get("traceback", "")
         elif r in self.exitcodes and any(p["status"] != STATUS_OK
+                                         and not _PEER_LOST.search(p.get("error", ""))
                                          for p in self.payloads.values()):
             # gone with no word of its own after another rank reported its failure: the
             # teardown (or the peer's loss) took it, however fast a loaded host let the
