@@ -177,7 +177,7 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
     rc = result.returncode
     tracker = result.tracker
     if result.hang is not None:
-        _hang_cause(report, result.hang, job.copy.combined_path)
+        _hang_cause(report, result.hang, job.copy.combined_path, _last_attempt_line(result))
         result.hang.add_to(report, opts.hang_timeout)
         if result.hang.stopped:
             report.checks.append(Check("job", f"stopped by ddpdoctor after {took:.1f} s "
@@ -236,12 +236,19 @@ def _job_outcome(result: RunResult, job: Job, opts: RunOptions, took: float,
     result.exit_code = job_exit_code(rc)
 
 
-def _hang_cause(report: Report, hang: HangOutcome, output_log: Path) -> None:
-    """What the job printed before its hang, when that is a failure: it leads the hang's
-    own findings (a limit, a crash the launch did not end the job for)."""
+def _last_attempt_line(result: RunResult) -> int:
+    """Where the last attempt's output starts: what came before was another attempt's."""
+    attempts = result.attempts
+    return attempts.attempts[-1].first_line if attempts.restarted else 0
+
+
+def _hang_cause(report: Report, hang: HangOutcome, output_log: Path, from_line: int) -> None:
+    """What the hung attempt printed before its hang, when that is a failure: it leads the
+    hang's own findings (a limit, a crash the launch did not end the job for)."""
     if hang.output_bytes is None:
         return
-    cause = triage_mod.before_stop(output_log, hang.output_bytes, hang=True)
+    cause = triage_mod.before_stop(output_log, hang.output_bytes, hang=True,
+                                   from_line=from_line)
     if not cause:
         return
     lead = cause[0]
@@ -272,7 +279,8 @@ def _stop_cause(report: Report, result: RunResult, output_log: Path) -> None:
     its rendezvous, until someone gives up and ends the job)."""
     if result.signalled_at_bytes is None:
         return
-    cause = triage_mod.before_stop(output_log, result.signalled_at_bytes)
+    cause = triage_mod.before_stop(output_log, result.signalled_at_bytes,
+                                   from_line=_last_attempt_line(result))
     if not cause:
         return
     lead = cause[0]

@@ -131,21 +131,27 @@ class _Upto:
         return data
 
 
-def before_stop(output_log: Path, upto: int, hang: bool = False) -> list[Finding]:
+def before_stop(output_log: Path, upto: int, hang: bool = False,
+                from_line: int = 0) -> list[Finding]:
     """The failure a job printed before it was stopped: by run, for a confirmed hang
     (``hang``: a rank's DataLoader workers that died of "Too many open files" leave it
     waiting for data, the others in the next collective; the stacks show where each waits,
     the output why), or by a signal to run (a rank that died of a usage error while the
     other waits in its rendezvous for ever). Read as diagnose reads a log, only the first
     ``upto`` bytes: what the stop itself made the job print (torchrun's SignalException,
-    a KeyboardInterrupt on every rank) is no cause. Its error findings when the first one
-    is an error (and, for a hang, not the hang itself), else none."""
+    a KeyboardInterrupt on every rank) is no cause; and from line ``from_line`` on: the
+    attempt the stop ended (an earlier attempt's failure, which a restart recovered from,
+    has its own section). Its error findings when the first one is an error (and, for a
+    hang, not the hang itself), else none."""
     from ddpdoctor.diagnose import LogInput, diagnose_logs
 
     try:
         with open(output_log, "rb") as f:
+            for _ in range(from_line):
+                if not f.readline():
+                    break
             findings, _ = diagnose_logs([LogInput(
-                str(output_log), stream=_Upto(f, upto),  # type: ignore[arg-type]
+                str(output_log), stream=_Upto(f, upto - f.tell()),  # type: ignore[arg-type]
                 rank_from_path=False)])
     except OSError:
         return []

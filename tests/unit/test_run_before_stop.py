@@ -46,3 +46,11 @@ def test_a_watchdog_timeout_before_a_signal_to_run_is_a_cause():
     # no hang was confirmed: the timeout is what the job shows, nothing names it better
     log = FIXTURES / "reallogs" / "F3_nccl_timeout_allreduce_ddw_a100.log"
     assert [f.id for f in before_stop(log, log.stat().st_size)] == ["COLLECTIVE_TIMEOUT"]
+
+
+def test_an_earlier_attempts_failure_is_not_the_stopped_attempts_cause():
+    # a restarted job: what the attempt before printed (its own section says why it
+    # ended) is skipped; only the last attempt's lines up to the stop are read
+    upto = _offset_of(b"W1129 10:47:35.186000 11520 torch/distributed/elastic/agent")
+    assert [f.id for f in before_stop(LOG, upto, from_line=12)] == ["ENV_LIMITS"]
+    assert before_stop(LOG, upto, from_line=33) == []
