@@ -34,7 +34,6 @@ _LAUNCHER_MODULES = frozenset({
     "torch.distributed.run", "torch.distributed.launch", "torch.distributed.elastic.agent",
     "deepspeed.launcher.launch", "deepspeed.launcher.runner", "accelerate.commands.launch",
     "accelerate.commands.accelerate_cli"})
-_PYTHON = PYTHON_EXE
 
 SELF = "it is this ddpdoctor process itself"
 ANCESTOR = "it is an ancestor of this ddpdoctor process (ddpdoctor never targets itself)"
@@ -103,7 +102,7 @@ def argv_mark(cmdline: list[str]) -> RankMark | None:
 
 def is_python(argv0_names: list[str]) -> bool:
     """Any of the basenames (its executable, its argv[0]) is a Python interpreter."""
-    return any(_PYTHON.match(n) for n in argv0_names)
+    return any(PYTHON_EXE.match(n) for n in argv0_names)
 
 
 def launcher_name(cmdline: list[str]) -> str:
@@ -114,7 +113,7 @@ def launcher_name(cmdline: list[str]) -> str:
     prog = os.path.basename(cmdline[0])
     if prog in _LAUNCHER_PROGRAMS:
         return prog
-    if not _PYTHON.match(prog):
+    if not PYTHON_EXE.match(prog):
         return ""
     args = iter(cmdline[1:])
     for arg in args:

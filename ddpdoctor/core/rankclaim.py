@@ -75,6 +75,11 @@ class ArgvRank:
     world_size: int | None
     detail: str
 
+    @property
+    def number(self) -> int | None:
+        """Its rank: ``--rank`` where given, else ``--local-rank`` (the rank on one node)."""
+        return self.rank if self.rank is not None else self.local_rank
+
 
 def script_args(cmdline: Sequence[str]) -> list[str]:
     """The arguments a Python passes to its script or ``-m`` module; [] for ``-c`` or none."""

@@ -252,8 +252,9 @@ def _hang_cause(report: Report, hang: HangOutcome, output_log: Path, from_line: 
     if not cause:
         return
     lead = cause[0]
-    culprits = hang.diagnosis.culprits if hang.diagnosis is not None else []
-    same = [f for f in getattr(hang.diagnosis, "findings", None) or [] if f.id == lead.id]
+    diagnosis = hang.diagnosis
+    culprits = diagnosis.culprits if diagnosis is not None else []
+    same = [f for f in diagnosis.findings if f.id == lead.id] if diagnosis is not None else []
     if not lead.ranks and len(same) == 1 and same[0].ranks:
         # one failure seen twice: the output says why, the stacks whose (a usage error
         # printed unprefixed; rank 1 gone while rank 0 waits for it)

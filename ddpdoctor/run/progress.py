@@ -102,8 +102,7 @@ def _identity_of(proc: psutil.Process) -> Identity:
         cmdline = []
     if rank is None:  # one `python main.py --rank N --world-size W` per rank, no launcher
         said = argv_rank(cmdline)
-        rank = None if said is None else (said.rank if said.rank is not None
-                                          else said.local_rank)
+        rank = said.number if said is not None else None
     if rank is None:
         return Identity(None)
     return Identity(rank, endpoint_of(env, cmdline), shared_env(env))

@@ -102,7 +102,12 @@ def hidden_failure(output_log: Path, rank_files: Sequence[Path] = (),
     except OSError:
         return []
     findings = [f for f in findings if f.id not in _GOES_ON]
-    findings = _rendezvous_culprit(findings, scan, endpoints) or findings
+    return _errors_if_led_by_one(_rendezvous_culprit(findings, scan, endpoints) or findings)
+
+
+def _errors_if_led_by_one(findings: list[Finding]) -> list[Finding]:
+    """The error findings where the first finding is an error, else none: a healthy job's
+    output gets the same reading as any log ``diagnose`` is given, no more."""
     if not findings or findings[0].severity != "error":
         return []
     return [f for f in findings if f.severity == "error"]
@@ -156,10 +161,7 @@ def before_stop(output_log: Path, upto: int, hang: bool = False,
     except OSError:
         return []
     skip = _GOES_ON | _THE_HANG if hang else _GOES_ON
-    findings = [f for f in findings if f.id not in skip]
-    if not findings or findings[0].severity != "error":
-        return []
-    return [f for f in findings if f.severity == "error"]
+    return _errors_if_led_by_one([f for f in findings if f.id not in skip])
 
 
 def _read_output(output_log: Path, rank_files: Sequence[Path],
