@@ -69,6 +69,8 @@ def scan_stream(stream: BinaryIO, name: str, rank: int | None = None) -> tuple[l
     stats = ReadStats(name=name)
     scanner = LineScanner(name, rank)
     for line in iter_picked(stream, KEYWORDS, stats):
+        # told by the input's first lines, before its first line comes
+        scanner.tasks_are_nodes = stats.tasks_are_nodes
         scanner.feed(line)
     return _with_tail(scanner.finish(), stats.lines), stats
 

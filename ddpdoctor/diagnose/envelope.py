@@ -65,9 +65,9 @@ Known = Callable[[str], tuple[int | None, str]]
 class Envelope:
     """One learned envelope: ``cut(line)`` is where the job's own text starts."""
 
-    def __init__(self, example: str) -> None:
+    def __init__(self, example: str, pattern: str | None = None) -> None:
         self.example = example
-        self._pattern = re.compile(_shape(example))
+        self._pattern = re.compile(pattern if pattern is not None else _shape(example))
 
     def cut(self, line: str) -> int:
         m = self._pattern.match(line)

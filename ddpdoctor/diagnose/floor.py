@@ -65,8 +65,11 @@ class FloorHit:
     evidence: Evidence
     exit_code: int | None = None
     signal: str | None = None
-    rank: int | None = None  # the rank (or task) the line names, when it names one
+    rank: int | None = None  # the rank the line names, when it names one
     oom: bool = False
+    # the launcher's task the line names (srun's "task 3"): a rank where srun started the
+    # ranks, a node's agent where it started a launcher per node (diagnose/tasklabel.py)
+    task: int | None = None
 
 
 def _nonzero(d: Mapping[str, str | None]) -> bool:
@@ -179,7 +182,7 @@ PATTERNS: tuple[FloorPattern, ...] = (
           _HVD + "469"))),
     FloorPattern(
         "slurm.task", Evidence.LAUNCHER_DEATH, ("srun: error:",),
-        r"srun: error: \S+: tasks? (?P<rank>\d+)(?:[-,\d]*)?: (?P<what>Killed|Out Of Memory|"
+        r"srun: error: \S+: tasks? (?P<task>\d+)(?:[-,\d]*)?: (?P<what>Killed|Out Of Memory|"
         r"Segmentation fault|Aborted|Bus error|Terminated|Exited with exit code (?P<code>\d+))",
         (("srun: error: gpu001: task 0: Out Of Memory",
           "https://github.com/FoNDUE-HTR/Documentation/issues/5"),),
@@ -411,6 +414,7 @@ def _hit(p: FloorPattern, d: Mapping[str, str | None]) -> FloorHit:
     if what and not signal and not what.startswith("Exited"):
         signal = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",
                   "Bus error": "SIGBUS", "Terminated": "SIGTERM"}.get(what.split(" (")[0])
-    rank_text = d.get("rank")
+    rank_text, task_text = d.get("rank"), d.get("task")
     rank = int(rank_text) if rank_text is not None else None
-    return FloorHit(p.name, p.evidence, code, signal, rank, oom)
+    task = int(task_text) if task_text is not None else None
+    return FloorHit(p.name, p.evidence, code, signal, rank, oom, task)

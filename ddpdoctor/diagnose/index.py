@@ -226,7 +226,7 @@ def _attribute_unprefixed(evs: list[Event], root_rank: int | None) -> list[Event
     each = _each_raisers_own(evs, root_rank)
     return [each[id(e)] if id(e) in each else
             replace(e, rank=root_rank, rank_from="torchrun's summary (line carries no rank)")
-            if e.rank is None and e.kind not in _REPORTS and not _launchers_own(e)
+            if e.rank is None and e.kind not in _REPORTS and not launchers_own(e)
             and not e.kind.value.startswith("desync_")
             else e for e in evs]
 
@@ -253,15 +253,18 @@ _LAUNCHER_FRAMES = ("/torchrun:", "torch/distributed/run.py:", "torch/distribute
                     "torch/distributed/elastic/")
 
 
-def _launchers_own(e: Event) -> bool:
+def launchers_own(e: Event) -> bool:
     """The launcher's line, not a worker's: its teardown of the other workers ("Sending
     process P closing signal SIGTERM") and its own traceback (ChildFailedError's, cut
     before its last line or not). Given to the failed rank, they made the rank look like
     it died of what it felt, and its death went unexplained."""
     if e.kind is EventKind.TEARDOWN:
         return True
-    return e.kind is EventKind.TRACEBACK and any(
-        f in e.get_str("raised_at", "") for f in _LAUNCHER_FRAMES)
+    # raised in the agent (its rendezvous losing the store when another node's agent went):
+    # the launcher's, whatever the exception; elastic/utils/ also runs in the workers
+    at = e.get_str("raised_at", "")
+    return e.kind in (EventKind.TRACEBACK, EventKind.EXCEPTION) and "elastic/utils/" not in at \
+        and any(f in at for f in _LAUNCHER_FRAMES)
 
 
 # A shell script's own line failing ("slurm_script: line 372: python: command not found")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
 from ddpdoctor.core import redact
-from ddpdoctor.diagnose import envelope, hardwrap, jsonlog, utf16
+from ddpdoctor.diagnose import envelope, hardwrap, jsonlog, tasklabel, utf16
 from ddpdoctor.diagnose.deadline import READ_DEADLINE_S, DeadlineReader
 from ddpdoctor.diagnose.gunzip import GZIP_MAGIC as _GZIP_MAGIC
 from ddpdoctor.diagnose.gunzip import Gunzip
@@ -83,6 +83,9 @@ _QUOTE = re.compile(r"(?:>[ \t]?)+(?:`(?=[^`]))?|`(?=[^`])")
 # a program's file ("train.py: error: ...") or an upper-case error code ("EI0002: ...").
 _COLLECTOR_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
                              r"(?: (?:stdout|stderr)(?: [FP])?)?[ \t]")
+# a time alone in front of a rank prefix: a date, a clock, their separators
+_TIME_HEAD = re.compile(r"\s*\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?"
+                        r"(?:Z|[+-]\d\d:?\d\d)?\]?\s*")
 _HOST_LABEL = re.compile(
     r"(?!(?:rank|local_rank|default|trainer|step|epoch|iter|gpu|cuda|device|task|proc)\d+:)"
     r"(?=[a-z0-9.-]*\d)(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9]*(?:-[a-z0-9]+)+|[a-z]+\d+)"
@@ -125,6 +128,9 @@ class ReadStats:
     compressed: bool = False
     incomplete: bool = False  # part of the input could not be read (see notes)
     leading_nul: int = 0  # NUL bytes skipped at the start
+    # srun's tasks (its "0: " label, its "task 0" errors) are a launcher's per node, not
+    # ranks (diagnose/tasklabel.py)
+    tasks_are_nodes: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -172,7 +178,10 @@ def split_rank_prefix(text: str) -> tuple[int | None, str]:
             return (int(ray.group(1)) if ray.group(1) else None), text[ray.end():]
         return None, text
     head = text[: m.start()]
-    if head.strip() and not re.fullmatch(r"\s*(?:\[\d+\]|\d+|[\w.:-]+\s*[:|])\s*", head):
+    # what may stand before it: a pid, a launcher's label, or a time a log viewer or
+    # collector printed ("2025-02-18 12:54 [rank13]:[E218 ...", NVIDIA/nccl#1610)
+    if head.strip() and not re.fullmatch(r"\s*(?:\[\d+\]|\d+|[\w.:-]+\s*[:|])\s*", head) \
+            and not _TIME_HEAD.fullmatch(head):
         return None, text
     return int(m.group(1)), text[m.end():]
 
@@ -319,10 +328,17 @@ def _envelope(head: bytes, stats: ReadStats) -> envelope.Envelope | None:
     """The envelope a log collector put in front of every line, told by the input's first
     lines (diagnose/envelope.py); None where there is none the reader does not know."""
     lines = head.splitlines()[:envelope.SAMPLE_LINES]  # a cut last line starts as any
-    learned = envelope.sniff([_text(ln) for ln in lines], _known)
+    texts = [_text(ln) for ln in lines]
+    learned = envelope.sniff(texts, _known)
     if learned is not None:
         stats.notes.append(f"every line starts with {learned.example.strip()!r} (a log "
                            "collector's envelope): taken off before each line is read")
+        return learned
+    learned = tasklabel.sniff(texts)
+    if learned is not None:
+        stats.tasks_are_nodes = True
+        stats.notes.append("srun's task label ('0: ') names a launcher's task on a node, "
+                           "not a rank: taken off, each line keeps the rank it names itself")
     return learned
 
 

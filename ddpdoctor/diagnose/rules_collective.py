@@ -91,6 +91,17 @@ def mismatch(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 
 
 _PG = re.compile(r"\[PG (?:ID )?(\S+)")
+# the group c10d's log prefix names, one name across its ranks: "[PG ID 11 PG GUID 119 Rank
+# 1]" (torch >= 2.4: the GUID is the group's name; the ID counts this rank's own groups),
+# "[PG ID 0 PG GUID 0(default_pg) Rank 3]", "[PG 2 Rank 1]" (older)
+_PG_NAME = re.compile(r"\[PG (?:ID \S+ PG GUID ([^\s(\]]+)|([^\s(\]]+))")
+
+
+def group_of(e: Event) -> str | None:
+    """The process group an NCCL line names, or None: sequence numbers and enqueued work
+    count per group, so only lines of one group compare."""
+    m = _PG_NAME.search(e.text)
+    return (m.group(1) or m.group(2)) if m is not None else None
 
 
 def _watchdog_fingerprints(ix: EventIndex) -> list[Verdict]:
@@ -121,7 +132,47 @@ def _watchdog_fingerprints(ix: EventIndex) -> list[Verdict]:
                         evs, {"collectives": {format_ranks(rs): _fp_text(fp)
                                               for fp, rs in groups.items()}},
                         ranks=minority)]
-    return _crossed_waits(ix)
+    return _crossed_waits(ix) or _groups_apart(ix)
+
+
+def _groups_apart(ix: EventIndex) -> list[Verdict]:
+    """Every rank that timed out waits on a process group of its own: no two of them share
+    a group, so no group shows a rank behind the others (sequence numbers count per group,
+    never across them). Each rank waits in a collective on its group while the ranks it
+    needs there are busy elsewhere: the ranks issued their groups' collectives in different
+    orders, or two threads use one communicator at once (NVIDIA/nccl#1610). Said as seen:
+    a rank outside these lines that left each of its groups waiting looks the same."""
+    reporting = ix.of(K.NCCL_WATCHDOG, K.NCCL_WORK_STATE)
+    groups: dict[int, set[str]] = {}
+    for e in reporting:
+        key = group_of(e)
+        if e.rank is not None and key is not None:
+            groups.setdefault(e.rank, set()).add(key)
+    if len(groups) < 2 or any(len(g) != 1 for g in groups.values()) \
+            or len({next(iter(g)) for g in groups.values()}) < len(groups) \
+            or {e.rank for e in reporting} != set(groups):
+        return []
+    first = _first_timeouts(ix)
+    where = []
+    for r in sorted(groups):
+        wd = first.get(r)
+        state = next((e for e in reporting if e.rank == r), None)
+        what = (f"{wd.data['op']} #{wd.data['seq']}" if wd is not None
+                else f"work #{state.data['seq']}" if state is not None and "seq" in state.data
+                else "a collective")
+        where.append(f"rank {r}: {what} on group {next(iter(groups[r]))}")
+    return [verdict(ix, "HANG_COLLECTIVE_MISMATCH",
+                    f"the ranks timed out on different process groups ({'; '.join(where)}): "
+                    "no two share a group, so none is behind the others in one; each waited "
+                    "on its group for ranks busy on another", reporting,
+                    {"groups": {str(r): next(iter(g)) for r, g in sorted(groups.items())},
+                     "hint": "the ranks issue collectives on their groups in different orders "
+                             "(a TP collective before a DP one on some ranks only), or two "
+                             "threads use one communicator at once; a rank missing from "
+                             "these lines that hung would leave each of its groups waiting "
+                             "too: check its log. TORCH_DISTRIBUTED_DEBUG=DETAIL and the "
+                             "flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) show the order"},
+                    ranks=[])]
 
 
 def _crossed_waits(ix: EventIndex) -> list[Verdict]:
@@ -322,15 +373,21 @@ def _main_first(ix: EventIndex, reporting: set[int]) -> list[int]:
 
 
 def _behind(states: list[Event]) -> list[int]:
-    """Ranks whose last enqueued NCCL work is lower than the others' (they never issued it)."""
-    last: dict[int, int] = {}
+    """Ranks whose last enqueued NCCL work is lower than the others' of their group (they
+    never issued it); numbers of different groups are not compared."""
+    by_group: dict[str | None, dict[int, int]] = {}
     for e in states:
         if e.rank is not None:
+            last = by_group.setdefault(group_of(e), {})
             last[e.rank] = max(last.get(e.rank, -2), e.typed("last_enqueued", int))
-    if len(set(last.values())) < 2:
-        return []
-    low = min(last.values())
-    return sorted(r for r, v in last.items() if v == low)
+    if len(by_group) > 1:
+        by_group.pop(None, None)  # a line naming no group cannot be placed in one
+    out: set[int] = set()
+    for last in by_group.values():
+        if len(set(last.values())) >= 2:
+            low = min(last.values())
+            out |= {r for r, v in last.items() if v == low}
+    return sorted(out)
 
 
 def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

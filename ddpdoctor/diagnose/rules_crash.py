@@ -18,6 +18,7 @@ from ddpdoctor.diagnose.index import (
     cut,
     explained_ranks,
     fmt,
+    launchers_own,
     on_rank,
     rank_or,
     ranks_of,
@@ -342,6 +343,10 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         if id(e) in taken or "in_dataloader_worker" in e.data or "dataloader_start" in e.data:
             continue
         if e.rank in explained or _follows_cascade(ix, e):
+            continue
+        if launchers_own(e) and any(f.rank is not None for f in ix.root_failures):
+            # the agent's own error (its rendezvous losing the store when another node's
+            # agent went away) after a rank's death: the launcher's fallout, not a rank
             continue
         first_per_rank.setdefault(e.rank, e)  # Python prints the original cause first
     groups: dict[str, list[Event]] = defaultdict(list)

@@ -136,6 +136,8 @@ class LineScanner:
         self._ignored_last: set[int | None] = set()
         self._lent = ""  # where the current line's rank came from, when not the line
         self._seen: set[int] = set()  # ranks whose prefix a picked line carried
+        # srun's tasks are a launcher's per node, not ranks (reader: diagnose/tasklabel.py)
+        self.tasks_are_nodes = False
 
     def feed(self, line: RawLine) -> None:
         rank, body = self._rank_and_body(line.printed)
@@ -232,8 +234,9 @@ class LineScanner:
             data["exit_code"] = hit.exit_code
         if hit.signal:
             data["signal"] = hit.signal
-        if rank is None and hit.rank is not None:
-            rank = hit.rank
+        named = hit.task if hit.rank is None and not self.tasks_are_nodes else hit.rank
+        if rank is None and named is not None:
+            rank = named
             data["rank_from"] = "the launcher's report"
         self._emit(EventKind.FLOOR, line, rank, text, data)
 

@@ -42,7 +42,10 @@ def test_watchdogs_of_different_process_groups_are_not_compared(tmp_path):
             "NumelOut=8, Timeout(ms)=600000) ran for 600100 milliseconds before timing out.\n")
     f = first_in(tmp_path, line.format(r=0, pg=0, op="ALLREDUCE")
                + line.format(r=1, pg=3, op="ALLGATHER"))
-    assert f.id != "HANG_COLLECTIVE_MISMATCH"
+    # one number of two groups is no one collective: no fingerprint claim, no rank named;
+    # each rank waiting on a group of its own is said as that (run 91, NVIDIA/nccl#1610)
+    assert (f.id, f.ranks) == ("HANG_COLLECTIVE_MISMATCH", [])
+    assert "sequence number" not in f.title and "different process groups" in f.title
 
 
 def test_cuda_runtime_out_of_memory_thrown_from_cpp_is_oom(tmp_path):
