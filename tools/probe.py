@@ -70,6 +70,12 @@ STYLES: dict[str, Callable[[str], bytes]] = {
         t, lambda i, s: f"Nov 29 00:{i % 60:02d}:54 gpu-node-01 python3[12345]: {s}"),
     "compose": lambda t: _lines(t, lambda i, s: f"trainer-1  | {s}"),
     "kubeprefix": lambda t: _lines(t, lambda i, s: f"[pod/job-worker-0/pytorch] {s}"),
+    # a time and a blank, no separator: moreutils' `ts` ("Dec 06 17:37:24 yarn run v1.17.3",
+    # elastic/kibana#52408), a log viewer's time column ("2025-02-18 12:54 [rank13]:[E218 ...",
+    # NVIDIA/nccl#1610), a clock alone ("07:05:16 logged at ...", bdd/runitor#231)
+    "ts": lambda t: _lines(t, lambda i, s: f"Dec 06 17:37:{i % 60:02d} {s}"),
+    "viewer": lambda t: _lines(t, lambda i, s: f" 2025-02-18 12:{i % 60:02d} {s}"),
+    "clock": lambda t: _lines(t, lambda i, s: f"07:05:{i % 60:02d} {s}"),
     # Docker's json-file log driver (a container's /var/lib/docker/containers/*-json.log)
     "dockerjson": lambda t: "".join(
         json.dumps({"log": s + "\n", "stream": "stderr", "time": "2019-01-01T11:11:11.111Z"})
@@ -80,7 +86,7 @@ STYLES: dict[str, Callable[[str], bytes]] = {
 # The styles every log must read the same in (the default, and a test). A hard wrap and an
 # envelope learned from the log are measured, not held: an excerpt of a few lines cannot
 # show the width it was cut at, nor the shape of what every line starts with.
-MEASURED = ("wrap80", "wrap120", "journald", "compose", "kubeprefix")
+MEASURED = ("wrap80", "wrap120", "journald", "compose", "kubeprefix", "ts", "viewer", "clock")
 HELD = [s for s in STYLES if s not in MEASURED]
 
 

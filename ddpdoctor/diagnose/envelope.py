@@ -41,7 +41,11 @@ _SHARE = 0.9
 _MAX_LEN = 120
 # where an envelope may end: a separator and one blank (": ", "| ", "] ", ") ", "> "); the
 # line's own indentation after it is the job's
-_BOUNDARY = re.compile(r"[:|\]>)][ \t]")
+_BOUNDARY = re.compile(r"[:|\]>)][ \t]"
+                       # or a clock and a blank, no separator: moreutils' `ts` ("Dec 06
+                       # 17:37:24 text"), a log viewer's time column ("2025-02-18 12:54 ")
+                       r"|(?<=\d:\d\d)[ \t]|(?<=\d:\d\d[.,]\d{3})[ \t]"
+                       r"|(?<=\d:\d\d[.,]\d{6})[ \t]")
 # What only a line's printer outside the process is in front of, never a logger's format: a
 # traceback's own lines (a logger prefixes a record's first line only), another logger's
 # record (glog's, c10d's and NCCL's headers, Python logging's default; not a bare time,
@@ -50,7 +54,13 @@ _BOUNDARY = re.compile(r"[:|\]>)][ \t]")
 _WRAPPED = re.compile(
     r"\s*File \"[^\"]+\", line \d+|Traceback \(most recent call last\):"
     r"|[IWEF]\d{4} \d\d:\d\d:\d\d|\[[IWE]\d*(?: [\d:.]+)* ?[\w.]+\.(?:cpp|h|py):\d+\]"
-    r"|[\w.-]+:\d+:\d+ \[\d+\] |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:")
+    r"|[\w.-]+:\d+:\d+ \[\d+\] |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"
+    # torchrun's failure summary, the body of ChildFailedError's message: Python prints it,
+    # no logger ("  exitcode  : -9 (pid: 79468)", "[0]:")
+    r"|  (?:time|host|rank|exitcode|error_file|traceback) +: |\[\d+\]:$"
+    r"|Root Cause \(first observed failure\):|Failures:$|  <NO_OTHER_FAILURES>"
+    # py-spy's dump, another process's output: a thread's header, a frame
+    r"|Thread (?:0x[0-9A-Fa-f]+|\d+) \((?:idle|active)[^)]*\)|\s+[\w<>.]+ \([^()]+\.py:\d+\)$")
 # an envelope carries a number, a bracket or a bar (a time, a pid, a pod, a service): a
 # prefix of words alone is a program's own message ("srun: error: ", "kernel: NVRM: ")
 _MARKED = re.compile(r"[\d\[\]|()]")
@@ -60,6 +70,13 @@ _TOKEN = re.compile(r"[A-Za-z0-9]+|[ \t]+|.")
 # the reader's own reading of a line: the rank its prefix names, if any, and the rest with
 # every envelope and rank prefix it knows taken off
 Known = Callable[[str], tuple[int | None, str]]
+
+
+def printed_by_itself(text: str) -> bool:
+    """``text`` starts as only a line's own printer starts it (a traceback's lines, glog's,
+    c10d's or NCCL's header): whatever stands in front of it on a line is an outside
+    printer's, a collector's time on a line too short to learn it from."""
+    return _WRAPPED.match(text) is not None
 
 
 class Envelope:

@@ -84,8 +84,12 @@ _QUOTE = re.compile(r"(?:>[ \t]?)+(?:`(?=[^`]))?|`(?=[^`])")
 _COLLECTOR_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
                              r"(?: (?:stdout|stderr)(?: [FP])?)?[ \t]")
 # a time alone in front of a rank prefix: a date, a clock, their separators
-_TIME_HEAD = re.compile(r"\s*\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?"
-                        r"(?:Z|[+-]\d\d:?\d\d)?\]?\s*")
+# (a date, moreutils' `ts` "Dec 06 ", or none; then the clock)
+_TIME = (r"\s*\[?(?:\d{4}[-/]\d\d[-/]\d\d[ T]|[A-Z][a-z]{2} [ \d]\d )?"
+         r"\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?")
+# the time and the one blank after it (what follows is the line's own indentation)
+TIME_HEAD = re.compile(_TIME + r"[ \t]")
+_TIME_ALONE = re.compile(_TIME + r"\s*")
 _HOST_LABEL = re.compile(
     r"(?!(?:rank|local_rank|default|trainer|step|epoch|iter|gpu|cuda|device|task|proc)\d+:)"
     r"(?=[a-z0-9.-]*\d)(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9]*(?:-[a-z0-9]+)+|[a-z]+\d+)"
@@ -155,7 +159,19 @@ def strip_envelope(text: str) -> str:
     if m is not None:
         text = text[m.end():]
     h = _HOST_LABEL.match(text)
-    return text[h.end():] if h is not None else text
+    if h is not None:
+        text = text[h.end():]
+    if m is not None or h is not None:
+        # a pasted line's inline-code backtick behind the collector's time or host label
+        q = _QUOTE.match(text)
+        if q is not None:
+            text = text[q.end():]
+    t = TIME_HEAD.match(text)
+    if t is not None and t.end() and envelope.printed_by_itself(text[t.end():]):
+        # any other time, before what a process prints with no logger in front (NCCL's,
+        # glog's header, a traceback's line): a collector's (moreutils' ts, a viewer's)
+        text = text[t.end():]
+    return text
 
 
 def split_rank_prefix(text: str) -> tuple[int | None, str]:
@@ -181,7 +197,7 @@ def split_rank_prefix(text: str) -> tuple[int | None, str]:
     # what may stand before it: a pid, a launcher's label, or a time a log viewer or
     # collector printed ("2025-02-18 12:54 [rank13]:[E218 ...", NVIDIA/nccl#1610)
     if head.strip() and not re.fullmatch(r"\s*(?:\[\d+\]|\d+|[\w.:-]+\s*[:|])\s*", head) \
-            and not _TIME_HEAD.fullmatch(head):
+            and not _TIME_ALONE.fullmatch(head):
         return None, text
     return int(m.group(1)), text[m.end():]
 

@@ -11,7 +11,7 @@ from ddpdoctor.diagnose import floor
 from ddpdoctor.diagnose.events import Event, EventKind
 from ddpdoctor.diagnose.kb import match_line
 from ddpdoctor.diagnose.kb.signature import Signature
-from ddpdoctor.diagnose.reader import RawLine, split_rank_prefix
+from ddpdoctor.diagnose.reader import TIME_HEAD, RawLine, split_rank_prefix
 
 _EXCEPTION = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Interrupt|EnforceNotMet|Iteration|"
@@ -475,6 +475,10 @@ def _exception(stripped: str) -> re.Match[str] | None:
     record's JSON."""
     exc = (_EXCEPTION.match(stripped) or _PREFIXED_EXCEPTION.search(stripped)
            or _RECORDED_EXCEPTION.match(stripped))
+    if exc is None and (t := TIME_HEAD.match(stripped)) is not None and t.end():
+        # behind a time a collector put on one line (too few lines to learn it from:
+        # "Dec 06 17:37:24 FileNotFoundError: ...", moreutils' ts)
+        exc = _EXCEPTION.match(stripped[t.end():])
     if exc and _FRAME_MESSAGE.match(exc.group(2) or ""):
         # "IsADirectoryError:   File "x.py", line 16, in f": two processes' lines run into
         # one; the exception's own message is on another line, read there

@@ -21,7 +21,9 @@ from ddpdoctor.diagnose.reader import ReadStats, _envelope
 from tools import probe
 
 DIR = Path("tests/fixtures/reallogs")
-STYLES = ("journald", "compose", "kubeprefix")  # tools/probe.py: the formats, their sources
+# tools/probe.py: the formats, their sources; "ts", "viewer" and "clock" end in a time and a
+# blank, no separator (moreutils' ts, a log viewer's time column, a clock alone)
+STYLES = ("journald", "compose", "kubeprefix", "ts", "viewer", "clock")
 
 
 def _learned(path: Path) -> str | None:
@@ -83,6 +85,11 @@ def test_a_loggers_format_or_a_known_prefix_is_not_learned(name):
     "L2_msswift_zero3_multinode_oom_rank11",
     "J1_megatron_index_files_only_first_node_local_storage",  # Ray's prefix under it
     "X15_megatron_ds_2node_rank4_index_cache_filenotfound_allreduce_timeout",
+    # py-spy's dump: its threads and frames are another process's output, never a logger's
+    "K1_bloom_176b_eval_hang_one_rank_in_dataloader_queue_get_others_in_broadcast_allreduce",
+    # torchrun's summary alone (13 lines): its fields are ChildFailedError's message
+    "N1_host_ram_sigkill_torchrun_vila_lora_2x3090ti",
+    "X27_accelerate_deepspeed_prepare_tuple_all_ranks_attributeerror",
 ])
 def test_a_real_log_reads_the_same_in_an_unnamed_envelope(tmp_path, name, style):
     path = DIR / f"{name}.log"
@@ -112,6 +119,16 @@ def test_a_shape_on_too_few_lines_is_not_an_envelope():
     assert found is not None and found.cut(lines[1]) == len("node-1 | ")
 
 
+def test_a_time_before_a_rank_prefix_on_one_line_keeps_the_rank():
+    # one line cannot show an envelope's shape: the time before "[rank3]:" is read as one
+    from ddpdoctor.diagnose.reader import split_rank_prefix
+
+    said = "[E218 04:54:22.864467604 ProcessGroupNCCL.cpp:616] x"
+    for time in (" 2025-02-18 12:54 ", "Dec 06 17:37:24 ", "07:05:16 ", "[2024-05-01 12:00:01] "):
+        assert split_rank_prefix(f"{time}[rank3]:{said}") == (3, said)
+    assert split_rank_prefix(f"epoch 3 [rank3]:{said}")[0] is None
+
+
 def test_a_logger_that_prefixes_records_only_is_not_an_envelope():
     def known(text: str) -> tuple[int | None, str]:
         return None, text
@@ -120,6 +137,11 @@ def test_a_logger_that_prefixes_records_only_is_not_an_envelope():
     lines = [f"2024-05-01 12:00:{i:02d},123 - trainer - INFO - step {i} loss 0.{i}"
              for i in range(30)]
     lines.append("2024-05-01 12:00:31,123 - trainer - ERROR - ValueError: bad batch")
+    assert envelope.sniff(lines, known) is None
+    # a format of a time and a blank, no separator: a logger's still (records only)
+    lines = [f"2024-05-01 12:00:{i:02d} step {i} loss 0.{i}" for i in range(30)]
+    lines += ["2024-05-01 12:00:31 Traceback (most recent call last):",
+              '  File "train.py", line 3, in <module>', "ValueError: bad batch"]
     assert envelope.sniff(lines, known) is None
 
 
