@@ -210,6 +210,9 @@ REFINEMENTS: tuple[tuple[str, Callable[[Finding], bool], Action, str], ...] = (
     ("ENV_NCCL_CONFIG", lambda f: f.evidence.get("family") == "family_backend", _K,
      "this torch build lacks the backend the code asks for: ask for one it has (gloo on "
      "Windows, macOS or CPU) or install a build with it"),
+    ("UNRECOGNIZED_FAILURE", lambda f: f.evidence.get("family") == "launch_command", _K,
+     "the launcher refused its own command line before starting any rank: fix the launch "
+     "command (an unset variable it expands, a misspelt option)"),
     ("UNRECOGNIZED_FAILURE", lambda f: f.evidence.get("family") == "allocation_refused", _K,
      "the scheduler refused the request: ask for what its policy allows (a time limit, a "
      "partition, an account, a size)"),

@@ -219,8 +219,11 @@ def launcher_signalled(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Ver
            and e.kind not in _STOP_NOISE):
         return []  # a rank failed first: the signal is not the story
     name = _signal_of(first)
-    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the launcher was stopped by {name} from "
-                    "outside and passed it on to the ranks; no rank failed before it", said,
+    what = (f"{rank_or([first], 'a rank')} got {name} from outside (its framework's signal "
+            "handler said so) and the job stopped" if first.get_str("signature").startswith(
+                "lightning.") else
+            f"the launcher was stopped by {name} from outside and passed it on to the ranks")
+    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"{what}; no rank failed before it", said,
                     {"stopped_by": name,
                      "hint": _WHO_SENT.get(name, "something outside the job sent it") + "; "
                              "the ranks' last lines say how far it got (resume from the last "
@@ -272,6 +275,11 @@ _LOCAL_RANK_ARG = re.compile(r"--local[-_]rank")
 _LOCAL_RANK_VALUE = re.compile(r"(--local[-_]rank)=\d+")
 
 
+# argparse's prog of a launcher, never a training script's: torchrun, accelerate's
+# subcommands ("Accelerate launch command", "accelerate <command> [<args>] launch"), deepspeed
+_LAUNCHER_PROG = re.compile(r"(?i)^(?:torchrun|accelerate\b.*|deepspeed)$")
+
+
 def command_line(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """The script's argparse refused its command line: each process printed its usage and
     exited 2 before training. ``torch.distributed.launch`` adds ``--local_rank=N`` (torch
@@ -286,6 +294,18 @@ def command_line(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         [e for e in ix.of(K.TORCHRUN_FAILURE, K.PROCESS_EXIT) if e.data.get("exit_code") == 2]
         + [e for e in ix.root_failures if e.data.get("exit_code") == 2])
     message = refused[0].get_str("message")
+    prog = refused[0].get_str("prog")
+    if _LAUNCHER_PROG.search(prog):
+        # the launcher's own parser: it started no rank, the launch command is wrong
+        return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the launcher ({prog}) refused its "
+                        f'command line, no rank started: "{cut(message, 160)}"', refused,
+                        {"family": "launch_command", "message": message,
+                         "hint": "an empty value is most often an environment variable the "
+                                 "launch command expands that is not set on this node "
+                                 "(MACHINE_RANK, NODE_RANK, MASTER_ADDR)"
+                                 if message.endswith("''") else
+                                 "compare the launch command with the launcher's --help"},
+                        ranks=[])]
     if len(refused) > 1:  # every worker names its own --local-rank=N: one message
         message = _LOCAL_RANK_VALUE.sub(r"\1=N", message)
     who = f"rank {format_ranks(ranks)}" if ranks else "the job"
@@ -335,22 +355,8 @@ def extension_build(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdic
 
 def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A Python exception on a rank that no specific rule explains: that rank crashed."""
-    explained = explained_ranks(earlier)
-    taken = used(earlier)
-    first_per_rank: dict[int | None, Event] = {}
-    # a rank's own traceback before torchrun's copy of it in its summary (same exception)
-    for e in sorted(ix.of(K.EXCEPTION), key=lambda x: bool(x.rank_from)):
-        if id(e) in taken or "in_dataloader_worker" in e.data or "dataloader_start" in e.data:
-            continue
-        if e.rank in explained or _follows_cascade(ix, e):
-            continue
-        if launchers_own(e) and any(f.rank is not None for f in ix.root_failures):
-            # the agent's own error (its rendezvous losing the store when another node's
-            # agent went away) after a rank's death: the launcher's fallout, not a rank
-            continue
-        first_per_rank.setdefault(e.rank, e)  # Python prints the original cause first
     groups: dict[str, list[Event]] = defaultdict(list)
-    for e in first_per_rank.values():
+    for e in _first_per_rank(ix, earlier).values():
         groups[e.get_str("exception", e.text)].append(e)
     out = []
     for msg, evs in groups.items():
@@ -379,6 +385,35 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         out.append(verdict(ix, "RANK_CRASHED", f"{who} raised {cut(_said(msg), 160)}{at}",
                            evs, ev, ranks=ranks))
     return out
+
+
+def _first_per_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> dict[int | None, Event]:
+    """Each rank's first exception no earlier rule used (Python prints the original cause
+    first; a rank's own traceback before torchrun's copy of it in its summary)."""
+    explained = explained_ranks(earlier)
+    taken = used(earlier)
+    helpers_only = not any(e.is_failure and not e.data.get("spawn_bootstrap")
+                           and e.kind is not K.TRACEBACK for e in ix.events)
+    first: dict[int | None, Event] = {}
+    for e in sorted(ix.of(K.EXCEPTION), key=lambda x: bool(x.rank_from)):
+        if id(e) in taken or "in_dataloader_worker" in e.data or "dataloader_start" in e.data:
+            continue
+        if e.rank in explained or _follows_cascade(ix, e) or not _a_ranks_own(ix, e,
+                                                                                helpers_only):
+            continue
+        first.setdefault(e.rank, e)
+    return first
+
+
+def _a_ranks_own(ix: EventIndex, e: Event, helpers_only: bool) -> bool:
+    """Whether ``e`` is a rank's own exception, not another process's. A spawned helper
+    failing at its start is no rank's death where the log shows another end of the job (a
+    scheduler's time limit, a launcher's report: that one says it); the agent's own error
+    (its rendezvous losing the store when another node's agent went away) after a rank's
+    death is the launcher's fallout."""
+    if e.data.get("spawn_bootstrap") and not helpers_only:
+        return False
+    return not (launchers_own(e) and any(f.rank is not None for f in ix.root_failures))
 
 
 def _said(msg: str) -> str:

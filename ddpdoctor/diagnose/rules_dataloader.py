@@ -16,8 +16,8 @@ _DL_ORDER = [K.DL_KILLED, K.DL_EXIT, K.DL_TIMEOUT, K.DL_WORKER_EXCEPTION, K.EXCE
 
 def _worker_events(ix: EventIndex) -> list[Event]:
     """Every event that says a worker failed, in log order."""
-    worker_exc = [e for e in ix.of(K.EXCEPTION)
-                  if "in_dataloader_worker" in e.data or "dataloader_start" in e.data]
+    worker_exc = [e for e in ix.of(K.EXCEPTION) if "in_dataloader_worker" in e.data
+                  or "dataloader_start" in e.data or "tensor_handoff" in e.data]
     # A worker that dies mid-send shows up in the rank as ConnectionResetError raised
     # inside the DataLoader's own frames: the worker died, not a peer rank.
     lost = [e for e in ix.of(K.CONN_RESET, K.CONN_CLOSED) if e.data.get("in_dataloader")]
@@ -52,6 +52,8 @@ def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     if not dl and not exited:
         return []
     dl = dl or exited
+    if _stopped_first(ix, dl):
+        return []  # the job was stopped from outside: the workers went with it
     raised = [e for e in dl if e.kind is K.DL_WORKER_EXCEPTION or "in_dataloader_worker" in e.data]
     family = _raised_family(raised) if raised else None
     if family == "worker_code" and len(raised) == len(dl) and not exited:
@@ -62,6 +64,19 @@ def dataloader(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     title, ev = describe(first, dl) if describe else _dl_raised(first, dl, family)
     ranks = ranks_of([e for e in dl + exited if e.kind is not K.DL_WORKER_SIGNAL])
     return [verdict(ix, "DATALOADER_WORKER_FAILURE", title, dl + exited, ev, ranks=ranks or None)]
+
+
+# a stop's signal, by the name the DataLoader's message gives it (strsignal's)
+_STOP_SIGNALS = frozenset({"Terminated", "Interrupt", "Hangup", "SIGTERM", "SIGINT", "SIGHUP"})
+
+
+def _stopped_first(ix: EventIndex, dl: list[Event]) -> bool:
+    """Every worker died of a stop's signal after the job itself was signalled from outside
+    (Lightning's "Received SIGTERM: 15", a launcher's): the stop, not the workers, ended
+    the job (the crash rules say it)."""
+    said = ix.of(K.LAUNCHER_SIGNALLED)
+    return bool(said) and all(e.kind is K.DL_KILLED and e.get_str("signal") in _STOP_SIGNALS
+                              and ix.pos(e) > ix.pos(said[0]) for e in dl)
 
 
 # One function per way a DataLoader worker fails: (the first event, all of them) -> (title,
@@ -119,6 +134,12 @@ def _dl_raised(first: Event, dl: list[Event],
         return f"the DataLoader could not start its worker processes: {msg}", ev
     if family:
         ev["family"] = family
+    if errs and errs[0].data.get("tensor_handoff"):
+        ev["hint"] = ("torch.multiprocessing hands each batch from a DataLoader worker to its "
+                      "rank through shared memory (/dev/shm) and, for the file-descriptor "
+                      "strategy, a socket in the temp directory: free the disk it names, point "
+                      "TMPDIR at one with room, or lower num_workers")
+        return f"a DataLoader worker could not pass a batch on ({msg})", ev
     return f"a DataLoader worker raised {msg}", ev
 
 

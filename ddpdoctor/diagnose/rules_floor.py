@@ -10,6 +10,7 @@ then a bare non-zero exit.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from ddpdoctor.diagnose.events import Event
@@ -183,6 +184,29 @@ def _cancelled(ix: EventIndex, hits: list[Event]) -> Verdict | None:
                    severity="warning")
 
 
+_REASON = re.compile(r"DUE TO ([A-Z][A-Z ]+[A-Z])")
+
+
+def _scheduler_stop(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+    """slurm's `CANCELLED AT T DUE TO TIME LIMIT` (or PREEMPTION, NODE FAILURE), with only
+    the teardown after it: the scheduler ended the job for the reason it gives; the next
+    step reads the reason."""
+    stops = [e for e in hits if e.data.get("pattern") == "slurm.cancelled"
+             and _REASON.search(e.text)]
+    if not stops or any(e not in stops and not is_teardown(e) for e in hits):
+        return None
+    m = _REASON.search(stops[0].text)
+    why = m.group(1).lower() if m else "a reason"
+    return verdict(ix, "UNRECOGNIZED_FAILURE", f"the scheduler stopped the job ({why}): "
+                   f"{_q(stops[0].text, 120)}", stops,
+                   {"evidence_kind": stops[0].data["evidence"],
+                    "hint": "the ranks' last lines say how far it got: resume from the last "
+                            "checkpoint with more time, or save more often"
+                            if why == "time limit" else
+                            "the scheduler's own reason: `sacct -j JOBID -o "
+                            "JobID,State,Reason,NodeList` says more"})
+
+
 def is_refused(e: Event) -> bool:
     """A scheduler's refusal to start a step (srun / salloc / sbatch): nothing of it ran."""
     return e.kind is K.FLOOR and e.data.get("pattern") == "slurm.allocation_refused"
@@ -205,8 +229,8 @@ def _refused(ix: EventIndex, hits: list[Event]) -> Verdict | None:
 
 # The families, the cause before its effect.
 FAMILIES: tuple[Callable[[EventIndex, list[Event]], Verdict | None], ...] = (
-    _refused, _cancelled, _hardware, _oom, _nonfinite, _bus_error, _killed, _memory_full,
-    _signal_death, _library_error, _exit_code)
+    _refused, _cancelled, _scheduler_stop, _hardware, _oom, _nonfinite, _bus_error, _killed,
+    _memory_full, _signal_death, _library_error, _exit_code)
 
 
 def floor(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

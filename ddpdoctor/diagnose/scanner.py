@@ -368,6 +368,7 @@ class LineScanner:
             if loader[-1][2] == "_try_get_data":
                 # raised where the rank reads its workers' results off their queue
                 data["dataloader_queue"] = True
+        data.update(_process_marks(frames))
         coll = [f[2] for f in frames if f[0].endswith("distributed_c10d.py")
                 and f[2] in _COLLECTIVES]
         if coll:
@@ -500,6 +501,22 @@ def _starts_workers(frames: list[tuple[str, int, str]]) -> bool:
     built = [i for i, f in enumerate(frames)
              if f[0].endswith("torch/utils/data/dataloader.py") and f[2] == "__init__"]
     return bool(built) and any("multiprocessing/" in f[0] for f in frames[built[0]:])
+
+
+def _process_marks(frames: list[tuple[str, int, str]]) -> dict[str, object]:
+    """What process raised, by its frames: ``spawn_bootstrap`` for a child multiprocessing
+    started with spawn failing before its target ran (importing ``__main__`` again: a
+    rank's helper, a DataLoader worker or a pool, not a rank torch.multiprocessing.spawn
+    started, whose frames pass its ``_wrap``); ``tensor_handoff`` for one raised handing a
+    tensor to another process (a DataLoader worker's batch through its queue's feeder
+    thread: files and sockets in /dev/shm and $TMPDIR)."""
+    marks: dict[str, object] = {}
+    if frames and frames[0][0] == "<string>" and any(f[2] == "spawn_main" for f in frames[:3]) \
+            and not any(f[0].endswith("torch/multiprocessing/spawn.py") for f in frames):
+        marks["spawn_bootstrap"] = True
+    if any(f[0].endswith("torch/multiprocessing/reductions.py") for f in frames):
+        marks["tensor_handoff"] = True
+    return marks
 
 
 def _side_marks(frames: list[tuple[str, int, str]], headed: bool) -> dict[str, object]:

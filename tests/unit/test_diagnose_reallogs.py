@@ -206,10 +206,13 @@ def test_titles_have_no_empty_slots(results):
     # "rank ?" is a rank the log did not give, printed as if it had (a blind trial of run)
     empty = re.compile(r"rank\s*[:,)](?!\s*\d)|rank\s*$|(?<!\w)\(\s*\)|\s{2,}|\bNone\b|"
                        r"\branks? \?")
+    # a message quoted whole ("argument --machine-rank: invalid int value") is the
+    # program's words, not a slot of ours
+    quoted = re.compile(r'"[^"]*"')
     assert sum(len(r.titles) for r in results) > len(results) / 2
     for r in results:
         for title in r.titles:
-            assert not empty.search(title), (r.case.name, title)
+            assert not empty.search(quoted.sub('"…"', title)), (r.case.name, title)
 
 
 # A real death report of every launcher the field uses, each from its own public thread:

@@ -532,9 +532,11 @@ SIGNATURES = (
         # argparse's parser.error(): "PROG: error: MESSAGE" after its usage, exit code 2
         "argparse.error", K.CLI_ERROR,
         (": error: unrecognized arguments", ": error: the following arguments are required",
-         ": error: argument "),
-        r"^(?P<prog>\S+): error: (?P<message>(?:unrecognized arguments|the following "
-        r"arguments are required|argument ).*)",
+         ": error: argument ", ": error: ambiguous option"),
+        # PROG is the usage line's, spaces and all: a subcommand's ("Accelerate launch
+        # command: error: argument --machine_rank/--machine-rank: invalid int value: ''")
+        r"^(?P<prog>[^:\s][^:]{0,80}?): error: (?P<message>(?:unrecognized arguments|the "
+        r"following arguments are required|argument |ambiguous option).*)",
         "RANK_CRASHED", "Python's argparse (torch.distributed.launch's --local_rank / "
         "--local-rank)",
         (Example("train_adgen.py: error: unrecognized arguments: --local_rank=2",
@@ -543,7 +545,12 @@ SIGNATURES = (
                   "--local_rank=2"}),
          Example("main.py: error: unrecognized arguments: --local-rank=0",
                  "https://github.com/skycrapers/TecoGAN-PyTorch/issues/31",
-                 {"prog": "main.py", "message": "unrecognized arguments: --local-rank=0"}))),
+                 {"prog": "main.py", "message": "unrecognized arguments: --local-rank=0"}),
+         Example("Accelerate launch command: error: argument --machine_rank/--machine-rank: "
+                 "invalid int value: ''", "https://github.com/rubin-labs/dia-finetuning-stereo/"
+                 "blob/c6008518aa8e2a970ec01dd109218d32c6ce9b85/train_fsdp.log",
+                 {"prog": "Accelerate launch command", "message": "argument --machine_rank/"
+                  "--machine-rank: invalid int value: ''"}))),
     Signature(
         # torch.utils.cpp_extension._run_ninja_build's error_prefix: the extension a rank
         # compiles when it first needs it (DeepSpeed's cpu_adam / fused_adam, ...)
@@ -624,6 +631,17 @@ SIGNATURES = (
                  "https://github.com/CqGao112/CN-Mini-Phi3/blob/"
                  "4074a0161045ab30257f5fd976d9e8d83db948b7/dpo.log#L329",
                  {"signame": "SIGINT"}),)),
+    Signature(
+        # Lightning's signal connector on a rank that got SIGTERM from outside (a kill, a
+        # scheduler's or a pod's stop): it logs it, its DataLoader workers die of it next
+        "lightning.sigterm", K.LAUNCHER_SIGNALLED, "Received SIGTERM: ",
+        r"Received SIGTERM: (?P<signum>\d+)",
+        "UNRECOGNIZED_FAILURE", "lightning >= 1.6 (SignalConnector._sigterm_notifier_fn)",
+        (Example("[rank: 2] Received SIGTERM: 15",
+                 "https://github.com/TengFeiyang01/EAGNet/blob/"
+                 "b8e3915571420a90e594b9f69110a173d87dae62/logs/train.out",
+                 {"signum": 15}),),
+        convert={"signum": int}),
     Signature(
         # A launcher's start-up banner: in a log that holds several launches (a batch
         # script's retries, `>>` onto one file), one starts here (diagnose/launches.py)
