@@ -27,3 +27,8 @@ def findings_of(path: Path) -> list[Finding]:
 def lines_of(path: Path, first: int, last: int) -> str:
     """Lines ``first`` to ``last`` (1-based, inclusive) of a fixture: a variant cut from it."""
     return "".join(path.read_text().splitlines(keepends=True)[first - 1:last])
+
+
+def errors_of(found: list[Finding]) -> list[tuple[str, list[int]]]:
+    """The error findings as (id, ranks), in report order: what a family test asserts."""
+    return [(f.id, f.ranks) for f in found if f.severity == "error"]

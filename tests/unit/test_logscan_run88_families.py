@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from logscan_helpers import findings_in, findings_of
+from logscan_helpers import errors_of, findings_in, findings_of
 
 from ddpdoctor.core.next_step import decide
 
@@ -23,20 +23,16 @@ NET = REAL / "XE9_megatron_nccl_net_plugin_init_fail_one_node.log"
 TWO = REAL / "XE9_swift_fsdp2_sharded_state_dict_config_error.log"
 
 
-def _errors(found):
-    return [(f.id, f.ranks) for f in found if f.severity == "error"]
-
-
 def test_a_net_plugin_failing_on_one_nodes_ranks_is_that_node():
     found = findings_of(NET)
-    assert _errors(found)[0] == ("COMM_CONNECTIVITY", [40, 41, 42, 43])
+    assert errors_of(found)[0] == ("COMM_CONNECTIVITY", [40, 41, 42, 43])
     assert "nid006742" in found[0].title
     assert decide(found).action.value == "drain_node"
 
 
 def test_a_net_plugin_failing_on_every_rank_is_the_setting():
     found = findings_of(REAL / "V1_nccl_net_shm_invalid_plugin_init_fails_torchrun.log")
-    assert _errors(found)[0][0] == "ENV_NCCL_CONFIG"
+    assert errors_of(found)[0][0] == "ENV_NCCL_CONFIG"
 
 
 def test_the_same_failure_on_most_ranks_is_no_node_of_its_own(tmp_path):
@@ -46,12 +42,12 @@ def test_the_same_failure_on_most_ranks_is_no_node_of_its_own(tmp_path):
     assert failing
     text = "".join(lines) + "".join(f"{r}: Failed to initialize any NET plugin\n"
                                     for r in range(56) if r not in (40, 41, 42, 43))
-    assert _errors(findings_in(tmp_path, text))[0][0] == "ENV_NCCL_CONFIG"
+    assert errors_of(findings_in(tmp_path, text))[0][0] == "ENV_NCCL_CONFIG"
 
 
 def test_identical_unranked_tracebacks_go_one_to_each_rank_that_exited_with_an_error():
     found = findings_of(TWO)
-    assert _errors(found) == [("RANK_CRASHED", [3, 7])]
+    assert errors_of(found) == [("RANK_CRASHED", [3, 7])]
     assert decide(found).action.value == "fix_config"  # raised in sft_args.py's check
 
 
@@ -61,7 +57,7 @@ def test_one_traceback_for_two_failed_ranks_names_the_first(tmp_path):
     second = text.index("Traceback (most recent call last):", first + 1)
     end = text.index("\n", text.index("ValueError: FSDP2", second)) + 1
     found = findings_in(tmp_path, text[:second] + text[end:])
-    assert _errors(found)[0] == ("RANK_CRASHED", [3])
+    assert errors_of(found)[0] == ("RANK_CRASHED", [3])
 
 
 def test_inductors_legacy_tf32_read_is_a_known_bug():

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from logscan_helpers import findings_in, findings_of
+from logscan_helpers import errors_of, findings_in, findings_of
 
 from ddpdoctor.diagnose import LogInput, scan_inputs
 
@@ -23,10 +23,6 @@ REAL = Path("tests/fixtures/reallogs")
 SIGBUS = REAL / "XE8_ulysses_rank1_sigbus_peer_node_store_lost.log"
 NAMEERROR = REAL / "XF3_ulysses_rank0_nameerror_store_fallout.log"
 GROUPS = REAL / "XF4_nccl_two_thread_alltoall_timeout.log"
-
-
-def _errors(found):
-    return [(f.id, f.ranks) for f in found if f.severity == "error"]
 
 
 def _tasks_are_nodes(path: Path) -> bool:
@@ -38,8 +34,8 @@ def test_srun_label_in_front_of_torchrun_is_a_node_not_a_rank():
     found = findings_of(SIGBUS)
     # torchrun's summary names rank 1 (local rank 1 on node 0, whose srun label is "0: ");
     # node 1's agent losing the store is not a second crash
-    assert _errors(found) == [("ENV_SHM_TOO_SMALL", [1])]
-    assert _errors(findings_of(NAMEERROR)) == [("RANK_CRASHED", [0])]
+    assert errors_of(found) == [("ENV_SHM_TOO_SMALL", [1])]
+    assert errors_of(findings_of(NAMEERROR)) == [("RANK_CRASHED", [0])]
 
 
 def test_two_ranks_behind_one_label_make_it_a_node(tmp_path):
@@ -57,10 +53,10 @@ def test_two_ranks_behind_one_label_make_it_a_node(tmp_path):
 def test_srun_tasks_that_are_ranks_stay_ranks():
     oom = REAL / "X8_megatron_ds_srun_host_oom_kill_task2_perlmutter.log"
     assert not _tasks_are_nodes(oom)
-    assert _errors(findings_of(oom))[0] == ("OOM", [2])
+    assert errors_of(findings_of(oom))[0] == ("OOM", [2])
     net = REAL / "XE9_megatron_nccl_net_plugin_init_fail_one_node.log"
     assert not _tasks_are_nodes(net)
-    assert _errors(findings_of(net))[0] == ("COMM_CONNECTIVITY", [40, 41, 42, 43])
+    assert errors_of(findings_of(net))[0] == ("COMM_CONNECTIVITY", [40, 41, 42, 43])
 
 
 def test_a_time_before_the_rank_prefix_keeps_the_rank():
@@ -72,7 +68,7 @@ def test_a_time_before_the_rank_prefix_keeps_the_rank():
 
 def test_ranks_on_groups_of_their_own_are_not_compared():
     found = findings_of(GROUPS)
-    assert _errors(found) == [("HANG_COLLECTIVE_MISMATCH", [])]
+    assert errors_of(found) == [("HANG_COLLECTIVE_MISMATCH", [])]
     assert "group 119" in found[0].title and "group 112" in found[0].title
 
 
@@ -80,4 +76,4 @@ def test_ranks_of_one_group_are_compared(tmp_path):
     # rank 14's work state moved into rank 13's group: it enqueued less there (152 < 220),
     # so it is the rank that never issued the collective
     text = GROUPS.read_text().replace("PG GUID 120", "PG GUID 119")
-    assert ("HANG_RANK_MISSING_COLLECTIVE", [14]) in _errors(findings_in(tmp_path, text))
+    assert ("HANG_RANK_MISSING_COLLECTIVE", [14]) in errors_of(findings_in(tmp_path, text))

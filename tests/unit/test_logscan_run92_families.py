@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from logscan_helpers import findings_in, findings_of
+from logscan_helpers import errors_of, findings_in, findings_of
 
 from ddpdoctor.core.next_step import decide
 
@@ -27,44 +27,40 @@ SIGTERM = REAL / "XF6_lightning_ddp_5gpu_external_sigterm.log"
 TIME_LIMIT = REAL / "XF6_mudiff_ddp_slurm_time_limit.log"
 
 
-def _errors(found):
-    return [(f.id, f.ranks) for f in found if f.severity == "error"]
-
-
 def test_a_launcher_refusing_its_command_line_is_said():
     found = findings_of(LAUNCH)
-    assert _errors(found) == [("UNRECOGNIZED_FAILURE", [])]
+    assert errors_of(found) == [("UNRECOGNIZED_FAILURE", [])]
     assert "Accelerate launch command" in found[0].title and "no rank started" in found[0].title
     assert decide(found).action.value == "fix_config"
 
 
 def test_a_scripts_own_parser_refusing_stays_its_ranks_crash(tmp_path):
     text = LAUNCH.read_text().replace("Accelerate launch command: error:", "train.py: error:")
-    assert _errors(findings_in(tmp_path, text))[0][0] == "RANK_CRASHED"
+    assert errors_of(findings_in(tmp_path, text))[0][0] == "RANK_CRASHED"
 
 
 def test_a_worker_that_cannot_hand_over_a_batch_is_the_workers():
     found = findings_of(TMP_FULL)
-    assert _errors(found) == [("DATALOADER_WORKER_FAILURE", [])]
+    assert errors_of(found) == [("DATALOADER_WORKER_FAILURE", [])]
     assert "TMPDIR" in str(found[0].evidence.get("hint"))
     assert decide(found).action.value == "fix_config"  # free the disk
 
 
 def test_workers_killed_by_the_jobs_own_sigterm_are_the_stop():
     found = findings_of(SIGTERM)
-    assert _errors(found) == [("UNRECOGNIZED_FAILURE", [])]
+    assert errors_of(found) == [("UNRECOGNIZED_FAILURE", [])]
     assert found[0].evidence.get("stopped_by") == "SIGTERM"
 
 
 def test_workers_killed_by_sigterm_with_no_stop_seen_stay_the_workers(tmp_path):
     text = SIGTERM.read_text(encoding="utf-8", errors="replace").replace(
         "Received SIGTERM: 15", "")
-    assert _errors(findings_in(tmp_path, text))[0][0] == "DATALOADER_WORKER_FAILURE"
+    assert errors_of(findings_in(tmp_path, text))[0][0] == "DATALOADER_WORKER_FAILURE"
 
 
 def test_a_spawned_helpers_start_up_failure_gives_way_to_the_time_limit():
     found = findings_of(TIME_LIMIT)
-    assert _errors(found) == [("UNRECOGNIZED_FAILURE", [])]
+    assert errors_of(found) == [("UNRECOGNIZED_FAILURE", [])]
     assert "time limit" in found[0].title
     assert decide(found).action.value == "raise_timeout"
 
@@ -73,4 +69,4 @@ def test_a_spawned_helpers_failure_alone_is_still_said(tmp_path):
     text = "".join(ln for ln in TIME_LIMIT.read_text().splitlines(keepends=True)
                    if "CANCELLED AT" not in ln)
     found = findings_in(tmp_path, text)
-    assert _errors(found) and "ModuleNotFoundError" in found[0].title
+    assert errors_of(found) and "ModuleNotFoundError" in found[0].title
