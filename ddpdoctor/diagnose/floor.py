@@ -37,6 +37,7 @@ class Evidence(str, Enum):
     HARDWARE = "a GPU or bus error"
     NONFINITE = "training numbers stopped being finite"
     LIBRARY_ERROR = "a communication library reported an error"
+    ERROR_RECORD = "a program logged an error record"
 
 
 @dataclass(frozen=True)
@@ -368,6 +369,20 @@ PATTERNS: tuple[FloorPattern, ...] = (
           "det_loss_box_1: 0.0000", "https://github.com/swc-17/SparseDrive/issues/27"),
          ("Training: 2021-06-01 16:25:51,183-Speed 218.82 samples/sec   Loss nan   Epoch: 0   "
           "Global Step: 14750", "https://github.com/deepinsight/insightface/issues/1555"))),
+    FloorPattern(
+        # Python logging's default format at ERROR or CRITICAL ("LEVEL:logger:message"): a
+        # program said something failed. None of the development set's 302 healthy runs
+        # logs one; every one of the 29 logs that does is a failed job's. Last: any other
+        # pattern reads the line first (torchrun's "ERROR:torch.distributed.elastic...").
+        "python_logging.error", Evidence.ERROR_RECORD, ("ERROR:", "CRITICAL:"),
+        r"^(?:ERROR|CRITICAL):[A-Za-z_][\w.]*:\S",
+        (("ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 13 at "
+          "iteration #2 invokation #1 (message='found NaN in local grad norm for bucket #0 in "
+          "backward pass before data-parallel communication collective')",
+          "https://github.com/NVIDIA/Megatron-LM/issues/2597"),
+         ("ERROR:torch.distributed.elastic.agent.server.local_elastic_agent:[default] Worker "
+          "group failed", "https://github.com/s3prl/s3prl/issues/195")),
+        accept=lambda d: True),
 )
 
 NEEDLES: tuple[str, ...] = tuple(sorted({n for p in PATTERNS for n in p.needles}))

@@ -267,8 +267,11 @@ def launchers_own(e: Event) -> bool:
         and any(f in at for f in _LAUNCHER_FRAMES)
 
 
-# A shell script's own line failing ("slurm_script: line 372: python: command not found")
-_SCRIPT_LINE = re.compile(r"\bline \d+: .*: command not found$")
+# A shell script's own line failing ("slurm_script: line 372: python: command not found"),
+# or a helper it ran through sudo, env or another shell ("sudo: cpupower: command not
+# found", an MLPerf run's set-up)
+_SCRIPT_LINE = re.compile(r"(?:\bline \d+: .*|^(?:sudo|env|bash|sh|zsh)(?:: \d+)?: \S+)"
+                          r": command not found$")
 
 
 def _script_went_on(evs: list[Event], seen: list[Event]) -> list[Event]:
@@ -280,9 +283,9 @@ def _script_went_on(evs: list[Event], seen: list[Event]) -> list[Event]:
     after it and of the scanner's census (``seen``: a rank's lines no rule reads, such as
     its warnings, count too)."""
     out = list(evs)
-    done = False
+    # the trainer said it finished: whatever was not found before did not stop the launch
+    done = any(e.kind is EventKind.JOB_DONE for e in evs)
     for i, e in enumerate(evs):
-        done = done or e.kind is EventKind.JOB_DONE
         if e.kind is EventKind.FAMILY_START and e.rank is None and _SCRIPT_LINE.search(e.text) \
                 and (done or len(_printed_after(e, evs[i + 1:], seen)) >= 2):
             out[i] = replace(e, kind=EventKind.SCRIPT_WENT_ON)

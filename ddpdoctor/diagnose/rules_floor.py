@@ -125,16 +125,27 @@ def _signal_death(ix: EventIndex, hits: list[Event]) -> Verdict | None:
                    f"({e.data['evidence']}, {e.where})", bad, ev)
 
 
-def _library_error(ix: EventIndex, hits: list[Event]) -> Verdict | None:
-    bad = [e for e in hits if e.data.get("evidence") == Evidence.LIBRARY_ERROR.value]
-    if not bad:
-        return None
-    return verdict(ix, "UNRECOGNIZED_FAILURE", f"a communication library reported an error "
-                   f"that no known signature explains: {_q(bad[0].text, 160)}", bad,
-                   {"evidence_kind": Evidence.LIBRARY_ERROR.value,
-                    "hint": "search the library's issues (NCCL, Open MPI, the NIC driver) "
-                            "for this line with your versions; NCCL_DEBUG=INFO on every rank "
-                            "shows what preceded it"})
+def _said_as(evidence: Evidence, what: str, hint: str,
+             ) -> Callable[[EventIndex, list[Event]], Verdict | None]:
+    """The family of one kind of evidence said as it is: ``what`` and the first line."""
+    def family(ix: EventIndex, hits: list[Event]) -> Verdict | None:
+        bad = [e for e in hits if e.data.get("evidence") == evidence.value]
+        if not bad:
+            return None
+        return verdict(ix, "UNRECOGNIZED_FAILURE", f"{what} that no known signature "
+                       f"explains: {_q(bad[0].text, 160)}", bad,
+                       {"evidence_kind": evidence.value, "hint": hint})
+    return family
+
+
+_library_error = _said_as(
+    Evidence.LIBRARY_ERROR, "a communication library reported an error",
+    "search the library's issues (NCCL, Open MPI, the NIC driver) for this line with your "
+    "versions; NCCL_DEBUG=INFO on every rank shows what preceded it")
+_error_record = _said_as(
+    Evidence.ERROR_RECORD, "a program logged an error",
+    "the logger named in the record is the component that failed: its lines before this "
+    "one say what it was doing")
 
 
 def _exit_code(ix: EventIndex, hits: list[Event]) -> Verdict | None:
@@ -230,7 +241,7 @@ def _refused(ix: EventIndex, hits: list[Event]) -> Verdict | None:
 # The families, the cause before its effect.
 FAMILIES: tuple[Callable[[EventIndex, list[Event]], Verdict | None], ...] = (
     _refused, _cancelled, _scheduler_stop, _hardware, _oom, _nonfinite, _bus_error, _killed,
-    _memory_full, _signal_death, _library_error, _exit_code)
+    _memory_full, _signal_death, _library_error, _error_record, _exit_code)
 
 
 def floor(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

@@ -14,6 +14,7 @@ from ddpdoctor.diagnose.index import (
     Verdict,
     cut,
     on_rank,
+    rank_or,
     ranks_of,
     verdict,
 )
@@ -305,9 +306,13 @@ def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                                 "is non-finite"}, ranks=ranks_of(nan), severity="warning")]
     first = nan[0]
     ev: dict[str, object] = {}
-    if first.kind is K.GRAD_NAN:
+    if first.kind is K.GRAD_NAN and "function" in first.data:
         ev["function"] = first.data["function"]
         title = f"backward of {first.data['function']} produced NaN (anomaly detection)"
+    elif first.kind is K.GRAD_NAN:  # a framework's own check caught it (Megatron's)
+        at = (f" at iteration {first.data['iteration']}" if "iteration" in first.data else "")
+        title = (f"{rank_or(nan[:1], 'a rank')}: a {first.data.get('value', 'NaN')} value{at}, "
+                 f"caught by the framework's check: {cut(first.text, 160)}")
     elif first.kind is K.GRAD_NONFINITE_NORM:
         title = "the gradient norm is non-finite (NaN/Inf) in clip_grad_norm_"
     else:

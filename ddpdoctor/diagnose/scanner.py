@@ -217,9 +217,11 @@ class LineScanner:
                 data["level"] = "W"
             data["signature"] = sig.name
             line_rank = self._line_rank(rank, in_line)
-            process = data.get("process")
+            # mp.spawn's process index is the rank it ran; "on rank N" in a library's own
+            # words (Megatron's rerun state machine) names the rank
+            process = data.get("process", data.get("on_rank"))
             if line_rank is None and isinstance(process, int):
-                line_rank = process  # mp.spawn's process index is the rank it ran
+                line_rank = process
             self._emit(sig.kind, line, line_rank, stripped, data)
 
     def _floor(self, line: RawLine, rank: int | None, text: str) -> None:

@@ -255,6 +255,19 @@ SIGNATURES = (
                  "output.", FIX + "nan_anomaly.log", {"function": "SqrtBackward0", "output": 0}),),
         convert={"output": int}),
     Signature(
+        # Megatron-core's rerun state machine on a NaN/Inf its checks caught (the grad norm
+        # before the data-parallel reduction, the loss): logged as an error, the job stops
+        "megatron.rerun_unexpected", K.GRAD_NAN, "Unexpected result ",
+        r"Unexpected result (?P<value>nan|inf|-inf) on rank (?P<on_rank>\d+) at iteration "
+        r"#(?P<iteration>\d+)", "GRAD_NONFINITE",
+        "megatron-core >= 0.9 (rerun_state_machine.validate_result)",
+        (Example("ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 13 at "
+                 "iteration #2 invokation #1 (message='found NaN in local grad norm for bucket "
+                 "#0 in backward pass before data-parallel communication collective')",
+                 "https://github.com/NVIDIA/Megatron-LM/issues/2597",
+                 {"value": "nan", "on_rank": 13, "iteration": 2}),),
+        convert={"on_rank": int, "iteration": int}),
+    Signature(
         "nan.clip_grad_norm", K.GRAD_NONFINITE_NORM, "is non-finite",
         r"The total norm of order (?P<norm_order>[\w.-]+) for gradients from `parameters` is "
         r"non-finite", "GRAD_NONFINITE", "torch >= 1.9 with error_if_nonfinite=True",
@@ -732,4 +745,17 @@ SIGNATURES = (
          Example("Finished Training",
                  "https://github.com/wangshuai09/Notebook/blob/0cdb21d3aa700dcf781e997f500eec2d"
                  "3a14d635/DeepSpeed/moe%E7%89%B9%E6%80%A7%E9%80%82%E9%85%8D.md"))),
+    Signature(
+        # MLPerf's logger (mlperf_logging.mllog) closing a run that reached its target
+        "mlperf.run_stop_success", K.JOB_DONE, '"key": "run_stop"',
+        r'"key": "run_stop".*"status": "(?P<what>success)"',
+        "RANK_CRASHED", "mlperf_logging (every MLPerf Training submission)",
+        (Example(':::MLLOG {"namespace": "", "time_ms": 1759944819869, "event_type": '
+                 '"INTERVAL_END", "key": "run_stop", "value": null, "metadata": {"file": '
+                 '"/workspace/src/callbacks/custom_callbacks.py", "lineno": 230, '
+                 '"samples_count": 3072, "status": "success", "duration": "914.2553992271423 '
+                 'sec -> 15.237589987119039 minutes"}}',
+                 "https://github.com/mlcommons/training_results_v5.1/blob/441d65f4445cd59687466"
+                 "533fd9f55399136e7a4/MangoBoost/results/MI300X-LLMBoost-GPUBoost-2node/"
+                 "llama2_70b_lora/result_0.txt", {"what": "success"}),)),
 )
