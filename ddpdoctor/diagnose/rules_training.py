@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TypedDict
 
@@ -145,16 +146,28 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             ev["pid_match"] = (f"the kernel killed pid {min(pids)}, the pid torchrun reports "
                                "for that rank")
         # the kernel's line names a pid at most; the launcher names the rank it lost
-        # (torchrun's -9, srun's "task 2: Out Of Memory")
-        reported = killed9 or _launcher_oom_deaths(ix)
+        # (torchrun's -9, srun's "task 2: Out Of Memory"), or the rank says a process it
+        # started died abruptly (the killer took a helper: a dataset.map worker, a pool's)
+        died = [e for e in ix.of(K.EXCEPTION) if _CHILD_DIED.search(e.get_str("exception"))]
+        reported = killed9 or _launcher_oom_deaths(ix) or died
         ranks = ranks_of(reported)
-        how = "SIGKILL" if killed9 else "the launcher's report"
+        how = ("SIGKILL" if killed9 else "a process it started died abruptly"
+               if reported is died else "the launcher's report")
         killer = ("the batch system killed the job over its memory limit" if
-                  host[0].data.get("job") else "the host's OOM killer killed a training process")
+                  host[0].data.get("job") else "the host's OOM killer killed a process the "
+                  "ranks started" if reported is died and died else
+                  "the host's OOM killer killed a training process")
         out.append(verdict(ix, "OOM", killer
                            + (f" (rank {format_ranks(ranks)}, {how})" if ranks else ""),
                            host + reported, ev, ranks=ranks))
     return out
+
+
+# a rank's own words for a process it started dying without a word: HF datasets' map
+# ("One of the subprocesses has abruptly died during map operation"), concurrent.futures
+# ("A process in the process pool was terminated abruptly while the future was running")
+_CHILD_DIED = re.compile(r"(?i)subprocess(?:es)? has abruptly died|process in the process "
+                         r"pool was terminated abruptly")
 
 
 def _launcher_oom_deaths(ix: EventIndex) -> list[Event]:
