@@ -108,6 +108,19 @@ def _shape(example: str) -> str:
     return "".join(out)
 
 
+_ALNUM = re.compile(r"[A-Za-z0-9]+")
+_BLANKS = re.compile(r"[ \t]+")
+
+
+def _key(example: str) -> str:
+    """What ``_shape`` folds, as a key (C-speed, where ``_shape`` builds a regex): runs of
+    letters and digits one mark, runs of blanks one blank, the blank it ends with kept.
+    Counted for every boundary of every sampled line; the regex is built for the winner."""
+    body = example.rstrip(" \t")
+    tail = example[len(body):len(body) + 1]
+    return _BLANKS.sub(" ", _ALNUM.sub("\x00", body)) + tail
+
+
 def _bare(text: str, known: Known) -> str:
     """``text`` with every prefix the reader knows off, however many it carries
     (torchrun's "[rank0]:[rank0]: ..." when a rank's own output is tee'd again)."""
@@ -145,7 +158,7 @@ def sniff(lines: list[str], known: Known) -> Envelope | None:
     example: dict[str, str] = {}
     for line in solid:
         for end in _ends(line)[:8]:
-            shape = _shape(line[:end])
+            shape = _key(line[:end])
             shapes[shape] += 1
             example.setdefault(shape, line[:end])
     need = _SHARE * len(solid)

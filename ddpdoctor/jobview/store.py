@@ -17,6 +17,10 @@ from ddpdoctor.jobview.keys import Endpoint
 T = TypeVar("T")
 
 
+# how long past TCPStore's own timeout a connect may take before it is given up: its
+# handshake with a server that accepts and never answers outlasts that timeout
+HANDSHAKE_GRACE_S = 5.0
+
 class StoreClient(Protocol):
     """What is used of a torch.distributed Store (a TCPStore client; a fake in tests)."""
 
@@ -60,7 +64,7 @@ class JobStore:
 
         t = threading.Thread(target=make, name="ddpdoctor-store-connect", daemon=True)
         t.start()
-        t.join(timeout + 5.0)
+        t.join(timeout + HANDSHAKE_GRACE_S)
         if "store" in got:
             return cls(got["store"], endpoint)
         if "error" in failed:
@@ -68,7 +72,7 @@ class JobStore:
             raise StoreLost(f"cannot reach the job's store at {endpoint}: "
                             f"{_first_line(e)}") from e
         raise StoreLost(f"cannot reach the job's store at {endpoint}: no answer within "
-                        f"{timeout + 5.0:.0f} s (is it a TCPStore?)")
+                        f"{timeout + HANDSHAKE_GRACE_S:.0f} s (is it a TCPStore?)")
 
     @classmethod
     def wrap(cls, store: StoreClient, endpoint: Endpoint) -> JobStore:

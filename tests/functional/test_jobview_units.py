@@ -356,9 +356,11 @@ def test_leader_and_member_over_a_real_store():
         member.stop()
 
 
-def test_a_store_that_never_answers_is_a_lost_view_within_the_deadline():
+def test_a_store_that_never_answers_is_a_lost_view_within_the_deadline(monkeypatch):
+    from ddpdoctor.jobview import agent
     from ddpdoctor.jobview.agent import JobView
 
+    monkeypatch.setattr(agent, "STORE_TIMEOUT_S", 1.0)  # the deadline, not its length
     v = JobView(keys.Endpoint("127.0.0.1", 9, "test"), "node-x", False, Policy(),
                 connect_wait_s=0.5).start()
     v._thread.join(15)
