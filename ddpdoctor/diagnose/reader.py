@@ -49,8 +49,6 @@ _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27))
 _RANK_PREFIX = re.compile(r"\[(?:rank|default|trainer)(\d+)(?:\|\d+)?\]:[ ]?")
 # Lightning's rank_prefixed_message: "[rank: 1] ..." (its launcher names a child's local rank)
 _LIGHTNING_PREFIX = re.compile(r"\[rank: (\d+)\] ")
-# srun --label (-l): every line of task N starts "N: "; a task is a rank under srun
-_SRUN_LABEL = re.compile(r" {0,4}(\d{1,5}): (?=\S)")
 # Open MPI's --tag-output (mpirun, horovodrun): "[1,3]<stderr>:text", [jobid,rank]<stream>;
 # SageMaker's training toolkit re-writes it line by line as "[1,mpirank:3,algo-1]<stderr>:"
 # (aws/sagemaker-training-toolkit, src/sagemaker_training/process.py; a real log:
@@ -83,8 +81,8 @@ _QUOTE = re.compile(r"(?:>[ \t]?)+(?:`(?=[^`]))?|`(?=[^`])")
 # a program's file ("train.py: error: ...") or an upper-case error code ("EI0002: ...").
 _COLLECTOR_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
                              r"(?: (?:stdout|stderr)(?: [FP])?)?[ \t]")
-# a time alone in front of a rank prefix: a date, a clock, their separators
-# (a date, moreutils' `ts` "Dec 06 ", or none; then the clock)
+# a time a log viewer or collector put in front of a line: a date (ISO, or moreutils' `ts`
+# "Dec 06 ") or none, then the clock
 _TIME = (r"\s*\[?(?:\d{4}[-/]\d\d[-/]\d\d[ T]|[A-Z][a-z]{2} [ \d]\d )?"
          r"\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?")
 # the time and the one blank after it (what follows is the line's own indentation)
@@ -185,7 +183,7 @@ def split_rank_prefix(text: str) -> tuple[int | None, str]:
     """
     m = _RANK_PREFIX.search(text, 0, 64)
     if m is None:
-        label = (_LIGHTNING_PREFIX.match(text) or _SRUN_LABEL.match(text)
+        label = (_LIGHTNING_PREFIX.match(text) or tasklabel.LABEL.match(text)
                  or _MPI_TAG.match(text))
         if label is not None:
             return int(label.group(1)), text[label.end():]

@@ -150,12 +150,13 @@ def oom(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         # started died abruptly (the killer took a helper: a dataset.map worker, a pool's)
         died = [e for e in ix.of(K.EXCEPTION) if _CHILD_DIED.search(e.get_str("exception"))]
         reported = killed9 or _launcher_oom_deaths(ix) or died
+        by_child = bool(died) and reported is died
         ranks = ranks_of(reported)
         how = ("SIGKILL" if killed9 else "a process it started died abruptly"
-               if reported is died else "the launcher's report")
+               if by_child else "the launcher's report")
         killer = ("the batch system killed the job over its memory limit" if
                   host[0].data.get("job") else "the host's OOM killer killed a process the "
-                  "ranks started" if reported is died and died else
+                  "ranks started" if by_child else
                   "the host's OOM killer killed a training process")
         out.append(verdict(ix, "OOM", killer
                            + (f" (rank {format_ranks(ranks)}, {how})" if ranks else ""),

@@ -22,9 +22,10 @@ from collections import defaultdict
 
 from ddpdoctor.diagnose.envelope import Envelope
 
-# the reader's srun label (reader._SRUN_LABEL), as an envelope: the indentation after it
-# stays the job's
-_LABEL = re.compile(r" {0,4}(\d{1,5}): (?=\S)")
+# srun --label (-l): every line of task N starts "N: " (the reader reads the task as a
+# rank by it, reader.split_rank_prefix); as an envelope, the indentation after it stays
+# the job's
+LABEL = re.compile(r" {0,4}(\d{1,5}): (?=\S)")
 LABEL_PATTERN = r" {0,4}\d{1,5}: "
 # a launcher's agent, not a rank: torchrun's elastic agent and its failure report, the
 # DeepSpeed launcher (launcher/launch.py logs as "[launch.py:NNN:main]"), accelerate's
@@ -42,7 +43,7 @@ def sniff(lines: list[str]) -> Envelope | None:
     launcher's task, not a rank; else None."""
     named: defaultdict[str, set[int]] = defaultdict(set)
     for line in lines:
-        m = _LABEL.match(line)
+        m = LABEL.match(line)
         if m is None:
             continue
         rest = line[m.end():]

@@ -21,6 +21,7 @@ T = TypeVar("T")
 # handshake with a server that accepts and never answers outlasts that timeout
 HANDSHAKE_GRACE_S = 5.0
 
+
 class StoreClient(Protocol):
     """What is used of a torch.distributed Store (a TCPStore client; a fake in tests)."""
 
