@@ -25,6 +25,7 @@ from typing import Any
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 WRITE_RESERVE_S = 5.0   # kept back from the total for writing RESULT.md / result.json
 MIN_STEP_S = 3.0        # below this a step is not started: it could not do anything useful
+CANCEL_GRACE_S = 2.0    # a cancelled step's thread gets this long to notice before it is left
 SCHEMA = "ddpdoctor.gpu-verify/1"
 
 
@@ -217,7 +218,7 @@ def run_one(step: Step, session: Session, budget: float,
     t.join(budget)
     if t.is_alive():
         ctx.cancel()
-        t.join(2.0)
+        t.join(CANCEL_GRACE_S)
         status, reason = FAIL, f"deadline: the step ran past its {budget:.0f} s and was stopped"
     else:
         status, reason = box.get("status", (FAIL, "the step ended without a result"))

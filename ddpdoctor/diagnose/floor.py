@@ -386,13 +386,16 @@ PATTERNS: tuple[FloorPattern, ...] = (
 )
 
 NEEDLES: tuple[str, ...] = tuple(sorted({n for p in PATTERNS for n in p.needles}))
+# Each needle, and the positions in PATTERNS it lets through: a line is searched for each
+# distinct needle once, not once per pattern that names it.
+_BY_NEEDLE: dict[str, tuple[int, ...]] = {
+    n: tuple(i for i, p in enumerate(PATTERNS) if n in p.needles) for n in NEEDLES}
 
 
 def detect(body: str) -> FloorHit | None:
     """The failure evidence ``body`` (one line, rank prefix removed) is, or None."""
-    for p in PATTERNS:
-        if not any(n in body for n in p.needles):
-            continue
+    held = sorted({i for n in [n for n in NEEDLES if n in body] for i in _BY_NEEDLE[n]})
+    for p in (PATTERNS[i] for i in held):
         m = p.regex.search(body)
         if m is None:
             continue

@@ -77,6 +77,7 @@ def ok(ctx) -> None:
 
 def test_a_step_past_its_deadline_is_stopped_and_the_next_one_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(core, "WRITE_RESERVE_S", 0.0)
+    monkeypatch.setattr(core, "CANCEL_GRACE_S", 0.1)  # the step ignores the cancel anyway
     release = threading.Event()
 
     def hangs(ctx) -> None:
@@ -130,18 +131,20 @@ def test_the_total_deadline_holds(tmp_path):
 
 
 def test_hung_steps_cannot_outlast_the_total_deadline(tmp_path, monkeypatch):
-    """Real time: each step would hang 30 s on a budget of 20; the total is 4 s, so the
-    first is stopped at 4 s and the rest are not started."""
+    """Real time: each step would hang 30 s on a budget of 20; the total is 1 s, so the
+    first is stopped at 1 s and the rest are not started (the shortest step 0.5 s here)."""
     monkeypatch.setattr(core, "WRITE_RESERVE_S", 0.0)
+    monkeypatch.setattr(core, "MIN_STEP_S", 0.5)
+    monkeypatch.setattr(core, "CANCEL_GRACE_S", 0.1)
     release = threading.Event()
     steps = [Step(f"h{i}", "", lambda ctx: release.wait(30), 20) for i in range(3)]
     try:
-        res = core.run_steps(steps, session(tmp_path), total_s=4.0)
+        res = core.run_steps(steps, session(tmp_path), total_s=1.0)
     finally:
         release.set()
     assert [r.status for r in res] == [FAIL, SKIPPED, SKIPPED]
-    assert res[0].reason.startswith("deadline: the step ran past its 4 s")
-    assert res[1].reason.startswith("total deadline: 0 s left of 4 s")
+    assert res[0].reason.startswith("deadline: the step ran past its 1 s")
+    assert res[1].reason.startswith("total deadline: 0 s left of 1 s")
 
 
 def test_gpu_steps_are_skipped_with_the_reason_when_there_is_no_gpu(tmp_path):
