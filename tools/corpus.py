@@ -76,6 +76,18 @@ class Result:
         return self.case.expect_ranks is None or self.got_ranks == self.case.expect_ranks
 
 
+# The collectors' prompt names the actions in words; the labels of earlier batches use
+# core/next_step.Action's values. Both are read as the value.
+_ACTION_WORDS = {"fix the code": "fix_code", "fix the config": "fix_config",
+                 "drain the node and restart": "drain_node", "restart as is": "restart",
+                 "raise a timeout": "raise_timeout"}
+
+
+def action_of(label: str | None) -> str | None:
+    """A label's action as core/next_step.Action's value (None: the thread does not say)."""
+    return None if label is None else _ACTION_WORDS.get(label, label)
+
+
 def load(directory: Path = DEFAULT_DIR) -> list[Case]:
     cases = []
     for side in sorted(directory.glob("*.json")):
@@ -86,7 +98,7 @@ def load(directory: Path = DEFAULT_DIR) -> list[Case]:
         ranks = label["expect"].get("ranks")
         cases.append(Case(side.stem, log, label.get("source", ""), label["expect"]["id"],
                           tuple(sorted(ranks)) if ranks is not None else None,
-                          bool(label.get("failed", True)), label.get("action")))
+                          bool(label.get("failed", True)), action_of(label.get("action"))))
     return cases
 
 

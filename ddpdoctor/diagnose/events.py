@@ -44,6 +44,8 @@ class EventKind(str, Enum):
     DESYNC_STARTED = "desync_started"
     # NCCL transport and setup
     NCCL_REMOTE = "nccl_remote"
+    # Open MPI's fatal error handler: an MPI call failed on this rank (kb/mpi.py)
+    MPI_ERROR = "mpi_error"
     NCCL_DETAIL = "nccl_detail"
     NCCL_SYSTEM = "nccl_system"
     NCCL_CUDA = "nccl_cuda"

@@ -106,7 +106,8 @@ def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
         # another launcher's report of the rank that died (Composer's "Rank 0 crashed with
         # exit code 1"): the first one names the root, as torchrun's agent line does
         agents = [i for i, e in enumerate(evs) if e.kind is EventKind.PROCESS_EXIT
-                  and e.data.get("launcher") and e.rank is not None and e.data.get("exit_code")]
+                  and e.data.get("launcher") and e.data.get("exit_code")
+                  and (e.rank is not None or _legacy_launch(e))]
     if not agents:
         return evs, None
     i = agents[0]
@@ -116,6 +117,13 @@ def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
         rank = first.get_int("local_rank")
     evs[i] = replace(first, rank=rank, data={**first.data, "first": True})
     return evs, evs[i]
+
+
+def _legacy_launch(e: Event) -> bool:
+    """torch.distributed.launch (torch < 1.9) raising CalledProcessError for the child it
+    waited on: the child's --local_rank names the process that died (DeepSpeed's launcher
+    names every child it killed the same way, and is read by _node_local_ranks)."""
+    return e.data.get("launcher") == "torch.distributed.launch" and "local_rank" in e.data
 
 
 def _local_is_global(evs: list[Event], local: int | None) -> bool:
@@ -278,18 +286,29 @@ def _script_went_on(evs: list[Event], seen: list[Event]) -> list[Event]:
     """A batch script's command that was not found, after which two or more ranks printed
     (without `set -e` the script went on and launched the job: a helper command of its
     set-up failed, not the launch), or after the trainer said its training completed (a
-    step of the script after the job, such as an evaluation it starts next):
-    informational, not the job's failure. The ranks that printed are those of the events
-    after it and of the scanner's census (``seen``: a rank's lines no rule reads, such as
-    its warnings, count too)."""
+    step of the script after the job, such as an evaluation it starts next), and srun's
+    report of a step's task that ended before the trainer said it completed: not the
+    job's failure (rules_crash says them as warnings). The ranks that printed are those
+    of the events after it and of the scanner's census (``seen``: a rank's lines no rule
+    reads, such as its warnings, count too)."""
     out = list(evs)
     # the trainer said it finished: whatever was not found before did not stop the launch
     done = any(e.kind is EventKind.JOB_DONE for e in evs)
+    done_at = {e.source: e.lineno for e in evs if e.kind is EventKind.JOB_DONE}
     for i, e in enumerate(evs):
         if e.kind is EventKind.FAMILY_START and e.rank is None and _SCRIPT_LINE.search(e.text) \
                 and (done or len(_printed_after(e, evs[i + 1:], seen)) >= 2):
             out[i] = replace(e, kind=EventKind.SCRIPT_WENT_ON)
+        elif _step_report(e) and e.lineno < done_at.get(e.source, -1):
+            # srun reports a step's task when the step ends: one reported before the
+            # trainer's completion line (of the same log) ended an earlier step of the
+            # script (a set-up helper), not the training that then ran and completed
+            out[i] = replace(e, kind=EventKind.SCRIPT_WENT_ON, rank=None, rank_from="")
     return out
+
+
+def _step_report(e: Event) -> bool:
+    return e.kind is EventKind.FLOOR and e.data.get("pattern") == "slurm.task"
 
 
 def _printed_after(e: Event, later: list[Event], seen: list[Event]) -> set[int]:

@@ -12,7 +12,7 @@ from typing import Literal
 from ddpdoctor.core.findings import Finding, Severity
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, verdict
-from ddpdoctor.diagnose.kb.bugs import BY_ID, KNOWN_BUGS, KnownBug
+from ddpdoctor.diagnose.kb.bugs import BY_ID, KNOWN_BUGS, RAISED_IN, KnownBug
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -84,6 +84,22 @@ def known_bugs(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         f = _finding(bug, severity="error")  # it broke this job: not a mere warning
         v = verdict(ix, "KNOWN_UPSTREAM_BUG", f.title, [e], f.evidence, severity="error")
         out.append(v)
+    return out + _raised_in(ix, seen)
+
+
+def _raised_in(ix: EventIndex, seen: set[str]) -> list[Verdict]:
+    """An exception raised where a known bug raises it (kb/bugs.py RaisedIn)."""
+    out = []
+    for e in ix.of(K.EXCEPTION):
+        at, exc = e.get_str("raised_at"), e.get_str("exception")
+        bug = next((b for b in RAISED_IN if b.id not in seen and b.raised_in is not None
+                    and b.raised_in.matches(at, exc)), None)
+        if bug is None or not affects(bug, dict(ix.versions), require_all=False):
+            continue
+        seen.add(bug.id)
+        f = _finding(bug, severity="error")
+        out.append(verdict(ix, "KNOWN_UPSTREAM_BUG", f.title, [e],
+                           {**f.evidence, "raised_at": at}, severity="error"))
     return out
 
 

@@ -92,6 +92,55 @@ def script_after_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> lis
                     ranks=[], severity="warning")]
 
 
+def script_before_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """A step of the batch script failed before the training (a helper not found, a
+    set-up step's task that exited non-zero), and then the trainer said its training
+    completed, and nothing else failed: the training is done; the failed step is said as a
+    warning (what it should have done, a cache dropped or a system file written, did not
+    happen)."""
+    done = ix.of(K.JOB_DONE)
+    if earlier or not done or any(e.is_failure for e in ix.events):
+        return []
+    end = (done[-1].source, done[-1].lineno)
+    before = [e for e in ix.of(K.SCRIPT_WENT_ON) if (e.source, e.lineno) < end]
+    if not before:
+        return []
+    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"a step of the batch script failed before "
+                    f"the training ({cut(before[0].text, 120)}); the training then ran and "
+                    f"completed ({cut(done[-1].text, 80)})", before,
+                    {"after_it": done[-1].where,
+                     "hint": "the training itself finished; what that step was to do (a "
+                             "cache dropped, a system file written, a tool set up) did not "
+                             "happen: fix the script's command if the run needed it"},
+                    ranks=[], severity="warning")]
+
+
+def mpi_error(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """An MPI call failed and Open MPI's error handler aborted the job (kb/mpi.py): the
+    rank whose call failed is where it began; the scheduler's kills that follow are the
+    abort. What failed is the communication (a transfer, a buffer the transport could not
+    register), so the transport's own reason is quoted."""
+    evs = ix.of(K.MPI_ERROR)
+    calls = [e for e in evs if "op" in e.data]
+    if earlier or not calls:
+        return []
+    op = calls[0].get_str("op")
+    ranks = sorted({e.rank for e in calls if e.rank is not None})
+    why = "; ".join(dict.fromkeys(
+        f"{e.data['error_class']}: {e.data['message']}" if "error_class" in e.data
+        else f"{e.data['layer']}: {e.data['message']}" for e in evs if "op" not in e.data))
+    who = f" on rank {format_ranks(ranks)}" if ranks else ""
+    return [verdict(ix, "COMM_CONNECTIVITY", f"{op} failed{who}"
+                    f"{f' ({cut(why, 140)})' if why else ''}: Open MPI's error handler "
+                    "aborted every process of the job", evs,
+                    {"mpi_call": op,
+                     "hint": "the transport failed the transfer (with CUDA buffers: a "
+                             "CUDA-aware MPI and its UCX/verbs build must match the driver; "
+                             "try UCX_TLS / OMPI_MCA_pml settings or the NCCL backend for "
+                             "GPU tensors)"},
+                    ranks=ranks)]
+
+
 def cuda_crash(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A CUDA fault (illegal access and the like): the rank that hit it crashed."""
     bad = ix.of(K.CUDA_ILLEGAL, K.GPU_MEMFAULT) or [e for e in ix.of(K.CUDA_ERROR)
@@ -159,8 +208,9 @@ def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """The first failure in the log is a KeyboardInterrupt raised in the job's own work (not
     inside a distributed wait): Ctrl-C or a SIGINT stopped a job that was running, and
     what follows (the launcher's teardown, its own errors in its interrupt handler) is that
-    stop. Said as a warning: stopped, not broken. Interrupted inside a collective or a
-    store wait is a hang someone stopped: the other rules read it."""
+    stop. Said as information: stopped, not broken (what the job warned of before it was
+    stopped, a framework's advice, leads it). Interrupted inside a collective or a store
+    wait is a hang someone stopped: the other rules read it."""
     if earlier:
         return []
     first = _first_failure(ix)
@@ -181,7 +231,7 @@ def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                              "(a preemption, a time limit): its log says which; if it had "
                              "stopped making progress first, it hung: `ddpdoctor attach` on "
                              "the next hang names where each rank waits"},
-                    ranks=[], severity="warning")]
+                    ranks=[], severity="info")]
 
 
 def _first_failure(ix: EventIndex) -> Event | None:
@@ -205,7 +255,7 @@ def launcher_signalled(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Ver
     signal: S" or its agent's "Received S death signal", DeepSpeed's "Main process received
     SIGINT") and passed it on to its ranks, before any rank failed of its own: the job was
     stopped, not broken; what the ranks and the launcher print after it is that stop. A
-    SIGINT is a Ctrl-C (a warning, as an interrupted job is); any other signal ended a run
+    SIGINT is a Ctrl-C (information, as an interrupted job is); any other signal ended a run
     that did not finish."""
     if earlier:
         return []
@@ -228,7 +278,7 @@ def launcher_signalled(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Ver
                      "hint": _WHO_SENT.get(name, "something outside the job sent it") + "; "
                              "the ranks' last lines say how far it got (resume from the last "
                              "checkpoint)"},
-                    ranks=[], severity="warning" if name == "SIGINT" else "error")]
+                    ranks=[], severity="info" if name == "SIGINT" else "error")]
 
 
 # what a launcher prints while it stops its workers: reports of the stop, not failures
@@ -695,6 +745,8 @@ def _short(where: str) -> str:
 RULES = (
     Rule("after_completion", after_completion, _EXIT_CRASH | _CRASH_FALLOUT),
     Rule("script_after_completion", script_after_completion),
+    Rule("script_before_completion", script_before_completion),
+    Rule("mpi_error", mpi_error, _CRASH_FALLOUT | CASCADE | {K.FLOOR}),
     Rule("cuda_crash", cuda_crash, _CRASH_FALLOUT),
     Rule("native_crash", native_crash, _CRASH_FALLOUT),
     Rule("interrupted", interrupted, _CRASH_FALLOUT | CASCADE | {K.FLOOR, K.TRACEBACK}),

@@ -35,6 +35,17 @@ _PACKAGES = frozenset({"torch", "deepspeed", "transformers", "accelerate", "ligh
                        "pytorch_lightning", "lightning_fabric", "apex", "fairscale",
                        "numpy", "tqdm", "wandb", "datasets", "triton", "torchvision"})
 _STDLIB_WAIT = frozenset({"wait", "get", "acquire", "_wait_for_tstate_lock", "join"})
+# torch's Python frames that copy a CUDA tensor to the host or wait for the device: a main
+# thread stuck in one waits for the GPU work queued before it (an NCCL collective's kernel,
+# the common case in a hang: the collective itself was only enqueued). Keyed by the file
+# py-spy prints and the function; None: any function of that file.
+_SYNC_FRAMES: dict[str, frozenset[str] | None] = {
+    "torch/_tensor.py": frozenset({"__format__", "__repr__", "__array__", "tolist", "item"}),
+    "torch/_tensor_str.py": None,
+    "torch/cuda/__init__.py": frozenset({"synchronize"}),
+    "torch/cuda/streams.py": frozenset({"synchronize", "wait_event", "wait_stream"}),
+}
+SYNC = "sync"
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,7 @@ class DumpedProcess:
         at = f" at {self.where}" if self.where else ""
         what = {"collective": f"waits in {self.op}", "p2p": f"waits in {self.op}",
                 "dataloader": "waits for its data loader", "compute": "is computing",
+                SYNC: f"waits on the device (in tensor {self.op})",
                 }.get(self.kind, "is idle (sleeping or IO)")
         return f"process {self.index} (line {self.lineno}) {what}{at}"
 
@@ -106,6 +118,17 @@ def _data_queue(thread: ThreadStack) -> bool:
     return "/data/" in f"/{caller}" or "dataloader" in caller or "iterator" in caller
 
 
+def _device_sync(thread: ThreadStack) -> str:
+    """The torch function a thread waits for the device in (innermost frame), or ''."""
+    if not thread.frames:
+        return ""
+    inner = thread.frames[0]
+    short = inner.filename.removeprefix("/site-packages/")
+    names = _SYNC_FRAMES.get(short, frozenset())
+    leaf = inner.name.rsplit(".", 1)[-1]
+    return leaf if names is None or leaf in names else ""
+
+
 def classify(dumped: list[tuple[int, ThreadStack]]) -> list[DumpedProcess]:
     """Each process's main thread (every thread, where no thread is named MainThread)."""
     from ddpdoctor.attach.classify import DATALOADER, classify_thread
@@ -117,6 +140,8 @@ def classify(dumped: list[tuple[int, ThreadStack]]) -> list[DumpedProcess]:
         kind, op = v.kind, v.op
         if kind not in ("collective", "p2p", DATALOADER) and _data_queue(t):
             kind, op = DATALOADER, "queue"
+        elif kind in ("compute", "idle") and (synced := _device_sync(t)):
+            kind, op = SYNC, synced
         site = v.site
         where = f"{site.filename.removeprefix('/site-packages/')}:{site.line} in {site.name}" \
             if site is not None else ""
@@ -136,14 +161,28 @@ def judge(procs: list[DumpedProcess]) -> tuple[str, str] | None:
         return ("HANG_RANK_MISSING_COLLECTIVE",
                 f"{rest[0].describe()} while {waiting[0].describe()}: it never entered the "
                 "collective the others wait in")
+    if not waiting:
+        return _sync_split(procs, rest)
     ops = {p.op for p in waiting}
     if len(waiting) > 1 and len(ops) > 1:
         return ("HANG_COLLECTIVE_MISMATCH", "the dumped processes wait in different "
                 "collectives: " + "; ".join(p.describe() for p in waiting[:4]))
-    if waiting:
-        # every dumped process waits in one collective: the rank that never arrived is not
-        # among them
-        return ("HANG_RANK_MISSING_COLLECTIVE", f"{waiting[0].describe()}"
-                + (f" (and {len(waiting) - 1} more in it)" if len(waiting) > 1 else "")
-                + ": the rank it waits for is not in the dump")
-    return None
+    # every dumped process waits in one collective: the rank that never arrived is not
+    # among them
+    return ("HANG_RANK_MISSING_COLLECTIVE", f"{waiting[0].describe()}"
+            + (f" (and {len(waiting) - 1} more in it)" if len(waiting) > 1 else "")
+            + ": the rank it waits for is not in the dump")
+
+
+def _sync_split(procs: list[DumpedProcess], rest: list[DumpedProcess]) -> tuple[str, str] | None:
+    """No process in a collective, but some wait on the device (a host sync) while the
+    others are elsewhere: the sync waits for a collective the others never entered."""
+    syncing = [p for p in procs if p.kind == SYNC]
+    if not syncing or not rest:
+        return None
+    return ("HANG_RANK_MISSING_COLLECTIVE",
+            f"{len(rest)} of {len(procs)} dumped processes "
+            f"{'is' if len(rest) == 1 else 'are'} elsewhere ({rest[0].describe()}) while "
+            f"{len(syncing)} {'waits' if len(syncing) == 1 else 'wait'} on the device "
+            f"({syncing[0].describe()}): a host sync waits for the GPU work queued before "
+            "it, a collective the processes elsewhere never entered")

@@ -123,7 +123,9 @@ def _triage(events: list[Event]) -> list[Finding]:
     findings = _one_process_hint(ix, _ordered(ix, _same_failure_merged(verdicts), folds))
     if broken:
         findings[0].evidence["rule_errors"] = broken
-    return findings + advice
+    # advice follows what went wrong, and leads what is only said (a job stopped by hand)
+    said = [f for f in findings if f.severity == "info"]
+    return [f for f in findings if f.severity != "info"] + advice + said
 
 
 def _rules_broken(broken: list[str]) -> list[Finding]:

@@ -93,8 +93,8 @@ def test_every_failure_example_alone_gives_an_error_finding(sig, ex):
     elif sig.kind is EventKind.ADVICE:  # a framework's advice: its finding, never an error
         assert [f.id for f in findings] == [sig.finding]
         assert findings[0].severity in ("warning", "info")
-    elif sig.kind is EventKind.LAUNCHER_SIGNALLED:  # a Ctrl-C: said, as a warning
-        assert [(f.id, f.severity) for f in findings] == [("UNRECOGNIZED_FAILURE", "warning")]
+    elif sig.kind is EventKind.LAUNCHER_SIGNALLED:  # a Ctrl-C: said, as information
+        assert [(f.id, f.severity) for f in findings] == [("UNRECOGNIZED_FAILURE", "info")]
     elif sig.kind is EventKind.RANK_ANNOUNCE and ex.fields.get("world_size", 1) != 1:
         # a log that is nothing but rank 0 announcing itself to a larger world ends in a
         # start-up the other ranks never came to (rules_census)

@@ -64,3 +64,18 @@ def test_log_whose_printed_version_is_outside_the_range_is_not_that_bug():
     findings = triage(events)
     assert findings and findings[0].id != "KNOWN_UPSTREAM_BUG"
     assert findings[0].severity == "error"
+
+
+def test_every_raise_site_of_a_known_bug_matches_its_real_example():
+    """A bug known by where the library raises it (kb/bugs.py RaisedIn): its recorded raise
+    site and message match, and the message raised anywhere else does not."""
+    from ddpdoctor.diagnose.kb.bugs import RAISED_IN
+
+    assert RAISED_IN
+    for bug in RAISED_IN:
+        raised = bug.raised_in
+        assert raised is not None and raised.url.startswith("https://github.com/"), bug.id
+        at, exc = (part.strip() for part in raised.example.split(" | ", 1))
+        assert raised.matches(at, exc), bug.id
+        assert not raised.matches(at.replace(f" in {raised.function}", " in forward"), exc)
+        assert not raised.matches("train.py:12 in " + raised.function, exc), bug.id

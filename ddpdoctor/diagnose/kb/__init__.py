@@ -19,6 +19,7 @@ from ddpdoctor.diagnose.kb import (
     families,
     gpu,
     horovod,
+    mpi,
     nccl,
     process,
     stacks,
@@ -29,7 +30,7 @@ __all__ = ["SIGNATURES", "Example", "Signature", "match_line", "needles"]
 
 SIGNATURES: tuple[Signature, ...] = (bugs.SIGNATURES + c10d.SIGNATURES + nccl.SIGNATURES
                                      + gpu.SIGNATURES + process.SIGNATURES
-                                     + families.SIGNATURES + horovod.SIGNATURES
+                                     + families.SIGNATURES + horovod.SIGNATURES + mpi.SIGNATURES
                                      + deepspeed.SIGNATURES + advice.SIGNATURES
                                      + stacks.SIGNATURES)
 

@@ -8,12 +8,31 @@ printed versions, if any, are in range).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.kb.signature import Example, Signature
 
 Range = tuple[str | None, str | None]
+
+
+@dataclass(frozen=True)
+class RaisedIn:
+    """A bug known by where a library raises it: the exception's innermost frame (a file
+    path ending, a function) and its message. The message alone is any code's (a size
+    mismatch); raised in that function it is the library's bug."""
+
+    file: str  # the end of the frame's path: "deepspeed/runtime/hybrid_engine.py"
+    function: str
+    message: str  # a regex searched in "Type: message"
+    example: str  # a real raise site and message, as a traceback's last lines print them
+    url: str  # where the example comes from
+
+    def matches(self, raised_at: str, exception: str) -> bool:
+        path, _, func = raised_at.rpartition(" in ")
+        return (func == self.function and path.rsplit(":", 1)[0].endswith(self.file)
+                and re.search(self.message, exception) is not None)
 
 
 @dataclass(frozen=True)
@@ -26,6 +45,7 @@ class KnownBug:
     workaround: str
     versions: dict[str, Range] = field(default_factory=dict)
     signature: Signature | None = None
+    raised_in: RaisedIn | None = None
 
 
 def _sig(bug: str, needle: str, pattern: str, versions: str, line: str, url: str) -> Signature:
@@ -201,7 +221,28 @@ KNOWN_BUGS = (
              "indicate that you have used mix of the legacy and new APIs to set the TF32 status "
              "for cublas matmul. We suggest only using the new API to set the TF32 flag.",
              "https://github.com/pytorch/pytorch/pull/194680")),
+    KnownBug(
+        "deepspeed-hybrid-engine-fuse-lora", "https://github.com/deepspeedai/DeepSpeed/issues/3543",
+        "DeepSpeed's hybrid engine fuses LoRA weights into the inference containers' fused QKV "
+        "matrices with the per-projection LoRA shapes: generation fails with 'The size of "
+        "tensor a (6144) must match the size of tensor b (8192)' in _fuse_lora",
+        "DeepSpeed 0.9.x - 0.10.x hybrid engine (DeepSpeed-Chat step 3, "
+        "--enable_hybrid_engine with --actor_lora_dim)",
+        "not fixed for every model container (deepspeedai/DeepSpeedExamples#602, #622, #650 "
+        "report it on later releases)",
+        "run step 3 without --enable_hybrid_engine, or without LoRA on the actor "
+        "(--actor_lora_dim 0)",
+        {},  # the releases the log prints do not bound it: the raise site decides
+        raised_in=RaisedIn(
+            "deepspeed/runtime/hybrid_engine.py", "_fuse_lora",
+            r"The size of tensor a \(\d+\) must match the size of tensor b",
+            "/root/anaconda3/envs/deepspeed3.8/lib/python3.8/site-packages/deepspeed/runtime/"
+            "hybrid_engine.py:137 in _fuse_lora | RuntimeError: The size of tensor a (6144) "
+            "must match the size of tensor b (8192) at non-singleton dimension 0",
+            "https://github.com/hch1017/TH_LLM/blob/b3d65d77245786821d9fa9067cf6f6119c30c29e/"
+            "training/step3_rlhf_finetuning/output_TH_entire_random/training.log")),
 )
 
 BY_ID = {b.id: b for b in KNOWN_BUGS}
+RAISED_IN = tuple(b for b in KNOWN_BUGS if b.raised_in is not None)
 SIGNATURES = tuple(b.signature for b in KNOWN_BUGS if b.signature is not None)

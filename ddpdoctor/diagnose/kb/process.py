@@ -49,6 +49,22 @@ def _launcher_exit(m: re.Match[str]) -> dict[str, object]:
     return launcher_exit("composer", int(m["exit_code"]))
 
 
+# the child command torch.distributed.launch (torch < 1.9) started: its --local_rank says
+# which process of the node's it was
+_LOCAL_RANK_ARG = re.compile(r"'--local[_-]rank=(?P<local_rank>\d+)'")
+
+
+def _legacy_launch_exit(m: re.Match[str]) -> dict[str, object]:
+    """The legacy launcher's CalledProcessError for one of its children: the launcher's
+    report of which process died, as torchrun's agent line is. Every other command that
+    failed (ssh, a build) is no launcher's report."""
+    local = _LOCAL_RANK_ARG.search(m["command"])
+    if local is None:
+        return {}
+    return {**launcher_exit("torch.distributed.launch", int(m["exit_code"])),
+            "local_rank": int(local["local_rank"])}
+
+
 def _mpirun_exit(m: re.Match[str]) -> dict[str, object]:
     return launcher_exit("mpirun", int(m["exit_code"]))
 
@@ -406,8 +422,8 @@ SIGNATURES = (
                  "'/workspace/xwh/maskrcnn-benchmark-master/tools/train_net.py', "
                  "'--local_rank=0']' returned non-zero exit status 1.\"",
                  "https://github.com/facebookresearch/maskrcnn-benchmark/issues/1075",
-                 {"exit_code": 1}),),
-        convert={"exit_code": int}),
+                 {"exit_code": 1, "launcher": "torch.distributed.launch", "local_rank": 0}),),
+        convert={"exit_code": int}, extra=_legacy_launch_exit),
     Signature(
         "launcher.agent_failed", K.AGENT_FAILED, "exitcode",
         r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: "
