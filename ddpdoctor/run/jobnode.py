@@ -205,7 +205,8 @@ def answer(job: Job, tracker: ProgressTracker, request: Request, opts: NodeOptio
         return StackReply(-1, host, (), error=outcome.error or "no stacks")
     seen = _recheck(job, d.states, request.recheck_s, d)
     now = time.monotonic()
-    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
+    tracker.update(now, job.copy.moving_lines, sample_tree(job.pid, now, rank_cache), heartbeats(),
+                   looping=job.copy.looping_ranks())
     moved = tracker.stalled_for(now) < before
     from ddpdoctor.attach.flight_recorder import trace_to_dict
     from ddpdoctor.run.looks import traced_pids

@@ -88,7 +88,8 @@ def look(job: Job, tracker: ProgressTracker, stalled: float, opts: LookOptions,
         return None, outcome
     # what moved while the stacks were read counts too
     now = time.monotonic()
-    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
+    tracker.update(now, job.copy.moving_lines, sample_tree(job.pid, now, rank_cache), heartbeats(),
+                   looping=job.copy.looping_ranks())
     active = tracker.active_ranks(now, opts.cpu_window_s + outcome.timings.get(
         "diagnose_s", 0.0))
     verdict = judge(outcome.diagnosis, outcome.error, active, traced_pids(outcome.diagnosis))
@@ -140,7 +141,8 @@ def _recheck(job: Job, tracker: ProgressTracker, verdict: HangVerdict,
         return None
     now = time.monotonic()
     quiet_before = tracker.stalled_for(now)
-    tracker.update(now, job.copy.lines, sample_tree(job.pid, now, rank_cache), heartbeats())
+    tracker.update(now, job.copy.moving_lines, sample_tree(job.pid, now, rank_cache), heartbeats(),
+                   looping=job.copy.looping_ranks())
     if tracker.stalled_for(now) < quiet_before:
         return HangVerdict(False, f"the job made progress ({tracker.last_what}) while run "
                            "watched it", verdict.culprits, verdict.active)

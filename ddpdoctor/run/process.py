@@ -26,6 +26,7 @@ from ddpdoctor.core.contract import OUTPUT_LOG, RANK_LOG
 from ddpdoctor.core.errors import DoctorError
 from ddpdoctor.core.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 from ddpdoctor.core.safefile import open_regular
+from ddpdoctor.run.repeats import ErrorRepeats
 from ddpdoctor.run.tree import die_with_parent, load_prctl
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ _PREFIX = re.compile(rb"^\s*\[(?:rank|default)(\d+)\]:")
 _UNCAUGHT = re.compile(rb"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
                        rb"(?:Error|Exception|Interrupt|Failure)\b(?::|\s*$)")
 _MAX_PARTIAL = 1 << 20  # a "line" longer than this is copied in pieces
+LOOP_LINES = 64  # a rank's repeated traceback lines in a row that make it an error loop
 
 
 class JobStartError(DoctorError):
@@ -125,6 +127,12 @@ class OutputCopy:
         self._ranks: dict[int, KeptFile] = {}
         self._lock = threading.Lock()
         self.lines = 0
+        # the lines that show the job moving: one traceback printed over and over does not
+        # (run/repeats.py); run's progress tracker reads this, the report counts ``lines``
+        self.moving_lines = 0
+        self._repeats = ErrorRepeats()
+        # rank -> its lines in a row that did not move: a rank in an error loop
+        self._looping: dict[int, int] = {}
         self.last_line = time.monotonic()
         self.rank_raised = threading.Event()  # set on a rank's uncaught exception line
 
@@ -133,6 +141,10 @@ class OutputCopy:
         rank = int(m.group(1)) if m else None
         with self._lock:
             self.lines += 1
+            moved = self._repeats.moves(line)
+            self.moving_lines += moved
+            if rank is not None:
+                self._looping[rank] = 0 if moved else self._looping.get(rank, 0) + 1
             self.last_line = time.monotonic()
             self._combined.write(line)
             if rank is not None:
@@ -142,6 +154,12 @@ class OutputCopy:
                 f.write(line)
         if m is not None and _UNCAUGHT.match(line, m.end()):
             self.rank_raised.set()  # after the write: whoever wakes reads the line
+
+    def looping_ranks(self) -> frozenset[int]:
+        """The ranks whose last LOOP_LINES lines were one traceback printed again: what
+        CPU they use is that loop's (run/progress.py does not count it as work)."""
+        with self._lock:
+            return frozenset(r for r, n in self._looping.items() if n >= LOOP_LINES)
 
     def flush(self) -> None:
         """Nothing is buffered; kept for callers that flush before reading."""

@@ -1,6 +1,7 @@
 """Is the job still moving? Three signals, read from outside the ranks:
 
-- output: any new line from the job;
+- output: any new line from the job (but one traceback printed over and over, and the
+  CPU of the rank that prints it: run/repeats.py);
 - CPU time: a rank (its process and its DataLoader workers) that used more than
   ``cpu_rate`` of a core since the last sample is working; a rank blocked in a collective,
   asleep or stuck on a lock uses (almost) none;
@@ -217,7 +218,10 @@ class ProgressTracker:
         self.endpoints: dict[int, RankEndpoint] = {}
 
     def update(self, now: float, lines: int, sample: TreeSample,
-               heartbeats: dict[int, Heartbeat] | None = None) -> None:
+               heartbeats: dict[int, Heartbeat] | None = None,
+               looping: frozenset[int] = frozenset()) -> None:
+        """``lines``: the job's output lines that show it moving; ``looping``: the ranks
+        printing one traceback over and over (run/repeats.py), whose CPU is that loop's."""
         heartbeats = heartbeats or {}
         if lines != self._lines:
             self._lines = lines
@@ -231,7 +235,7 @@ class ProgressTracker:
                     self._moved(now, f"heartbeat of rank {r} (step {hb.step})", r)
                 self._hb[r] = mark
         for unit, rate in self._cpu_rates(sample).items():
-            if rate < self.cpu_rate:
+            if rate < self.cpu_rate or unit in looping:
                 continue
             self.cpu_last[unit] = now
             if unit in hb_ranks:

@@ -149,7 +149,8 @@ def _supervise(job: Job, sigs: RunSignals, result: RunResult, jenv: JobEnv, opts
             tree.reap(job.pid)
             memory.add(sample)
             beats = loop.heartbeats()
-            tracker.update(now, job.copy.lines, sample, beats)
+            tracker.update(now, job.copy.moving_lines, sample, beats,
+                           looping=job.copy.looping_ranks())
             node.steps.observe(tracker)
             if not opts.hang_fixed:
                 loop.adapt(jobnode.local_threshold(node.steps, loop.opts))
@@ -212,7 +213,7 @@ def _last_sample(job: Job, loop: Loop, exit_watch: ExitWatch, result: RunResult,
     sample = sample_tree(job.pid, now, loop.rank_cache)
     _stamp_deaths(exit_watch, sample)
     observe_sample(result.attempts, sample, now, job.copy.lines, restart_counts)
-    tracker.update(now, job.copy.lines, sample)
+    tracker.update(now, job.copy.moving_lines, sample, looping=job.copy.looping_ranks())
 
 
 def _end_job(job: Job, tree: JobTree, sigs: RunSignals, result: RunResult,

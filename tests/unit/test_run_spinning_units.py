@@ -282,6 +282,10 @@ def test_cpu_with_a_moving_stack_or_storage_io_is_working():
 @dataclass
 class Copy:
     lines: int = 0  # what the tracker saw last: no new output
+    moving_lines: int = 0
+
+    def looping_ranks(self) -> frozenset[int]:
+        return frozenset()
 
 
 @dataclass

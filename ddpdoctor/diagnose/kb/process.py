@@ -58,10 +58,11 @@ def _legacy_launch_exit(m: re.Match[str]) -> dict[str, object]:
     """The legacy launcher's CalledProcessError for one of its children: the launcher's
     report of which process died, as torchrun's agent line is. Every other command that
     failed (ssh, a build) is no launcher's report."""
+    code = int(m["exit_code"]) if m["exit_code"] is not None else -int(m["signum"])
     local = _LOCAL_RANK_ARG.search(m["command"])
     if local is None:
-        return {}
-    return {**launcher_exit("torch.distributed.launch", int(m["exit_code"])),
+        return {"exit_code": code}
+    return {**launcher_exit("torch.distributed.launch", code), "exit_code": code,
             "local_rank": int(local["local_rank"])}
 
 
@@ -414,16 +415,26 @@ SIGNATURES = (
                  {"exit_code": 137, "signal": "SIGKILL"})),
         convert={"exit_code": int, "signal_number": int}),
     Signature(
-        "launcher.called_process_error", K.PROCESS_EXIT, "returned non-zero exit status",
-        r"Command '(?P<command>.*)' returned non-zero exit status (?P<exit_code>-?\d+)",
+        # Python's CalledProcessError: "returned non-zero exit status N", or for a child a
+        # signal ended "died with <Signals.SIGKILL: 9>" (its returncode is -9)
+        "launcher.called_process_error", K.PROCESS_EXIT,
+        ("returned non-zero exit status", "died with <Signals."),
+        r"Command '(?P<command>.*)' (?:returned non-zero exit status (?P<exit_code>-?\d+)|died "
+        r"with <Signals\.SIG\w+: (?P<signum>\d+)>)",
         "RANK_CRASHED", "torch.distributed.launch (torch < 1.9)",
         (Example(" \"Command '['/home/xuwuheng/anaconda3/envs/maskrcnn_benchmark/bin/python', "
                  "'-u', "
                  "'/workspace/xwh/maskrcnn-benchmark-master/tools/train_net.py', "
                  "'--local_rank=0']' returned non-zero exit status 1.\"",
                  "https://github.com/facebookresearch/maskrcnn-benchmark/issues/1075",
-                 {"exit_code": 1, "launcher": "torch.distributed.launch", "local_rank": 0}),),
-        convert={"exit_code": int}, extra=_legacy_launch_exit),
+                 {"exit_code": 1, "launcher": "torch.distributed.launch", "local_rank": 0}),
+         Example("subprocess.CalledProcessError: Command '['/opt/conda/bin/python', '-u', "
+                 "'./tools/train.py', '--local_rank=1', 'configs/deeplabv3plus/"
+                 "deeplabv3plus_r50-d8_512x512_40k_deepfashon2.py', '--launcher', 'pytorch']' "
+                 "died with <Signals.SIGKILL: 9>.",
+                 "https://github.com/open-mmlab/mmsegmentation/issues/189",
+                 {"exit_code": -9, "signal": "SIGKILL", "local_rank": 1})),
+        convert={"exit_code": int, "signum": int}, extra=_legacy_launch_exit),
     Signature(
         "launcher.agent_failed", K.AGENT_FAILED, "exitcode",
         r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: "
