@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ddpdoctor.core.signames import killed_by
+from ddpdoctor.diagnose.kb.signature import NeedleIndex
 
 
 class Evidence(str, Enum):
@@ -385,17 +386,13 @@ PATTERNS: tuple[FloorPattern, ...] = (
         accept=lambda d: True),
 )
 
-NEEDLES: tuple[str, ...] = tuple(sorted({n for p in PATTERNS for n in p.needles}))
-# Each needle, and the positions in PATTERNS it lets through: a line is searched for each
-# distinct needle once, not once per pattern that names it.
-_BY_NEEDLE: dict[str, tuple[int, ...]] = {
-    n: tuple(i for i, p in enumerate(PATTERNS) if n in p.needles) for n in NEEDLES}
+_BY_NEEDLE = NeedleIndex([p.needles for p in PATTERNS])
+NEEDLES: tuple[str, ...] = _BY_NEEDLE.needles
 
 
 def detect(body: str) -> FloorHit | None:
     """The failure evidence ``body`` (one line, rank prefix removed) is, or None."""
-    held = sorted({i for n in [n for n in NEEDLES if n in body] for i in _BY_NEEDLE[n]})
-    for p in (PATTERNS[i] for i in held):
+    for p in (PATTERNS[i] for i in _BY_NEEDLE.held(body)):
         m = p.regex.search(body)
         if m is None:
             continue

@@ -293,8 +293,8 @@ def _script_went_on(evs: list[Event], seen: list[Event]) -> list[Event]:
     reads, such as its warnings, count too)."""
     out = list(evs)
     # the trainer said it finished: whatever was not found before did not stop the launch
-    done = any(e.kind is EventKind.JOB_DONE for e in evs)
     done_at = {e.source: e.lineno for e in evs if e.kind is EventKind.JOB_DONE}
+    done = bool(done_at)
     for i, e in enumerate(evs):
         if e.kind is EventKind.FAMILY_START and e.rank is None and _SCRIPT_LINE.search(e.text) \
                 and (done or len(_printed_after(e, evs[i + 1:], seen)) >= 2):

@@ -70,45 +70,36 @@ def after_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdi
                     ranks=[], severity="warning")]
 
 
-def script_after_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    """The trainer said its training completed, and then the batch script's next step did
-    not start (a command not found, the scheduler refusing the step it asked for: an
-    evaluation, an upload), and nothing else failed: the job's work is done; the script's
-    later step is said as a warning, not left out."""
+def script_steps(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """The trainer said its training completed, and nothing else failed, but a step of the
+    batch script did not: after it, the script's next step did not start (a command not
+    found, the scheduler refusing the step it asked for: an evaluation, an upload); or
+    before it, a set-up step failed (a helper not found, a task that exited non-zero).
+    The job's work is done; the script's step is said as a warning, not left out."""
     done = ix.of(K.JOB_DONE)
     if earlier or not done:
         return []
-    end = (done[-1].source, done[-1].lineno)
-    later = [e for e in ix.of(K.SCRIPT_WENT_ON, K.FLOOR)  # in log order
-             if (e.kind is K.SCRIPT_WENT_ON or is_refused(e)) and (e.source, e.lineno) > end]
-    if not later or any(e.is_failure and not is_refused(e) for e in ix.events):
-        return []
-    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"after the trainer said training was over "
-                    f"({cut(done[-1].text, 80)}), the batch script's next step failed: "
-                    f"{cut(later[0].text, 120)}", later,
-                    {"after_completion": done[-1].where,
-                     "hint": "the training itself finished; fix the script's later command "
-                             "and run that step again, not the training"},
-                    ranks=[], severity="warning")]
-
-
-def script_before_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
-    """A step of the batch script failed before the training (a helper not found, a
-    set-up step's task that exited non-zero), and then the trainer said its training
-    completed, and nothing else failed: the training is done; the failed step is said as a
-    warning (what it should have done, a cache dropped or a system file written, did not
-    happen)."""
-    done = ix.of(K.JOB_DONE)
-    if earlier or not done or any(e.is_failure for e in ix.events):
-        return []
-    end = (done[-1].source, done[-1].lineno)
-    before = [e for e in ix.of(K.SCRIPT_WENT_ON) if (e.source, e.lineno) < end]
-    if not before:
+    last = done[-1]
+    end = (last.source, last.lineno)
+    steps = [e for e in ix.of(K.SCRIPT_WENT_ON, K.FLOOR)  # in log order
+             if e.kind is K.SCRIPT_WENT_ON or is_refused(e)]
+    refused_only = not any(e.is_failure and not is_refused(e) for e in ix.events)
+    later = [e for e in steps if (e.source, e.lineno) > end]
+    if later and refused_only:
+        return [verdict(ix, "UNRECOGNIZED_FAILURE", f"after the trainer said training was "
+                        f"over ({cut(last.text, 80)}), the batch script's next step failed: "
+                        f"{cut(later[0].text, 120)}", later,
+                        {"after_completion": last.where,
+                         "hint": "the training itself finished; fix the script's later "
+                                 "command and run that step again, not the training"},
+                        ranks=[], severity="warning")]
+    before = [e for e in steps if e.kind is K.SCRIPT_WENT_ON and (e.source, e.lineno) < end]
+    if not before or not refused_only or any(is_refused(e) for e in steps):
         return []
     return [verdict(ix, "UNRECOGNIZED_FAILURE", f"a step of the batch script failed before "
                     f"the training ({cut(before[0].text, 120)}); the training then ran and "
-                    f"completed ({cut(done[-1].text, 80)})", before,
-                    {"after_it": done[-1].where,
+                    f"completed ({cut(last.text, 80)})", before,
+                    {"after_it": last.where,
                      "hint": "the training itself finished; what that step was to do (a "
                              "cache dropped, a system file written, a tool set up) did not "
                              "happen: fix the script's command if the run needed it"},
@@ -744,8 +735,7 @@ def _short(where: str) -> str:
 
 RULES = (
     Rule("after_completion", after_completion, _EXIT_CRASH | _CRASH_FALLOUT),
-    Rule("script_after_completion", script_after_completion),
-    Rule("script_before_completion", script_before_completion),
+    Rule("script_steps", script_steps),
     Rule("mpi_error", mpi_error, _CRASH_FALLOUT | CASCADE | {K.FLOOR}),
     Rule("cuda_crash", cuda_crash, _CRASH_FALLOUT),
     Rule("native_crash", native_crash, _CRASH_FALLOUT),

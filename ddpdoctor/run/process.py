@@ -26,7 +26,7 @@ from ddpdoctor.core.contract import OUTPUT_LOG, RANK_LOG
 from ddpdoctor.core.errors import DoctorError
 from ddpdoctor.core.report import EXIT_DOCTOR_FAILED, EXIT_USAGE
 from ddpdoctor.core.safefile import open_regular
-from ddpdoctor.run.repeats import ErrorRepeats
+from ddpdoctor.run.repeats import EXCEPTION_LINE, ErrorRepeats
 from ddpdoctor.run.tree import die_with_parent, load_prctl
 
 if TYPE_CHECKING:
@@ -35,11 +35,6 @@ if TYPE_CHECKING:
     from _typeshed import HasFileno
 
 _PREFIX = re.compile(rb"^\s*\[(?:rank|default)(\d+)\]:")
-# The last line of an uncaught exception as torch's c10d excepthook prints it on a rank
-# ("[rank3]: RuntimeError: ..."): that rank is dying. Seen here, before the process exits
-# and its peers (on other nodes too) feel it, so a job view can publish it first.
-_UNCAUGHT = re.compile(rb"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
-                       rb"(?:Error|Exception|Interrupt|Failure)\b(?::|\s*$)")
 _MAX_PARTIAL = 1 << 20  # a "line" longer than this is copied in pieces
 LOOP_LINES = 64  # a rank's repeated traceback lines in a row that make it an error loop
 
@@ -49,8 +44,13 @@ class JobStartError(DoctorError):
 
 
 def rank_of_line(line: bytes) -> int | None:
+    return split_rank(line)[0]
+
+
+def split_rank(line: bytes) -> tuple[int | None, bytes]:
+    """The rank torchrun's ``[rankN]:`` prefix names, and the line after it."""
     m = _PREFIX.match(line[:64])
-    return int(m.group(1)) if m else None
+    return (int(m.group(1)), line[m.end():]) if m else (None, line)
 
 
 @dataclass
@@ -137,11 +137,10 @@ class OutputCopy:
         self.rank_raised = threading.Event()  # set on a rank's uncaught exception line
 
     def add_line(self, line: bytes) -> None:
-        m = _PREFIX.match(line[:64])
-        rank = int(m.group(1)) if m else None
+        rank, body = split_rank(line)
         with self._lock:
             self.lines += 1
-            moved = self._repeats.moves(line)
+            moved = self._repeats.moves(body)
             self.moving_lines += moved
             if rank is not None:
                 self._looping[rank] = 0 if moved else self._looping.get(rank, 0) + 1
@@ -152,7 +151,11 @@ class OutputCopy:
                 if f is None:
                     f = self._ranks[rank] = _open_kept(self.log_dir / RANK_LOG.format(rank=rank))
                 f.write(line)
-        if m is not None and _UNCAUGHT.match(line, m.end()):
+        # the last line of an uncaught exception as torch's c10d excepthook prints it on
+        # a rank ("[rank3]: RuntimeError: ..."): that rank is dying. Seen here, before the
+        # process exits and its peers (on other nodes too) feel it, so a job view can
+        # publish it first.
+        if rank is not None and EXCEPTION_LINE.match(body):
             self.rank_raised.set()  # after the write: whoever wakes reads the line
 
     def looping_ranks(self) -> frozenset[int]:

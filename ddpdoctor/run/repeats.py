@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import re
 
-_PREFIX = re.compile(rb"^\s*\[(?:rank|default)\d+\]:\s?")
 _HEADER = b"Traceback (most recent call last):"
 _FRAME = re.compile(rb'\s*File "[^"]*", line \d+')
-_EXCEPTION = re.compile(rb"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Failure)"
-                        rb"\b(?::|\s*$)")
+# an exception's own line ("RuntimeError: ...", "KeyboardInterrupt")
+EXCEPTION_LINE = re.compile(rb"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
+                            rb"(?:Error|Exception|Interrupt|Failure)\b(?::|\s*$)")
 _FOLD = bytes.maketrans(b"123456789", b"000000000")
 SEEN_BEFORE = 2  # a traceback line printed this many times already is a loop's
 MAX_SHAPES = 4096  # shapes remembered: a job's distinct error lines, not its every line
@@ -33,11 +33,12 @@ class ErrorRepeats:
         self._after_frame = False
 
     def moves(self, line: bytes) -> bool:
-        body = _PREFIX.sub(b"", line, count=1).rstrip(b"\r\n")
+        """``line``: one line of the job's, a rank prefix taken off (process.split_rank)."""
+        body = line.rstrip(b"\r\n")
         frame = _FRAME.match(body) is not None
         marks = body.strip(b" ^~") == b"" and b"^" in body  # Python 3.11's markers
         errorish = (frame or marks or body.strip() == _HEADER
-                    or _EXCEPTION.match(body) is not None
+                    or EXCEPTION_LINE.match(body) is not None
                     or (self._after_frame and body.startswith(b"    ")))
         self._after_frame = frame or (self._after_frame and marks)
         if not errorish:

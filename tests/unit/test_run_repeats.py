@@ -3,7 +3,7 @@ line is, repeated or not. No processes: the output copy in a temporary directory
 
 from __future__ import annotations
 
-from ddpdoctor.run.process import OutputCopy
+from ddpdoctor.run.process import OutputCopy, split_rank
 from ddpdoctor.run.progress import ProgressTracker, TreeSample
 from ddpdoctor.run.repeats import SEEN_BEFORE, ErrorRepeats
 
@@ -21,7 +21,7 @@ LOOP = b"""[rank1]: Traceback (most recent call last):
 
 def _moving(lines: list[bytes]) -> list[bool]:
     r = ErrorRepeats()
-    return [r.moves(ln) for ln in lines]
+    return [r.moves(split_rank(ln)[1]) for ln in lines]
 
 
 def test_a_traceback_printed_in_a_loop_stops_moving_after_it_was_seen_twice():

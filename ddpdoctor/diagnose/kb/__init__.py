@@ -24,7 +24,7 @@ from ddpdoctor.diagnose.kb import (
     process,
     stacks,
 )
-from ddpdoctor.diagnose.kb.signature import Example, Signature
+from ddpdoctor.diagnose.kb.signature import Example, NeedleIndex, Signature
 
 __all__ = ["SIGNATURES", "Example", "Signature", "match_line", "needles"]
 
@@ -35,18 +35,8 @@ SIGNATURES: tuple[Signature, ...] = (bugs.SIGNATURES + c10d.SIGNATURES + nccl.SI
                                      + stacks.SIGNATURES)
 
 
-def _by_needle() -> dict[str, tuple[int, ...]]:
-    """Each needle, and the positions in SIGNATURES of the signatures it lets through."""
-    out: dict[str, list[int]] = {}
-    for i, sig in enumerate(SIGNATURES):
-        for n in sig.needles:
-            out.setdefault(n, []).append(i)
-    return {n: tuple(ix) for n, ix in out.items()}
-
-
-# A line reaches only the signatures whose needle it holds (no other can match it): one
-# pass over the distinct needles instead of every signature testing its own.
-_BY_NEEDLE = _by_needle()
+# A line reaches only the signatures whose needle it holds (no other can match it)
+_BY_NEEDLE = NeedleIndex([sig.needles for sig in SIGNATURES])
 
 
 def match_line(body: str, cont: str = ""
@@ -54,8 +44,7 @@ def match_line(body: str, cont: str = ""
     """Every signature that matches ``body``; fallback wordings only when nothing else did.
     ``cont``, the next line: a signature whose needle ``body`` holds but whose text runs
     past its end (a paste or terminal wrapped it) is matched on the two joined."""
-    held = sorted({i for n, ix in _BY_NEEDLE.items() if n in body for i in ix})
-    candidates = [SIGNATURES[i] for i in held]
+    candidates = [SIGNATURES[i] for i in _BY_NEEDLE.held(body)]
     joined = f"{body.rstrip()} {cont.strip()}" if cont.strip() else ""
     matched = False
     for sig in candidates:
@@ -78,4 +67,4 @@ def match_line(body: str, cont: str = ""
 
 def needles() -> tuple[str, ...]:
     """The literals the reader's prefilter must look for so that every signature can fire."""
-    return tuple(sorted({n for s in SIGNATURES for n in s.needles}))
+    return _BY_NEEDLE.needles

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ddpdoctor.core.signames import killed_by
@@ -104,3 +104,23 @@ def launcher_exit(launcher: str, exit_code: int) -> dict[str, object]:
 def ints(text: str) -> list[int]:
     """``"4, 5, 6"`` -> ``[4, 5, 6]``."""
     return [int(r) for r in re.findall(r"\d+", text)]
+
+
+class NeedleIndex:
+    """Which of a row of items (signatures, floor patterns) a line can match, told by the
+    literal needles each needs: one pass over the distinct needles, each looked for once,
+    instead of every item testing its own. The positions come back in the items' order."""
+
+    def __init__(self, needles_of: Sequence[tuple[str, ...]]) -> None:
+        by: dict[str, list[int]] = {}
+        for i, needles in enumerate(needles_of):
+            for n in needles:
+                by.setdefault(n, []).append(i)
+        self._by = {n: tuple(ix) for n, ix in by.items()}
+
+    @property
+    def needles(self) -> tuple[str, ...]:
+        return tuple(sorted(self._by))
+
+    def held(self, body: str) -> list[int]:
+        return sorted({i for n, ix in self._by.items() if n in body for i in ix})
