@@ -40,7 +40,8 @@ _STDLIB_WAIT = frozenset({"wait", "get", "acquire", "_wait_for_tstate_lock", "jo
 # the common case in a hang: the collective itself was only enqueued). Keyed by the file
 # py-spy prints and the function; None: any function of that file.
 _SYNC_FRAMES: dict[str, frozenset[str] | None] = {
-    "torch/_tensor.py": frozenset({"__format__", "__repr__", "__array__", "tolist", "item"}),
+    # item() and tolist() are C methods: py-spy shows their caller, not a frame here
+    "torch/_tensor.py": frozenset({"__format__", "__repr__", "__array__"}),
     "torch/_tensor_str.py": None,
     "torch/cuda/__init__.py": frozenset({"synchronize"}),
     "torch/cuda/streams.py": frozenset({"synchronize", "wait_event", "wait_stream"}),
