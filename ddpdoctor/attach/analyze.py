@@ -255,5 +255,13 @@ def headline(states: list[RankState], findings: list[Finding]) -> str:
         return (f"{waiting_phrase([s.rank for s in waiting], op, where)}: no odd one out "
                 "in the stacks (slow rather than hung, or the culprit is on another node)")
     if not any(s.kind == COLLECTIVE for s in states):
+        on_gpu = [s for s in states if s.gpu_wait]
+        if on_gpu and len(on_gpu) == len(states):
+            # NCCL's collectives return once queued: a hung one shows as every host
+            # waiting on the GPU, as a busy step does for a moment
+            return (f"every rank waits on the GPU ({on_gpu[0].gpu_wait} at "
+                    f"{on_gpu[0].where}): no collective visible in Python; a hung NCCL "
+                    "collective looks so, as does a busy step: attach again, the same "
+                    "stacks a minute later are a hang")
         return "no rank waits in a collective: no hang visible in the stacks"
     return culprit_phrase(states)

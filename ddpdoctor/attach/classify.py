@@ -8,7 +8,7 @@ waiting on ``work.wait()`` of an async op shows the user line that calls it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from ddpdoctor.attach.stacks import (
@@ -77,6 +77,7 @@ class RankState:
     thread: str = ""
     frames: tuple[Frame, ...] = ()  # the chosen thread, innermost first
     notes: list[str] = field(default_factory=list)
+    gpu_wait: str = ""  # the host sync it waits for the GPU in (device_wait), if any
 
     @property
     def where(self) -> str:
@@ -97,7 +98,7 @@ class RankState:
         if self.kind == UNKNOWN:
             return f"could not be read ({self.detail})"
         what = {DATALOADER: self.detail or "in data loading",
-                COMPUTE: "computing"}.get(self.kind, self.detail or "sleeping/IO")
+                COMPUTE: self.detail or "computing"}.get(self.kind, self.detail or "sleeping/IO")
         return f"is at {self.where} ({what})" if self.where else f"is {what}"
 
 
@@ -167,6 +168,43 @@ def _first_user(frames: list[Frame] | tuple[Frame, ...], start: int = 0) -> Fram
     return None
 
 
+# torch's Python frames that wait for the GPU (a host sync): the thread is blocked until the
+# work queued before finishes, an NCCL collective's kernel in the common hang (the
+# collective itself was only enqueued). Keyed by the file's end and the function; None:
+# any function of that file. item() and tolist() are C methods: py-spy shows their caller.
+_PY_SYNC: dict[str, frozenset[str] | None] = {
+    "torch/_tensor.py": frozenset({"__format__", "__repr__", "__array__"}),
+    "torch/_tensor_str.py": None,
+    "torch/cuda/__init__.py": frozenset({"synchronize"}),
+    "torch/cuda/streams.py": frozenset({"synchronize", "wait_event", "wait_stream"}),
+}
+# The same wait in C (``py-spy --native``, recorded on an H200: cuCtxSynchronize_v2 under
+# cudaDeviceSynchronize under c10::cuda::device_synchronize); .item() shows only here.
+_NATIVE_SYNC = re.compile(r"^(?:cuda|cu|hip)(?:Ctx|Device|Stream|Event)Synchronize(?:_v\d+|_ptsz)?$"
+                          r"|^c10::(?:cuda|hip)::(?:device|stream)_synchronize\b")
+
+
+def _py_sync(frame: Frame) -> str:
+    f = frame.filename.replace("\\", "/")
+    for end, names in _PY_SYNC.items():
+        if f == end or f.endswith("/" + end):
+            leaf = _leaf(frame.name)
+            return leaf if names is None or leaf in names else ""
+    return ""
+
+
+def device_wait(frames: list[Frame] | tuple[Frame, ...]) -> str:
+    """The call a thread waits for the GPU in (innermost), or '': torch's Python sync
+    as the innermost Python frame, or CUDA's in the native frames above it."""
+    for f in frames:
+        if f.native:
+            if _NATIVE_SYNC.match(f.name):
+                return f.name
+            continue
+        return _py_sync(f)
+    return ""
+
+
 @dataclass
 class _ThreadVerdict:
     kind: str
@@ -174,6 +212,7 @@ class _ThreadVerdict:
     site: Frame | None = None
     detail: str = ""
     score: float = 0.0
+    gpu_wait: str = ""
 
 
 # Stack -> verdict, keyed by frame identity (parsing interns frames): 16k ranks parked in
@@ -301,14 +340,21 @@ def _rest_verdict(thread: ThreadStack, user: Frame | None) -> _ThreadVerdict:
 
 
 def _classify_thread(thread: ThreadStack) -> _ThreadVerdict:
+    every = thread.frames
+    if any(f.native for f in every):
+        # where the rank is in Python decides; C frames only add a GPU wait
+        thread = replace(thread, frames=[f for f in every if not f.native])
     frames = thread.frames
     if not frames:
         return _ThreadVerdict(IDLE, score=-1)
     sc = _Scan.of(frames)
     user = frames[sc.user_index] if sc.user_index >= 0 else None
-    return (_comm_verdict(thread, sc) or _data_verdict(thread, sc, user)
-            or _lock_verdict(thread, user) or _wait_verdict(thread, sc, user)
-            or _rest_verdict(thread, user))
+    verdict = (_comm_verdict(thread, sc) or _data_verdict(thread, sc, user)
+               or _lock_verdict(thread, user) or _wait_verdict(thread, sc, user)
+               or _rest_verdict(thread, user))
+    if verdict.kind in (COMPUTE, IDLE) and not verdict.op and (wait := device_wait(every)):
+        verdict = replace(verdict, detail=f"waits on the GPU in {wait}", gpu_wait=wait)
+    return verdict
 
 
 def _dataset_frame(frames: list[Frame]) -> Frame | None:
@@ -336,7 +382,7 @@ def classify(stack: RankStack) -> RankState:
         return RankState(stack.rank, stack.pid, kind, detail=stack.error or "no Python threads")
     _, thread, v = best
     state = RankState(stack.rank, stack.pid, v.kind, v.op, v.site, v.detail, thread.name,
-                      tuple(thread.frames))
+                      tuple(thread.frames), gpu_wait=v.gpu_wait)
     if stack.state == STOPPED:
         state.kind, state.detail = STOPPED, "stopped"
     if state.kind == DATALOADER and stack.workers:

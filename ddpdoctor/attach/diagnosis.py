@@ -90,7 +90,8 @@ class HangDiagnosis:
                               "frames": [str(f) for f in g.state.frames]}
                              for g in self.groups],
                   "states": {str(s.rank): {"kind": s.kind, "op": s.op, "where": s.where,
-                                           "detail": s.detail, "pid": s.pid}
+                                           "detail": s.detail, "pid": s.pid,
+                                           "gpu_wait": s.gpu_wait}
                              for s in self.states},
                   "raw": [stack_to_dict(s) for s in self.stacks]})
 

@@ -31,6 +31,9 @@ class Frame:
     line: int
     # The source line, read on this machine where the file exists; "" where it does not.
     code: str = ""
+    # A C/C++ frame (``py-spy --native``: py-spy names the shared object it is in): never
+    # the user's line; only the GPU waits are read from it (classify.device_wait).
+    native: bool = False
 
     @property
     def short(self) -> str:
@@ -63,17 +66,17 @@ class RankStack:
 
 # Thousands of ranks share the same few hundred frames: one Frame object each keeps parsing
 # fast and lets classify memoise whole stacks by frame identity.
-_FRAMES: dict[tuple[str, str, int], Frame] = {}
+_FRAMES: dict[tuple[str, str, int, bool], Frame] = {}
 _MAX_INTERNED = 200_000
 
 
-def _frame(name: str, filename: str, line: int) -> Frame:
-    key = (name, filename, line)
+def _frame(name: str, filename: str, line: int, native: bool = False) -> Frame:
+    key = (name, filename, line, native)
     frame = _FRAMES.get(key)
     if frame is None:
         if len(_FRAMES) >= _MAX_INTERNED:
             _FRAMES.clear()
-        frame = _FRAMES[key] = Frame(name, filename, line)
+        frame = _FRAMES[key] = Frame(name, filename, line, native=native)
     return frame
 
 
@@ -84,8 +87,11 @@ def parse_py_spy_json(text: str | bytes, pid: int = 0) -> list[ThreadStack]:
         raise ValueError("py-spy JSON: expected a list of threads")
     threads = []
     for t in data:
+        # py-spy gives a native frame the shared object it is in ("module"); a Python
+        # frame's module is null
         frames = [_frame(str(f.get("name", "?")), str(f.get("filename", "?")),
-                         int(f.get("line") or 0)) for f in t.get("frames") or []]
+                         int(f.get("line") or 0), f.get("module") is not None)
+                  for f in t.get("frames") or []]
         os_tid = t.get("os_thread_id")
         threads.append(ThreadStack(
             thread_id=int(t.get("thread_id") or 0),
@@ -104,7 +110,8 @@ def with_source(threads: list[ThreadStack]) -> list[ThreadStack]:
     for t in threads:
         t.frames = [Frame(f.name, f.filename, f.line,
                           linecache.getline(f.filename, f.line).strip())
-                    if not f.filename.startswith("<") else f for f in t.frames]
+                    if not (f.native or f.filename.startswith("<")) else f
+                    for f in t.frames]
     return threads
 
 

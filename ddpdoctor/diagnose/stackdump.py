@@ -22,31 +22,37 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ddpdoctor.attach.stacks import ThreadStack
+    from ddpdoctor.attach.stacks import Frame, ThreadStack
 
 HEADER = re.compile(r'^\s*Thread (?P<tid>0x[0-9A-Fa-f]+|\d+) \((?P<state>idle|active)[^)]*\): '
                     r'"(?P<name>[^"]*)"')
 FRAME = re.compile(r"^\s+(?P<name>[^\s(][^(]*?) \((?P<file>[^():]+\.py):(?P<line>\d+)\)\s*$")
+# ``py-spy dump --native``'s C frames: the shared object, no line (recorded on an H200:
+# "    cuCtxSynchronize_v2 (libcuda.so.580.159.04)")
+NATIVE = re.compile(r"^\s+(?P<name>\S.*) \((?P<lib>[\w.+-]*\.so(?:\.\w+)*)\)\s*$")
 # the lines the post-pass reads back: thread headers and frame lines
-KEYWORDS: tuple[bytes, ...] = (b"Thread ", b".py:")
+KEYWORDS: tuple[bytes, ...] = (b"Thread ", b".py:", b".so")
 MAX_PROCESSES = 64
 # installed packages whose frames py-spy prints from the package directory
 _PACKAGES = frozenset({"torch", "deepspeed", "transformers", "accelerate", "lightning",
                        "pytorch_lightning", "lightning_fabric", "apex", "fairscale",
                        "numpy", "tqdm", "wandb", "datasets", "triton", "torchvision"})
 _STDLIB_WAIT = frozenset({"wait", "get", "acquire", "_wait_for_tstate_lock", "join"})
-# torch's Python frames that copy a CUDA tensor to the host or wait for the device: a main
-# thread stuck in one waits for the GPU work queued before it (an NCCL collective's kernel,
-# the common case in a hang: the collective itself was only enqueued). Keyed by the file
-# py-spy prints and the function; None: any function of that file.
-_SYNC_FRAMES: dict[str, frozenset[str] | None] = {
-    # item() and tolist() are C methods: py-spy shows their caller, not a frame here
-    "torch/_tensor.py": frozenset({"__format__", "__repr__", "__array__"}),
-    "torch/_tensor_str.py": None,
-    "torch/cuda/__init__.py": frozenset({"synchronize"}),
-    "torch/cuda/streams.py": frozenset({"synchronize", "wait_event", "wait_stream"}),
-}
 SYNC = "sync"
+# A launcher's own process (torchrun's agent, deepspeed's and accelerate's launchers, the
+# parent of mp.spawn) idles while its ranks work or hang: a py-spy of the whole tree dumps
+# it too, and it is not a rank (recorded on an H200: torchrun's agent in _invoke_run was
+# taken for the rank that never joined). Keyed by the file py-spy prints; None: any function.
+_LAUNCHER_FRAMES: dict[str, frozenset[str] | None] = {
+    "torch/distributed/run.py": None,
+    "torch/distributed/launch.py": None,
+    "torch/distributed/launcher/api.py": None,
+    "torch/distributed/elastic/agent/server/api.py": None,
+    "torch/multiprocessing/spawn.py": frozenset({"join", "start_processes", "spawn"}),
+    "deepspeed/launcher/launch.py": None,
+    "deepspeed/launcher/runner.py": None,
+    "accelerate/commands/launch.py": None,
+}
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ class DumpedProcess:
         at = f" at {self.where}" if self.where else ""
         what = {"collective": f"waits in {self.op}", "p2p": f"waits in {self.op}",
                 "dataloader": "waits for its data loader", "compute": "is computing",
-                SYNC: f"waits on the device (in tensor {self.op})",
+                SYNC: f"waits on the GPU (in {self.op})",
                 }.get(self.kind, "is idle (sleeping or IO)")
         return f"process {self.index} (line {self.lineno}) {what}{at}"
 
@@ -82,7 +88,7 @@ def _long_name(filename: str) -> str:
 
 def parse(lines: Iterable[tuple[int, str]]) -> list[tuple[int, ThreadStack]]:
     """``(lineno, text)`` lines -> ``(header lineno, ThreadStack)`` per dumped thread."""
-    from ddpdoctor.attach.stacks import Frame, ThreadStack
+    from ddpdoctor.attach.stacks import ThreadStack
 
     threads: list[tuple[int, ThreadStack]] = []
     current: ThreadStack | None = None
@@ -95,20 +101,29 @@ def parse(lines: Iterable[tuple[int, str]]) -> list[tuple[int, ThreadStack]]:
             threads.append((lineno, current))
             last = lineno
             continue
-        frame = FRAME.match(text)
-        if current is not None and frame and lineno == last + 1:
-            current.frames.append(Frame(frame["name"], _long_name(frame["file"]),
-                                        int(frame["line"])))
+        frame = _frame_of(text) if current is not None and lineno == last + 1 else None
+        if current is not None and frame is not None:
+            current.frames.append(frame)
             last = lineno
         else:
             current = None
     return [(n, t) for n, t in threads if t.frames][:MAX_PROCESSES * 8]
 
 
+def _frame_of(text: str) -> Frame | None:
+    from ddpdoctor.attach.stacks import Frame
+
+    if m := FRAME.match(text):
+        return Frame(m["name"], _long_name(m["file"]), int(m["line"]))
+    if m := NATIVE.match(text):
+        return Frame(m["name"], m["lib"], 0, native=True)
+    return None
+
+
 def _data_queue(thread: ThreadStack) -> bool:
     """Idle in a stdlib queue/lock wait called from a data-loading module (a loader of a
     library of its own, as fairseq's iterators, not torch's DataLoader)."""
-    frames = thread.frames
+    frames = [f for f in thread.frames if not f.native]
     i = 0
     while i < len(frames) and frames[i].filename.startswith("/usr/lib/python3/") \
             and frames[i].name.rsplit(".", 1)[-1] in _STDLIB_WAIT:
@@ -119,29 +134,28 @@ def _data_queue(thread: ThreadStack) -> bool:
     return "/data/" in f"/{caller}" or "dataloader" in caller or "iterator" in caller
 
 
-def _device_sync(thread: ThreadStack) -> str:
-    """The torch function a thread waits for the device in (innermost frame), or ''."""
-    if not thread.frames:
-        return ""
-    inner = thread.frames[0]
-    short = inner.filename.removeprefix("/site-packages/")
-    names = _SYNC_FRAMES.get(short, frozenset())
-    leaf = inner.name.rsplit(".", 1)[-1]
-    return leaf if names is None or leaf in names else ""
+def _is_launcher(thread: ThreadStack) -> bool:
+    for f in thread.frames:
+        names = _LAUNCHER_FRAMES.get(f.filename.removeprefix("/site-packages/"), frozenset())
+        if names is None or f.name.rsplit(".", 1)[-1] in names:
+            return True
+    return False
 
 
 def classify(dumped: list[tuple[int, ThreadStack]]) -> list[DumpedProcess]:
     """Each process's main thread (every thread, where no thread is named MainThread)."""
-    from ddpdoctor.attach.classify import DATALOADER, classify_thread
+    from ddpdoctor.attach.classify import DATALOADER, classify_thread, device_wait
 
     mains = [(n, t) for n, t in dumped if t.is_main] or dumped
     out = []
     for i, (lineno, t) in enumerate(mains[:MAX_PROCESSES], 1):
+        if _is_launcher(t):
+            continue
         v = classify_thread(t)
         kind, op = v.kind, v.op
         if kind not in ("collective", "p2p", DATALOADER) and _data_queue(t):
             kind, op = DATALOADER, "queue"
-        elif kind in ("compute", "idle") and (synced := _device_sync(t)):
+        elif kind in ("compute", "idle") and (synced := device_wait(t.frames)):
             kind, op = SYNC, synced
         site = v.site
         where = f"{site.filename.removeprefix('/site-packages/')}:{site.line} in {site.name}" \
@@ -158,18 +172,23 @@ def judge(procs: list[DumpedProcess]) -> tuple[str, str] | None:
     if data and (waiting or len(procs) == 1):
         return ("HANG_DATALOADER", f"a hang in data loading: {data[0].describe()}"
                 + (f", while {waiting[0].describe()}" if waiting else ""))
-    if waiting and rest:
+    # a process waiting on the GPU is elsewhere too: not in the collective the others are in
+    elsewhere = rest + [p for p in procs if p.kind == SYNC]
+    if waiting and elsewhere:
         return ("HANG_RANK_MISSING_COLLECTIVE",
-                f"{rest[0].describe()} while {waiting[0].describe()}: it never entered the "
-                "collective the others wait in")
+                f"{elsewhere[0].describe()} while {waiting[0].describe()}: it never entered "
+                "the collective the others wait in")
     if not waiting:
         return _sync_split(procs, rest)
-    ops = {p.op for p in waiting}
-    if len(waiting) > 1 and len(ops) > 1:
+    return _all_waiting(waiting)
+
+
+def _all_waiting(waiting: list[DumpedProcess]) -> tuple[str, str]:
+    """Every dumped process waits in a collective: in different ones, or in one and the
+    rank that never arrived is not among them."""
+    if len(waiting) > 1 and len({p.op for p in waiting}) > 1:
         return ("HANG_COLLECTIVE_MISMATCH", "the dumped processes wait in different "
                 "collectives: " + "; ".join(p.describe() for p in waiting[:4]))
-    # every dumped process waits in one collective: the rank that never arrived is not
-    # among them
     return ("HANG_RANK_MISSING_COLLECTIVE", f"{waiting[0].describe()}"
             + (f" (and {len(waiting) - 1} more in it)" if len(waiting) > 1 else "")
             + ": the rank it waits for is not in the dump")

@@ -22,21 +22,22 @@ if TYPE_CHECKING:
 
 
 def _frame_to_list(f: Frame) -> list:
-    return [f.name, f.filename, f.line, f.code]
+    return [f.name, f.filename, f.line, f.code, f.native]
 
 
 # Any: a record from another node's JSON, read as trusted: int()/str() and unpacking raise
 # the TypeError/ValueError/KeyError that drop a malformed one (narrowing would change which)
 def _frame_of(x: Any) -> Frame:
     name, filename, line, *rest = x
-    return Frame(str(name), str(filename), int(line), str(rest[0]) if rest else "")
+    return Frame(str(name), str(filename), int(line), str(rest[0]) if rest else "",
+                 bool(rest[1]) if len(rest) > 1 else False)
 
 
 def state_to_dict(s: RankState) -> dict[str, object]:
     return {"rank": s.rank, "pid": s.pid, "kind": s.kind, "op": s.op,
             "site": _frame_to_list(s.site) if s.site else None, "detail": s.detail,
             "thread": s.thread, "frames": [_frame_to_list(f) for f in s.frames[:MAX_FRAMES]],
-            "notes": list(s.notes)}
+            "notes": list(s.notes), "gpu_wait": s.gpu_wait}
 
 
 def state_of(d: dict[str, Any]) -> RankState:
@@ -45,7 +46,7 @@ def state_of(d: dict[str, Any]) -> RankState:
                      _frame_of(d["site"]) if d.get("site") else None, str(d.get("detail", "")),
                      str(d.get("thread", "")),
                      tuple(_frame_of(f) for f in d.get("frames", ())[:MAX_FRAMES]),
-                     [str(n) for n in d.get("notes", ())])
+                     [str(n) for n in d.get("notes", ())], str(d.get("gpu_wait", "")))
 
 
 @dataclass
