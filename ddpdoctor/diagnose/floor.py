@@ -211,6 +211,15 @@ PATTERNS: tuple[FloorPattern, ...] = (
           "2023-03-06T03:17:51 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
           _M4_NODE_FAILURE))),
     FloorPattern(
+        # seff's (and job-feedback epilogues') end state of a batch job: the scheduler's
+        # word that it did not complete, where the job's own output just stops
+        "slurm.job_state", Evidence.LAUNCHER_DEATH, ("State: ",),
+        r"^\s*State: (?P<what>TIMEOUT|FAILED|OUT_OF_MEMORY|NODE_FAIL|CANCELLED|PREEMPTED|"
+        r"BOOT_FAIL|DEADLINE)\b(?: by \d+)?(?: \(exit code (?P<code>\d+)\))?\s*$",
+        (("State: TIMEOUT (exit code 0)",
+          "https://github.com/nilsblank/LLaMA-Factory-RoboG-v2/blob/"
+          "0bbf7907de1a01b4c75b5fca45b1b280bd4344dc/logs/outputs/RoboG_3589949.out"),)),
+    FloorPattern(
         # the scheduler refused the step: nothing of it ran (a policy, a partition, a size)
         "slurm.allocation_refused", Evidence.LAUNCHER_DEATH,
         ("Unable to allocate resources", "Batch job submission failed"),
@@ -425,7 +434,8 @@ def _hit(p: FloorPattern, d: Mapping[str, str | None]) -> FloorHit:
     if what in ("abort", "raise"):
         signal = "SIGABRT"
         what = ""
-    oom = p.oom or "Out Of Memory" in what or d.get("resource") == "memory"
+    oom = (p.oom or "Out Of Memory" in what or what == "OUT_OF_MEMORY"
+           or d.get("resource") == "memory")
     if what and not signal and not what.startswith("Exited"):
         signal = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",
                   "Bus error": "SIGBUS", "Terminated": "SIGTERM"}.get(what.split(" (")[0])

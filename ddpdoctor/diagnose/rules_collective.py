@@ -307,12 +307,29 @@ def _store_main_first(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict |
         {"busy": [e.quote(200) for e in busy][-3:], "hint": MAIN_FIRST_HINT}, ranks=culprits)
 
 
+_PEER_GONE = re.compile(r"Connection (?:reset|closed) by peer|Broken pipe|Connection refused")
+
+
+def _short(text: str) -> str:
+    return text.split(". ", 1)[0][:120]
+
+
 def _nccl_id_never_published(ix: EventIndex, earlier: tuple[Verdict, ...]) -> Verdict | None:
     uid = ix.of(K.STORE_UNIQUEID)
     if not uid:
         return None
     src = sorted({e.typed("source_rank", int) for e in uid})
     waiters = sorted({e.typed("waiter", int) for e in uid})
+    if all(_PEER_GONE.search(str(e.data.get("error", ""))) for e in uid):
+        # a timeout is a publisher still busy; a connection the store's side reset or
+        # closed is a process that ended (the store lives in rank 0's process or its agent)
+        return verdict(
+            ix, "RANK_CRASHED",
+            f"rank {format_ranks(src)} died before it published the NCCL id that rank "
+            f"{format_ranks(waiters)} waited for: the store's connection was lost "
+            f"({_short(str(uid[0].data['error']))}); rank {format_ranks(src)}'s own output "
+            "says why",
+            uid, {"waiting_ranks": waiters}, ranks=src)
     return verdict(
         ix, "HANG_RANK_MISSING_COLLECTIVE",
         f"rank {format_ranks(src)} never published the NCCL id that rank "

@@ -175,7 +175,9 @@ def is_teardown(e: Event) -> bool:
 
 
 def _bare_cancel(e: Event) -> bool:
-    return e.data.get("pattern") == "slurm.cancelled" and "DUE TO" not in e.text
+    pattern = e.data.get("pattern")
+    return (pattern == "slurm.cancelled" and "DUE TO" not in e.text
+            or pattern == "slurm.job_state" and _state_of(e) == "CANCELLED")
 
 
 def _cancelled(ix: EventIndex, hits: list[Event]) -> Verdict | None:
@@ -196,18 +198,37 @@ def _cancelled(ix: EventIndex, hits: list[Event]) -> Verdict | None:
 
 
 _REASON = re.compile(r"DUE TO ([A-Z][A-Z ]+[A-Z])")
+# seff's end state of a job the scheduler ended, as the reason slurmstepd's line gives
+_STATE = re.compile(r"State: ([A-Z_]+)")
+_STATE_REASON = {"TIMEOUT": "time limit", "NODE_FAIL": "node failure",
+                 "PREEMPTED": "preemption", "DEADLINE": "deadline",
+                 "BOOT_FAIL": "node failure at boot"}
+
+
+def _state_of(e: Event) -> str:
+    m = _STATE.search(e.text)
+    return m.group(1) if m else ""
+
+
+def _stop_reason(e: Event) -> str:
+    """Why the scheduler ended the job, where the line says ('' where it does not)."""
+    pattern = e.data.get("pattern")
+    if pattern == "slurm.cancelled":
+        m = _REASON.search(e.text)
+        return m.group(1).lower() if m else ""
+    if pattern == "slurm.job_state":
+        return _STATE_REASON.get(_state_of(e), "")
+    return ""
 
 
 def _scheduler_stop(ix: EventIndex, hits: list[Event]) -> Verdict | None:
-    """slurm's `CANCELLED AT T DUE TO TIME LIMIT` (or PREEMPTION, NODE FAILURE), with only
-    the teardown after it: the scheduler ended the job for the reason it gives; the next
-    step reads the reason."""
-    stops = [e for e in hits if e.data.get("pattern") == "slurm.cancelled"
-             and _REASON.search(e.text)]
+    """slurm's `CANCELLED AT T DUE TO TIME LIMIT` (or PREEMPTION, NODE FAILURE; seff's
+    `State: TIMEOUT` and the like), with only the teardown after it: the scheduler ended
+    the job for the reason it gives; the next step reads the reason."""
+    stops = [e for e in hits if _stop_reason(e)]
     if not stops or any(e not in stops and not is_teardown(e) for e in hits):
         return None
-    m = _REASON.search(stops[0].text)
-    why = m.group(1).lower() if m else "a reason"
+    why = _stop_reason(stops[0])
     return verdict(ix, "UNRECOGNIZED_FAILURE", f"the scheduler stopped the job ({why}): "
                    f"{_q(stops[0].text, 120)}", stops,
                    {"evidence_kind": stops[0].data["evidence"],
