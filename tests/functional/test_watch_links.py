@@ -135,3 +135,19 @@ def test_a_rank_slow_both_ways_is_named_itself():
     for link in ((2, 1), (2, 3), (1, 2), (3, 2)):
         times[link] = 0.09
     assert culprits(slow_links(times, 4.0, 0.005)) == ([2], "both")
+
+
+def test_links_within_one_host_are_never_judged():
+    """Recorded in CI (a healthy 2-rank job on a loaded 2-core host, both ranks on one
+    host): 1->0 took 6.7 ms for 1 MiB against 0.8 ms, twice in a row, and the extra bytes
+    were slow too (a rank starved for the whole transfer). Between two processes of one
+    host there is no NIC: the kernel's loopback is slow only when the scheduler is."""
+    starved = Probe({(0, 1): 0.0008, (1, 0): 0.0067}, {(0, 1): 0.0007, (1, 0): 0.0059})
+    assert verdict([starved, starved], 4.0, 0.005, 2, hosts=[5, 5]) is None
+    assert verdict([starved, starved], 4.0, 0.005, 2)[:2] == ([1], "egress")  # hosts unknown
+    # 2 hosts x 2 ranks: the links within host 7 are not judged, even when one is slow
+    hosts = [7, 7, 9, 9]
+    times = {(s, d): 0.009 for d in range(4) for s in senders_to(d, 4)}
+    times[(0, 1)] = times[(1, 0)] = 0.0003
+    times[(3, 2)] = 0.08  # within host 9: a starved rank 3, not a link
+    assert slow_links(times, 4.0, 0.005, hosts) == {}
