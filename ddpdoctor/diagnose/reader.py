@@ -53,7 +53,10 @@ _LIGHTNING_PREFIX = re.compile(r"\[rank: (\d+)\] ")
 # SageMaker's training toolkit re-writes it line by line as "[1,mpirank:3,algo-1]<stderr>:"
 # (aws/sagemaker-training-toolkit, src/sagemaker_training/process.py; a real log:
 # pacman100/accelerate-aws-sagemaker, README.md at af5caad, lines 75-86)
-_MPI_TAG = re.compile(r"\[\d+,(?:mpirank:)?(\d+)(?:,[\w.-]+)?\]<std(?:out|err|diag)>: ?")
+# horovodrun's own (gloo) launcher writes the rank alone: "[2]<stderr>:text"
+# (safe_shell_exec.prefix_connection's "{time}[{index}]<{prefix}>:{line}", the time only
+# with --prefix-output-with-timestamp; G2_horovodrun_gloo_rank2_raises_others_linger.log)
+_MPI_TAG = re.compile(r"\[(?:\d+,(?:mpirank:)?)?(\d+)(?:,[\w.-]+)?\]<std(?:out|err|diag)>: ?")
 # Ray's actor prefixes (Ray Train, Ray-launched Megatron/OpenRLHF workers): `(worker6,
 # rank=6, pid=8930, ip=10.42.3.242)`, `(head, rank=0, pid=123)`, `(RayTrainWorker pid=5,
 # ip=10.0.0.1)`; a rank only where the prefix says `rank=N`.

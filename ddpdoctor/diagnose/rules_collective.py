@@ -368,13 +368,20 @@ _NAMED_CULPRIT_FINDERS = (_desync_lagging, _barrier_missing, _store_missing, _st
                           _nccl_id_never_published, _stalled_ops)
 
 
-def _silent(timed_out: list[int], seen: set[int]) -> list[int]:
+def _silent(timed_out: list[int], seen: set[int], census: frozenset[int]) -> list[int]:
     """Ranks missing below the highest rank that timed out, when they are few: N-1 ranks
     reporting one collective name the one that did not. Many missing ranks say the log is
     an excerpt of some ranks (a thread quoting four of eight), not that they hung; a rank
-    seen in any report of the collective (its work state) is not missing."""
+    seen in any report of the collective (its work state) is not missing. A rank whose own
+    lines are in the log (the census) and that reports no timeout is no excerpt's gap,
+    however many: it never entered the collective, or entered it later than the ones that
+    timed out (ranks 1 and 2 of four, silent while 0 and 3 timed out at #17 and torchrun
+    tore the job down: XG6_megatron_lowcomm_ddp_ranks12_missing_allreduce)."""
     if len(timed_out) < 2:
         return []
+    quiet = sorted(census - set(timed_out) - seen)
+    if quiet:
+        return quiet
     missing = sorted(set(range(max(timed_out) + 1)) - set(timed_out) - seen)
     return missing if 2 * len(missing) <= len(set(timed_out) | seen) else []
 
@@ -418,7 +425,7 @@ def silent_rank(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     # A rank whose progress line shows it busy elsewhere, and that reports no timeout.
     named = {r for e in ix.of(K.BUSY) if (r := e.get_int("busy_rank", e.rank)) is not None}
     busy = sorted(named - reporting)
-    culprits = _behind(states) or busy or _silent(ranks_of(evs), reporting)
+    culprits = _behind(states) or busy or _silent(ranks_of(evs), reporting, ix.ranks_seen)
     main = _main_first(ix, reporting)
     if main and (not culprits or (not busy and culprits == main)):
         # rank 0's own data-preparation progress line: it was busy, not stuck

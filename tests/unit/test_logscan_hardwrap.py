@@ -31,6 +31,8 @@ WRAPPED = {
     "H1_healthy_megatron_bridge_nsys_profile_run": 86,
     # a paste cut at one width, line by line
     "R1_ddp_unused_params_mmdet_torch11_titanx": 366,
+    # an issue's excerpt wrapped at 175 ("NumelIn=18561" / "4592, NumelOut=...")
+    "XG7_olmo2_fsdp_allgather_timeout_mid_training": 175,
 }
 
 
