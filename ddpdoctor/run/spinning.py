@@ -123,7 +123,8 @@ def sample_of(stack: RankStack, at: float) -> StackSample:
         return StackSample(at, classify(stack).kind, error=stack.error or "no stack")
     kind = classify(stack).kind
     main = _main_thread(stack)
-    frames = main.frames if main is not None else []
+    # `run --native` reads C frames too: never the user's lines (the same place in Python)
+    frames = [f for f in main.frames if not f.native] if main is not None else []
     first_user = next((i for i, f in enumerate(frames) if not is_library(f.filename)), -1)
     if first_user < 0:
         return StackSample(at, kind)

@@ -91,3 +91,13 @@ def test_diagnose_reads_a_native_dump_to_the_python_frames_under_the_c_ones():
     procs = stackdump.classify(stackdump.parse(enumerate(path.read_text().splitlines(), 1)))
     assert [(p.kind, p.op) for p in procs] == [("collective", "all_reduce"),
                                               (stackdump.SYNC, "cuCtxSynchronize_v2")]
+
+
+def test_a_native_read_is_the_same_place_for_the_spin_rule():
+    from ddpdoctor.run.spinning import sample_of
+
+    plain, native = (_stacks(n)[1] for n in (False, True))
+    a, b = sample_of(plain, 1.0), sample_of(native, 1.0)
+    assert a.user == b.user and [s.name for s in b.user] == ["<module>"]
+    assert a.inner == b.inner == (("/opt/torch/.venv/lib/python3.12/site-packages/torch/cuda/"
+                                   "__init__.py", "synchronize"),)
