@@ -43,6 +43,7 @@ class EventIndex:
         evs, root = _first_failure(_node_local_ranks(_checkpoint_ranks(
             [e for e in evs if e.kind is not EventKind.RANK_SEEN])))
         evs = _attribute_unprefixed(_one_per_failed_rank(evs), root.rank if root else None)
+        evs = _left_by_elimination(evs)
         evs = _script_went_on(_one_process(evs), seen)
         by_kind: dict[EventKind, list[Event]] = {}
         for e in evs:
@@ -327,6 +328,44 @@ def _one_process(evs: list[Event]) -> list[Event]:
         return evs
     return [replace(e, rank=0, rank_from="one process: torch.nn.DataParallel")
             for e in evs]
+
+
+def _left_by_elimination(evs: list[Event]) -> list[Event]:
+    """One node's DeepSpeed job, its world known from the launcher's layout ("nnodes=1,
+    num_local_procs=2"), whose ranks but one are named only waiting (a watchdog timeout, a
+    peer's lost connection) while the root error carries no rank (DeepSpeed prints none):
+    the error is the one rank left's (XG6_deepspeed_llava_rank0_oom_peer_watchdog: a CUDA
+    OOM with no rank, rank 1's watchdog timeout, two ranks). A named rank with an error of
+    its own, a rank beyond the world, or two ranks left: nothing is given."""
+    procs = _one_node_world(evs)
+    named = {e.rank for e in evs if e.rank is not None}
+    if not procs or not named or max(named) >= procs:
+        return evs
+    left = set(range(procs)) - named
+    if len(left) != 1 or any(e.rank is not None and _own_failure(e) for e in evs):
+        return evs
+    roots = {id(e) for e in evs if e.rank is None and _own_failure(e) and not launchers_own(e)}
+    if not roots:
+        return evs
+    rank = left.pop()
+    why = (f"DeepSpeed's layout: {procs} ranks on one node, every other one named only "
+           "waiting")
+    return [replace(e, rank=rank, rank_from=why) if id(e) in roots else e for e in evs]
+
+
+def _one_node_world(evs: list[Event]) -> int:
+    """The number of ranks of a job one DeepSpeed launcher ran on one node, or 0."""
+    layouts = {(e.get_int("nnodes"), e.get_int("num_local_procs"))
+               for e in evs if e.kind is EventKind.LAUNCH_LAYOUT}
+    if len(layouts) != 1:
+        return 0
+    nnodes, procs = next(iter(layouts))
+    return (procs or 0) if nnodes == 1 else 0
+
+
+def _own_failure(e: Event) -> bool:
+    """A failure line of the process itself: not a wait on a peer, not a launcher's report."""
+    return e.is_failure and e.kind not in CASCADE and e.kind not in _REPORTS
 
 
 def _node_local_ranks(evs: list[Event]) -> list[Event]:

@@ -7,6 +7,8 @@ shows the mechanism decides:
   however many; ranks the log never shows are still an excerpt's gap when they are many.
 - horovodrun's own launcher prefixes a rank's lines with the rank alone ("[2]<stderr>:"),
   Open MPI's --tag-output with the job too ("[1,2]<stderr>:").
+- An error with no rank in one node's DeepSpeed job (its layout gives the world) whose
+  other ranks are named only waiting is the one rank left's.
 """
 
 from __future__ import annotations
@@ -42,3 +44,27 @@ def test_horovodruns_rank_prefix_names_the_rank():
     assert split_rank_prefix("[2]<stderr>:RuntimeError: x") == (2, "RuntimeError: x")
     assert split_rank_prefix("[1,3]<stdout>:hi") == (3, "hi")
     assert split_rank_prefix("[2] hi") == (None, "[2] hi")
+
+
+OOM_BY_ELIMINATION = R / "XG6_deepspeed_llava_rank0_oom_peer_watchdog.log"
+
+
+def test_an_unranked_error_is_the_one_rank_left_of_a_known_world():
+    found = findings_of(OOM_BY_ELIMINATION)
+    assert errors_of(found)[0] == ("OOM", [0])
+
+
+def test_without_the_layout_the_world_is_unknown_and_no_rank_is_given(tmp_path):
+    text = "".join(x for x in OOM_BY_ELIMINATION.read_text().splitlines(keepends=True)
+                   if "num_local_procs=" not in x)
+    assert errors_of(findings_in(tmp_path, text))[0] == ("OOM", [])
+
+
+def test_a_world_of_three_with_two_ranks_left_gives_no_rank(tmp_path):
+    text = OOM_BY_ELIMINATION.read_text().replace("num_local_procs=2", "num_local_procs=3")
+    assert errors_of(findings_in(tmp_path, text))[0] == ("OOM", [])
+
+
+def test_one_node_of_several_gives_no_world(tmp_path):
+    text = OOM_BY_ELIMINATION.read_text().replace("nnodes=1,", "nnodes=2,")
+    assert errors_of(findings_in(tmp_path, text))[0] == ("OOM", [])
