@@ -33,6 +33,8 @@ WRAPPED = {
     "R1_ddp_unused_params_mmdet_torch11_titanx": 366,
     # an issue's excerpt wrapped at 175 ("NumelIn=18561" / "4592, NumelOut=...")
     "XG7_olmo2_fsdp_allgather_timeout_mid_training": 175,
+    # a tmux pane's capture, cut at the pane's 178 columns
+    "XG9_detectron2_devit_4gpu_spawn_eval_oom_rank1": 178,
 }
 
 
