@@ -144,7 +144,7 @@ def _is_launcher(thread: ThreadStack) -> bool:
 
 def classify(dumped: list[tuple[int, ThreadStack]]) -> list[DumpedProcess]:
     """Each process's main thread (every thread, where no thread is named MainThread)."""
-    from ddpdoctor.attach.classify import DATALOADER, classify_thread, device_wait
+    from ddpdoctor.attach.classify import DATALOADER, classify_thread
 
     mains = [(n, t) for n, t in dumped if t.is_main] or dumped
     out = []
@@ -155,8 +155,8 @@ def classify(dumped: list[tuple[int, ThreadStack]]) -> list[DumpedProcess]:
         kind, op = v.kind, v.op
         if kind not in ("collective", "p2p", DATALOADER) and _data_queue(t):
             kind, op = DATALOADER, "queue"
-        elif kind in ("compute", "idle") and (synced := device_wait(t.frames)):
-            kind, op = SYNC, synced
+        elif kind in ("compute", "idle") and v.gpu_wait:
+            kind, op = SYNC, v.gpu_wait
         site = v.site
         where = f"{site.filename.removeprefix('/site-packages/')}:{site.line} in {site.name}" \
             if site is not None else ""
