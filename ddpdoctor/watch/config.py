@@ -44,7 +44,10 @@ class WatchConfig:
     straggler_abs_s: float = 0.02
     straggler_rel: float = 0.25
     straggler_fraction: float = 0.6
-    straggler_min_steps: int = 3
+    # at least this many slow steps: a loaded host left a healthy rank 0 behind by 30 ms
+    # in 3 of a 4-step history (CI beside a 2-rank job); a straggler is slow step after
+    # step, and a real job's check step sees straggler_samples of them
+    straggler_min_steps: int = 5
     data_share: float = 0.3            # DATALOADER_BOTTLENECK above this share of a step
     # the steps timed for it: the last N before each check step (module forward hooks,
     # ~20 us a step each on a busy CPU, run on those steps only where the watch sees the

@@ -109,6 +109,17 @@ def test_slow_ranks_straggler_and_data_bottleneck():
     behind = [(0.059, 0.0, 0.035, 0.022)] * 3
     assert slow_ranks({0: steady, 1: behind}, 0.02, 0.25, 0.6, 3, 0.3)[0][:2] == \
         ("STRAGGLER", [1])
+    # the defaults: a loaded host left a healthy rank 0 behind by ~30 ms of an 83 ms step
+    # in 3 of a 4-step history (make test beside a 2-rank trainer): not judged; a rank slow
+    # in 5 steps is
+    from ddpdoctor.watch.config import WatchConfig
+
+    cfg = WatchConfig()
+    judge = (cfg.straggler_abs_s, cfg.straggler_rel, cfg.straggler_fraction,
+             cfg.straggler_min_steps, cfg.data_share)
+    calm, late = (0.083, 0.0, 0.012, 0.010), (0.083, 0.0, 0.042, 0.010)
+    assert slow_ranks({0: [late, late, calm, late], 1: [calm] * 4}, *judge) == []
+    assert slow_ranks({0: [late] * 5, 1: [calm] * 5}, *judge)[0][:2] == ("STRAGGLER", [0])
 
 
 def test_memory_growth_rule():
