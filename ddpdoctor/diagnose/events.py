@@ -130,6 +130,9 @@ class EventKind(str, Enum):
     # informational: a launcher's account of the job's shape (DeepSpeed's "nnodes=2,
     # num_local_procs=1, node_rank=1"): a local rank it names is a global one on one node only
     LAUNCH_LAYOUT = "launch_layout"
+    # informational: a launch command's node rank or node count ("--rank 1", "--nnodes=2",
+    # "machine_rank=1"): this log may be one node of several
+    NODE_RANK = "node_rank"
     SIDE_TRACEBACK = "side_traceback"  # a dashboard/logger's traceback (visdom, wandb, ...)
     # an exception Python reported and went on from ("Exception ignored in: <obj>",
     # "Exception ignored in atexit callback: <fn>": a destructor, an atexit hook): never
@@ -200,7 +203,7 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.NCCL_IFACES, EventKind.NCCL_COMM_INIT,
                            EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER,
                            EventKind.LOSS_VALUE, EventKind.JOB_DONE,
-                           EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT,
+                           EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT, EventKind.NODE_RANK,
                            EventKind.IGNORED_EXCEPTION, EventKind.HOST_MEMORY,
                            EventKind.LAUNCH_SUCCEEDED, EventKind.RANK_ANNOUNCE,
                            EventKind.RANK_SEEN,

@@ -40,8 +40,8 @@ class EventIndex:
         evs = list(events)
         # the scanner's census of ranks that printed: read here, seen by no rule
         seen = [e for e in evs if e.kind is EventKind.RANK_SEEN]
-        evs, root = _first_failure(_node_local_ranks(_checkpoint_ranks(
-            [e for e in evs if e.kind is not EventKind.RANK_SEEN])))
+        evs, root = _first_failure(_node_local_ranks(_spawned_ranks(_checkpoint_ranks(
+            [e for e in evs if e.kind is not EventKind.RANK_SEEN]))))
         evs = _attribute_unprefixed(_one_per_failed_rank(evs), root.rank if root else None)
         evs = _left_by_elimination(evs)
         evs = _script_went_on(_one_process(evs), seen)
@@ -92,6 +92,31 @@ def _checkpoint_ranks(evs: list[Event]) -> list[Event]:
                 f"the CheckpointException {'rank ' + str(e.rank) if e.rank is not None else ''}"
                 f" reported names rank {rank} for it").replace("  ", " "))
     return out
+
+
+def _spawned_ranks(evs: list[Event]) -> list[Event]:
+    """The lines of the traceback mp.spawn reported for its child N ("-- Process N
+    terminated with the following error:", the scanner's ``spawn_process``) are rank N's
+    where N is a global rank: on one node, as the agent's local rank (_local_is_global).
+    A node of a larger job (its ranks' own lines name others, or its launch command a node
+    rank of 1 or more or several nodes: X4_nccl_no_socket_interface_wrong_ifname_node2)
+    leaves them unnamed."""
+    marked = {p for e in evs
+              if e.rank is None and isinstance(p := e.data.get("spawn_process"), int)}
+    if not marked or _several_nodes(evs):
+        return evs
+    given = {p for p in marked if _local_is_global(evs, p)}
+    if not given:
+        return evs
+    return [replace(e, rank=p, rank_from=f"mp.spawn's report of process {p} (one node)")
+            if e.rank is None and (p := e.data.get("spawn_process")) in given else e
+            for e in evs]
+
+
+def _several_nodes(evs: list[Event]) -> bool:
+    """The log's launch says this is one node of several (a node rank above 0, nnodes > 1)."""
+    return any((e.get_int("node_rank") or 0) > 0 or (e.get_int("nnodes") or 0) > 1
+               for e in evs if e.kind in (EventKind.NODE_RANK, EventKind.LAUNCH_LAYOUT))
 
 
 def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:

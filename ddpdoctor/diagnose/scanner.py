@@ -62,6 +62,13 @@ SCANNER_NEEDLES = ("rror", "xception", "Interrupt", "raceback", 'File "', "Root 
                    "traceback :", ".cpp:")
 
 
+# mp.spawn's report of the child that raised (torch/multiprocessing/spawn.py,
+# ProcessRaisedException: "-- Process %d terminated with the following error:" and the
+# child's traceback): the traceback after it is that process's; index._spawned_ranks says
+# whether its index is the rank (one node)
+_SPAWN_RAISED = re.compile(r"-- Process (\d+) terminated with the following error:")
+
+
 def _signal_name(exitcode: int) -> str:
     return killed_by(exitcode) or f"signal {-exitcode}"
 
@@ -140,14 +147,25 @@ class LineScanner:
         self._seen: set[int] = set()  # ranks whose prefix a picked line carried
         # srun's tasks are a launcher's per node, not ranks (reader: diagnose/tasklabel.py)
         self.tasks_are_nodes = False
+        self._spawned: int | None = None  # the mp.spawn child whose traceback follows
+        self._spawn_ends = False  # its exception line was read: the report ends there
 
     def feed(self, line: RawLine) -> None:
         rank, body = self._rank_and_body(line.printed)
+        self._spawn_report(rank, body)
         before = len(self.events)
         self._read(line, rank, body)
         if rank is not None and rank not in self._seen and not self._lent \
                 and rank != self.file_rank:
             self._census(line, rank, body, before)
+
+    def _spawn_report(self, rank: int | None, body: str) -> None:
+        """mp.spawn's header names the child whose traceback follows (unprefixed lines);
+        the child's exception line ends it."""
+        if self._spawn_ends:
+            self._spawned, self._spawn_ends = None, False
+        if rank is None and (m := _SPAWN_RAISED.match(body.strip())):
+            self._spawned = int(m.group(1))
 
     def _census(self, line: RawLine, rank: int, body: str, before: int) -> None:
         """The first picked line a rank's prefix names: that rank ran and printed. Said by
@@ -470,6 +488,9 @@ class LineScanner:
         if at >= 0 and count >= MAX_EVENTS_PER_KIND:
             self.events[at] = replace(self.events[at], repeats=self.events[at].repeats + 1)
             return
+        if rank is None and self._spawned is not None:
+            data = {**data, "spawn_process": self._spawned}
+            self._spawn_ends |= "exception" in data
         self.events.append(Event(kind, self.source, line.lineno, rank, text, data,
                                  rank_from=self._lent))
         self._last[key] = (count + 1, len(self.events) - 1)

@@ -153,16 +153,18 @@ def name_spawn_culprit(findings: list, log_text: str, index_to_rank: dict[int, i
                        claims: dict[int, RankClaim]) -> None:
     """The lead finding that names no rank gets the rank of the child mp.spawn says failed
     (pure): "-- Process 0 terminated" is index 0, which the read claims map to a rank.
-    mp.spawn's own words also beat a rank triage took from the order the processes died."""
+    mp.spawn's own words also beat a rank triage took from the order the processes died,
+    and a rank the log's reading took from the index itself (diagnose reads a one-node
+    log's index as its rank: here the job says which rank the index ran)."""
     from ddpdoctor.run.triage import rank_from_exits
 
-    timed = bool(findings) and rank_from_exits(findings[0])
-    if not findings or (findings[0].ranks and not timed):
-        return
     m = _SPAWN_FAILED.search(log_text)
-    if m is None:
+    if not findings or m is None:
         return
     index = int(m.group(1))
+    timed = rank_from_exits(findings[0])
+    if findings[0].ranks and not timed and findings[0].ranks != [index]:
+        return
     rank = index_to_rank.get(index)
     lead = findings[0]
     if rank is None:

@@ -135,9 +135,14 @@ def test_spawn_culprit_maps_the_process_index_to_the_rank():
     unknown = Finding("RANK_CRASHED", "t", ranks=[])
     name_spawn_culprit([unknown], "process 1 terminated with signal SIGKILL", {}, {})
     assert unknown.ranks == [] and "could not be read" in unknown.evidence["rank_from"]
-    named = Finding("OOM", "t", ranks=[0])
+    named = Finding("OOM", "t", ranks=[3])
     name_spawn_culprit([named], text, {0: 1}, {})
-    assert named.ranks == [0]  # a rank the triage named stays
+    assert named.ranks == [3]  # a rank the triage named stays
+    # ... unless it is the index itself: diagnose reads a one-node log's index as its rank,
+    # the job says which rank index 0 ran
+    indexed = Finding("RANK_CRASHED", "t", ranks=[0])
+    name_spawn_culprit([indexed], text, {0: 1, 1: 0}, {})
+    assert indexed.ranks == [1] and "index 0, which is rank 1" in indexed.evidence["rank_from"]
     # mp.spawn's own words beat the order the processes died in (run/exit_watch.py)
     timed = Finding("RANK_CRASHED", "t", ranks=[0],
                     evidence={"rank_from": "exit times: rank 0 (pid 5) died 0.02 s before"})

@@ -464,6 +464,23 @@ SIGNATURES = (
                  {"signal": "SIGKILL", "signal_number": 9}),),
         convert={"signal_number": int}),
     Signature(
+        # a launch command's node rank or node count: the log may be one node's of several,
+        # where mp.spawn's process index is a local one (index._spawned_ranks)
+        "launch.node_rank", K.NODE_RANK, ("--rank", "node_rank", "node-rank", "machine_rank",
+                                          "machine-rank", "--nnodes"),
+        r"(?:--(?:node[_-]rank|machine[_-]rank|rank)[= ]|\b(?:node|machine)_rank=)"
+        r"(?P<node_rank>\d+)|--nnodes[= ](?P<nnodes>\d+)",
+        "RANK_CRASHED", "pytorch/examples' imagenet (--rank), torchrun, detectron2",
+        (Example("root@ubuntu:~# CUDA_VISIBLE_DEVICES=0  NCCL_SOCKET_IFNAME=eno1 NCCL_IB_DISABLE=1 "
+                 "NCCL_DEBUG=INFO  python main.py -b 160 --dist-url 'tcp://192.168.50.11:3754' "
+                 "--dist-backend 'nccl' --multiprocessing-distributed --world-size 2 --rank 1",
+                 "https://github.com/FelixFu520/README/blob/027e21dc557c8c6edcebf36042d419cfd34"
+                 "daa0d/envs/parallel_computing/all.md?plain=1#L410-L442", {"node_rank": 1}),
+         Example("$ torchrun --nproc_per_node=8 --nnodes=2 --node_rank=1 --master_addr="
+                 "123.456.123.456 --master_port=1234 train.py",
+                 "https://github.com/karpathy/nanoGPT/pull/55", {"nnodes": 2})),
+        convert={"node_rank": int, "nnodes": int}),
+    Signature(
         "spawn.process_signal", K.SIGKILL, "terminated with signal",
         r"process (?P<process>\d+) terminated with signal (?P<signal>SIG\w+)", "RANK_CRASHED",
         "torch.multiprocessing.spawn",
