@@ -72,6 +72,22 @@ class FloorHit:
     # the launcher's task the line names (srun's "task 3"): a rank where srun started the
     # ranks, a node's agent where it started a launcher per node (diagnose/tasklabel.py)
     task: int | None = None
+    # every task the line names ("tasks 0-2,5"), where it names more than one
+    tasks: tuple[int, ...] = ()
+
+
+def _task_list(text: str) -> tuple[int, ...]:
+    """srun's task list ("0-2,5") -> (0, 1, 2, 5); () for a list too long to be ranks'."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return ()
+        first, last = int(lo), int(hi or lo)
+        if last < first or len(out) + last - first >= 4096:
+            return ()
+        out.extend(range(first, last + 1))
+    return tuple(out)
 
 
 def _nonzero(d: Mapping[str, str | None]) -> bool:
@@ -184,7 +200,8 @@ PATTERNS: tuple[FloorPattern, ...] = (
           _HVD + "469"))),
     FloorPattern(
         "slurm.task", Evidence.LAUNCHER_DEATH, ("srun: error:",),
-        r"srun: error: \S+: tasks? (?P<task>\d+)(?:[-,\d]*)?: (?P<what>Killed|Out Of Memory|"
+        r"srun: error: \S+: tasks? (?P<tasklist>(?P<task>\d+)[-,\d]*): (?P<what>Killed|"
+        r"Out Of Memory|"
         r"Segmentation fault|Aborted|Bus error|Terminated|Exited with exit code (?P<code>\d+))",
         (("srun: error: gpu001: task 0: Out Of Memory",
           "https://github.com/FoNDUE-HTR/Documentation/issues/5"),),
@@ -442,4 +459,6 @@ def _hit(p: FloorPattern, d: Mapping[str, str | None]) -> FloorHit:
     rank_text, task_text = d.get("rank"), d.get("task")
     rank = int(rank_text) if rank_text is not None else None
     task = int(task_text) if task_text is not None else None
-    return FloorHit(p.name, p.evidence, code, signal, rank, oom, task)
+    tasks = _task_list(d.get("tasklist") or "")
+    return FloorHit(p.name, p.evidence, code, signal, rank, oom, task,
+                    tasks if len(tasks) > 1 else ())

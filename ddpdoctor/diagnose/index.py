@@ -202,13 +202,13 @@ def _versions(version_events: list[Event]) -> dict[str, str]:
 
 
 def _one_per_failed_rank(evs: list[Event]) -> list[Event]:
-    """The same exception printed once by each process torchrun's summary says failed (all
-    with one exit code), none of the copies with a rank: each copy is one of those ranks'.
-    Which copy is whose cannot be told and does not matter: they say the same. Processes
-    printing at once into one stream interleave their tracebacks: one whose exception line
-    was lost in the tangle (or glued to another's) still counts as a copy."""
-    records = [e for e in evs if e.kind is EventKind.TORCHRUN_FAILURE and e.rank is not None]
-    failed = sorted({e.rank for e in records if e.rank is not None})
+    """The same exception printed once by each process torchrun's summary (or srun's line
+    for tasks that are ranks) says failed (all with one exit code), none of the copies
+    with a rank: each copy is one of those ranks'. Which copy is whose cannot be told and
+    does not matter: they say the same. Processes printing at once into one stream
+    interleave their tracebacks: one whose exception line was lost in the tangle (or glued
+    to another's) still counts as a copy."""
+    records, failed = _failed_ranks(evs)
     unranked = [i for i, e in enumerate(evs) if e.kind is EventKind.EXCEPTION and e.rank is None]
     lost = [i for i, e in enumerate(evs) if e.kind is EventKind.TRACEBACK and e.rank is None
             and e.data.get("interleaved")]
@@ -216,11 +216,24 @@ def _one_per_failed_rank(evs: list[Event]) -> list[Event]:
     if len(failed) < 2 or len(unranked) + len(lost) != len(failed) or said is None \
             or len({e.get_int("exit_code") for e in records}) != 1:
         return evs
-    return _copies_ranked(evs, unranked, lost, failed, said)
+    by = "torchrun's summary" if records[0].kind is EventKind.TORCHRUN_FAILURE \
+        else "srun's report"
+    return _copies_ranked(evs, unranked, lost, failed, said, by)
+
+
+def _failed_ranks(evs: list[Event]) -> tuple[list[Event], list[int]]:
+    """The launcher's reports of failed ranks and the ranks: torchrun's summary records, or
+    srun's one line for tasks that are ranks ("tasks 0-2: Exited with exit code 1")."""
+    records = [e for e in evs if e.kind is EventKind.TORCHRUN_FAILURE and e.rank is not None]
+    if records:
+        return records, sorted({e.rank for e in records if e.rank is not None})
+    records = [e for e in evs if e.kind is EventKind.FLOOR and e.data.get("tasks")][:1]
+    tasks = records[0].data.get("tasks") if records else None
+    return records, [t for t in tasks if isinstance(t, int)] if isinstance(tasks, list) else []
 
 
 def _copies_ranked(evs: list[Event], unranked: list[int], lost: list[int], failed: list[int],
-                   said: str) -> list[Event]:
+                   said: str, by: str) -> list[Event]:
     """``evs`` with each copy (an exception line, or a traceback whose line was lost) given
     one failed rank."""
     out = list(evs)
@@ -228,12 +241,11 @@ def _copies_ranked(evs: list[Event], unranked: list[int], lost: list[int], faile
     for i, rank in zip(sorted(unranked + lost), failed):
         if i in lost:  # its exception line is the one the others printed
             out[i] = replace(copy, lineno=evs[i].lineno, rank=rank,
-                             rank_from="torchrun's summary: one traceback per failed rank, "
+                             rank_from=f"{by}: one traceback per failed rank, "
                                        "printed at once (its exception line lost)")
         else:  # (a copy glued to the next one's first word says the same)
             out[i] = replace(evs[i], rank=rank, data={**evs[i].data, "exception": said},
-                             rank_from="torchrun's summary: one identical traceback per "
-                                       "failed rank")
+                             rank_from=f"{by}: one identical traceback per failed rank")
     return out
 
 

@@ -503,7 +503,8 @@ def own_exit(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A death no line above explains: torchrun's first failure, a signal, a bare exit."""
     explained = explained_ranks(earlier)
-    felt = {e.rank for e in ix.events if e.kind in CASCADE and e.kind is not K.AGENT_FAILED}
+    felt = {e.rank for e in ix.events if e.kind in CASCADE and e.kind is not K.AGENT_FAILED
+            and not _own_cut_traceback(e)}
     out: list[Verdict] = []
     pids = {p for e in ix.root_failures if (p := e.get_int("pid")) is not None}
     signalled = [e for e in ix.of(K.PROCESS_EXIT) if e.data.get("signal") in _OWN_RULE]
@@ -550,6 +551,15 @@ def _lone_exit(ix: EventIndex, e: Event) -> bool:
         return False
     # ... and no line of the worker's own (an exception the launcher's line follows)
     return not any(x.is_failure and x.kind not in _LAUNCHER_SAID for x in ix.events)
+
+
+def _own_cut_traceback(e: Event) -> bool:
+    """A traceback that lost its exception line, raised in the rank's own code (a frame of
+    its script, none in a collective or the launcher): the rank's own error, not one it
+    felt (a logger printed the frames and the message without its type: XH3's accelerate
+    + DeepSpeed device mismatch)."""
+    return e.kind is K.TRACEBACK and bool(e.data.get("where")) \
+        and not e.data.get("in_collective") and not launchers_own(e)
 
 
 def _died_of_fallout(e: Event, felt: set[int | None]) -> bool:
@@ -604,11 +614,21 @@ def _death(ix: EventIndex, e: Event) -> Verdict:
                        "small", [e] + ix.of(K.SIGKILL), ev, ranks=ranks)
     if code is not None and code < 0:
         title = f"{who} died of {sig or 'a signal'} (exit code {code})"
+    elif code is not None and (cut := _cut_traceback_of(ix, e)) is not None:
+        title = (f"{who} exited with code {code} after a traceback through "
+                 f"{_short(cut.get_str('where', ''))} whose exception line is not in the logs")
+        ev["traceback"] = cut.where
     elif code is not None:
         title = f"{who} exited with code {code} (its traceback is not in the logs)"
     else:
         title = f"{who} died of {sig}"
     return verdict(ix, "RANK_CRASHED", title, [e], ev, ranks=ranks)
+
+
+def _cut_traceback_of(ix: EventIndex, e: Event) -> Event | None:
+    """The rank's own traceback that lost its exception line, if the log has one."""
+    return next((t for t in ix.of(K.TRACEBACK) if t.rank == e.rank and _own_cut_traceback(t)),
+                None)
 
 
 def rendezvous(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:

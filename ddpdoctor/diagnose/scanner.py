@@ -21,6 +21,8 @@ _EXCEPTION = re.compile(
 # an angle bracket or a colon, and is a CamelCase class name ending in Error/Exception.
 _PREFIXED_EXCEPTION = re.compile(
     r"[\]>:]\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|EnforceNotMet))(?::\s?(.*))?$")
+# Python's header above an exception a thread other than the main one raised
+_THREAD_HEAD = "Exception in thread "
 # a traceback frame where an exception's message should be (interleaved output)
 _FRAME_MESSAGE = re.compile(r'\s*File "[^"]+", line \d+')
 # The same in torchelastic's error record (the JSON its error_handler logs and writes to
@@ -137,6 +139,7 @@ class LineScanner:
         # line: processes that share one stream with no rank prefix, printing at once
         self._waiting: dict[int | None, list[tuple[RawLine, str]]] = {}
         self._in_worker: dict[int | None, int] = {}
+        self._thread_heads: dict[int | None, int] = {}  # "Exception in thread" not yet closed
         self._summary = ""  # "", "failures" or "root"
         self._record: dict[str, object] = {}
         self._last: dict[tuple[EventKind, int | None], tuple[int, int]] = {}
@@ -177,10 +180,7 @@ class LineScanner:
 
     def _read(self, line: RawLine, rank: int | None, body: str) -> None:
         stripped = body.strip()
-        if self._summary_line(line, stripped, body) or _logged_traceback(stripped):
-            return
-        if self._ignored_report(line, rank, stripped) or \
-                self._traceback_line(line, rank, stripped, body):
+        if self._structure(line, rank, stripped, body):
             return
         matches = list(match_line(stripped, line.cont))
         exc = _exception(stripped)
@@ -216,6 +216,23 @@ class LineScanner:
             if sig.kind is EventKind.DL_WORKER_EXCEPTION:
                 # The next exception of this rank is the worker's, re-raised.
                 self._in_worker[rank] = _int(data["worker"])
+
+    def _structure(self, line: RawLine, rank: int | None, stripped: str, body: str) -> bool:
+        """A line that only frames others (a thread's header, torchrun's summary, a logged
+        traceback's header, an ignored report's header, a traceback's header or frame):
+        read for what it opens or closes; True when the line was one."""
+        return (self._thread_head(rank, stripped) or self._summary_line(line, stripped, body)
+                or _logged_traceback(stripped) or self._ignored_report(line, rank, stripped)
+                or self._traceback_line(line, rank, stripped, body))
+
+    def _thread_head(self, rank: int | None, stripped: str) -> bool:
+        """Python's header above a thread's traceback; True when the line was one. Two
+        threads' headers can share a line ("Exception in thread Exception in thread
+        Thread-2Thread-4:"): one exception line each follows."""
+        if not stripped.startswith(_THREAD_HEAD):
+            return False
+        self._thread_heads[rank] = self._thread_heads.get(rank, 0) + stripped.count(_THREAD_HEAD)
+        return True
 
     def _logged_exception(self, line: RawLine, rank: int | None, stripped: str,
                           exc_data: dict[str, object], matched: bool) -> bool:
@@ -260,6 +277,8 @@ class LineScanner:
         if rank is None and named is not None:
             rank = named
             data["rank_from"] = "the launcher's report"
+            if hit.tasks and hit.rank is None:
+                data["tasks"] = list(hit.tasks)  # every rank the line says failed
         self._emit(EventKind.FLOOR, line, rank, text, data)
 
     @staticmethod
@@ -312,8 +331,12 @@ class LineScanner:
         """A traceback's header or one of its frames (kept for the exception line that
         closes it); True when the line was one."""
         if "Traceback (most recent call last)" in stripped:
-            if rank is None and self._frames.get(rank) and rank in self._tb_line:
-                # the exception lines come later, one per header (interleaved output)
+            opened = self._tb_line.get(rank)
+            if rank is None and self._frames.get(rank) and opened is not None \
+                    and "Traceback (most recent" in opened[1]:
+                # the exception lines come later, one per header (interleaved output); a
+                # headless traceback (frames only: a logger printed it without its header
+                # and exception line) is closed below with its frames
                 self._waiting.setdefault(rank, []).append(self._tb_line.pop(rank))
             self._close_traceback(rank)
             self._frames[rank] = []
@@ -402,6 +425,11 @@ class LineScanner:
             # while the main process does the work (rules_crash.main_first_wait); the main
             # process's own barrier is on the way out (__exit__)
             data["main_first"] = first[-1]
+        if self._thread_heads.get(rank):
+            # under Python's "Exception in thread NAME:" (frames tangled with another
+            # thread's lose the threading frame that says so)
+            self._thread_heads[rank] -= 1
+            data["in_thread"] = True
         if rank in self._in_worker:
             data["in_dataloader_worker"] = self._in_worker.pop(rank)
         return data
@@ -534,13 +562,19 @@ def _process_marks(frames: list[tuple[str, int, str]]) -> dict[str, object]:
     rank's helper, a DataLoader worker or a pool, not a rank torch.multiprocessing.spawn
     started, whose frames pass its ``_wrap``); ``tensor_handoff`` for one raised handing a
     tensor to another process (a DataLoader worker's batch through its queue's feeder
-    thread: files and sockets in /dev/shm and $TMPDIR)."""
+    thread: files and sockets in /dev/shm and $TMPDIR); ``in_thread`` for one raised in a
+    thread other than the main one."""
     marks: dict[str, object] = {}
     if frames and frames[0][0] == "<string>" and any(f[2] == "spawn_main" for f in frames[:3]) \
             and not any(f[0].endswith("torch/multiprocessing/spawn.py") for f in frames):
         marks["spawn_bootstrap"] = True
     if any(f[0].endswith("torch/multiprocessing/reductions.py") for f in frames):
         marks["tensor_handoff"] = True
+    if frames and frames[0][0].endswith("threading.py") \
+            and frames[0][2] in ("_bootstrap_inner", "_bootstrap"):
+        # raised in a thread: Python prints it ("Exception in thread NAME:") and the
+        # process goes on without that thread (rules_thread)
+        marks["in_thread"] = True
     return marks
 
 

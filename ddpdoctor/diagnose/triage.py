@@ -31,6 +31,7 @@ from ddpdoctor.diagnose import (
     rules_deepspeed,
     rules_env,
     rules_floor,
+    rules_thread,
     rules_training,
     rules_versions,
 )
@@ -40,7 +41,8 @@ from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, ranks_of, v
 RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE, rules_versions.PLUGIN_RULE,
                             rules_versions.DRIVER_RULE)
                            + rules_env.RULES + (rules_deepspeed.RULE,)
-                           + rules_training.RULES + rules_collective.RULES + rules_crash.RULES
+                           + rules_training.RULES + rules_collective.RULES
+                           + (rules_thread.RULE,) + rules_crash.RULES
                            + rules_collective.ALONE[:1] + rules_crash.ALONE[:1]
                            + rules_collective.ALONE[1:] + rules_crash.ALONE[1:]
                            + (rules_census.RULE, rules_floor.RULE))
