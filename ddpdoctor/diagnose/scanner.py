@@ -21,6 +21,8 @@ _EXCEPTION = re.compile(
 # an angle bracket or a colon, and is a CamelCase class name ending in Error/Exception.
 _PREFIXED_EXCEPTION = re.compile(
     r"[\]>:]\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|EnforceNotMet))(?::\s?(.*))?$")
+# mp.spawn's "process N terminated with signal S": N is its process index
+_SPAWN_SIGNAL = "spawn.process_signal"
 # Python's header above an exception a thread other than the main one raised
 _THREAD_HEAD = "Exception in thread "
 # a traceback frame where an exception's message should be (interleaved output)
@@ -254,10 +256,13 @@ class LineScanner:
                 data["level"] = "W"
             data["signature"] = sig.name
             line_rank = self._line_rank(rank, in_line)
-            # mp.spawn's process index is the rank it ran; "on rank N" in a library's own
-            # words (Megatron's rerun state machine) names the rank
+            # "on rank N" in a library's own words (Megatron's rerun state machine), a
+            # launcher's report of rank N name the rank; mp.spawn's process index is one
+            # on one node only (index._spawned_ranks decides, as for its raised report)
             process = data.get("process", data.get("on_rank"))
-            if line_rank is None and isinstance(process, int):
+            if sig.name == _SPAWN_SIGNAL and line_rank is None and isinstance(process, int):
+                data["spawn_process"] = process
+            elif line_rank is None and isinstance(process, int):
                 line_rank = process
             self._emit(sig.kind, line, line_rank, stripped, data)
 

@@ -5,7 +5,8 @@ with the real log as its case and variants that show the mechanism decides:
   child's traceback after its header ("-- Process 1 terminated with the following
   error:") is that process's, and on one node its index is the rank. A launch command
   that says this is one node of several (a node rank of 1 or more, nnodes > 1) leaves it
-  unnamed: there the index is a local one.
+  unnamed: there the index is a local one. mp.spawn's "process N terminated with signal
+  S" is read the same way.
 """
 
 from __future__ import annotations
@@ -48,3 +49,15 @@ def test_only_the_reported_traceback_is_the_processs(tmp_path):
     found = findings_in(tmp_path, text)
     assert errors_of(found)[0] == ("OOM", [1])
     assert not any(f.ranks == [1] and "cleanup" in f.title for f in found)
+
+
+SIGNALLED = R / "F5_mp_spawn_process3_sigkill.log"
+
+
+def test_mp_spawns_signal_report_names_its_index_as_the_rank_on_one_node_only(tmp_path):
+    # "process 3 terminated with signal SIGKILL": the index is the rank on one node ...
+    assert errors_of(findings_of(SIGNALLED))[0][1] == [3]
+    # ... and not on a node of several, where it is a local index
+    text = "$ torchrun --nproc_per_node=4 --nnodes=2 --node_rank=1 train.py\n" + \
+        SIGNALLED.read_text()
+    assert all(3 not in f.ranks for f in findings_in(tmp_path, text))
