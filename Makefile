@@ -11,7 +11,11 @@ TORCH_PIN := torch==2.13.0
 # Three test processes on two cores: most of a slow test is waiting (for a hang deadline,
 # a rank's start-up, a timeout), so three overlap it; one file per process (--dist
 # loadfile) keeps a module's shared jobs in one place. PARALLEL= runs them one by one.
-PARALLEL ?= -n 3 --dist loadfile
+# A worker that dies (a test past its timeout: pytest-timeout's thread method ends the
+# process) is not replaced: under loadfile xdist 3.8 can wait for its replacement forever
+# (pytest-xdist#784, #1323; the landing CI of 76006d5 hung at its last matrix test until
+# CI's limit), and without one the run ends with "worker gwN crashed while running TEST".
+PARALLEL ?= -n 3 --dist loadfile --max-worker-restart=0
 
 $(BIN)/ddpdoctor: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,7 +67,7 @@ test-all: test test-e2e
 # (a module's corpus fixture computed once, not once per worker)
 test-quick: venv
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -ra -m "not slow" -n 3 \
-		--dist loadfile -p tests.lib.spawn_report tests
+		--dist loadfile --max-worker-restart=0 -p tests.lib.spawn_report tests
 
 lint: venv
 	$(BIN)/ruff check ddpdoctor tests benchmarks tools setup.py

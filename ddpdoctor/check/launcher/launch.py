@@ -31,7 +31,9 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -140,7 +142,7 @@ def _launch(fn, nproc, args, backend, deadline_s, rank_env, log_dir, master_addr
     logs = DefaultLogsSpecs(log_dir=str(work / "logs"), redirects=Std.ALL)
     try:
         method = zygote.start_method(modules, deadline_s - (time.monotonic() - started))
-        with _quiet_torch_launcher():
+        with _quiet_torch_launcher(), _signal_handlers_kept():
             result = _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir,
                           work, started, pre_init, on_progress, method)
     finally:
@@ -162,6 +164,28 @@ def _quiet_torch_launcher():
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
+
+
+# the signals torch's launcher (PContext.start) takes over in the calling process
+_TAKEN = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept():
+    """torch's launcher installs its own handlers (a signal raises SignalException) in the
+    process that calls it and leaves them there; a caller that launches in-process (a test
+    worker, a notebook) gets its own back after the launch."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {name: signal.getsignal(getattr(signal, name)) for name in _TAKEN
+             if hasattr(signal, name)}
+    try:
+        yield
+    finally:
+        for name, handler in saved.items():
+            if handler is not None:
+                signal.signal(getattr(signal, name), handler)
 
 
 def _run(fn, args, nproc, backend, deadline_s, envs, logs, store, result_dir, work,
