@@ -415,7 +415,7 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             out.append(verdict(ix, "OOM", f"{who} ran out of memory: {cut(msg, 160)}{at}",
                                evs, {**ev, "family": "memory"}, ranks=ranks))
             continue
-        if _NONFINITE.search(msg):
+        if _NONFINITE.search(msg) or _NUMERIC.search(msg):
             # a guard that stops the job on a NaN/Inf gradient or loss (Megatron's "found NaN
             # in local grad norm", a trainer's own assert): the numbers diverged, whoever
             # raised it
@@ -467,6 +467,10 @@ def _said(msg: str) -> str:
 _NONFINITE = re.compile(r"(?i)\b(?:nan|inf|infinite|non-?finite)\b(?! checks)[^.]{0,60}"
                         r"\b(?:grad\w*|loss)\b|\b(?:grad\w*|loss)\b[^.]{0,60}"
                         r"\b(?:nan|inf|infinite|non-?finite)\b(?! checks)")
+# Python's own class for a floating-point failure (numpy's seterr, detectron2's guards on
+# its losses and on its predicted boxes), or a guard's "NaN ... diverged": the numbers went
+# non-finite, whichever value the guard looked at
+_NUMERIC = re.compile(r"^FloatingPointError\b|(?i:\b(?:nan|inf)\b[^\n]{0,80}\bdiverged\b)")
 _MEMORY = re.compile(r"OutOfMemory|\bMemoryError\b|out of memory|running low on memory|"
                      r"Cannot allocate memory|can't allocate memory", re.IGNORECASE)
 

@@ -25,6 +25,7 @@ from ddpdoctor.core.findings import Finding, Severity, format_ranks
 from ddpdoctor.diagnose import (
     known_bugs,
     launches,
+    rules_async,
     rules_census,
     rules_collective,
     rules_crash,
@@ -42,7 +43,7 @@ RULES: tuple[Rule, ...] = ((known_bugs.RULE, rules_versions.RULE, rules_versions
                             rules_versions.DRIVER_RULE)
                            + rules_env.RULES + (rules_deepspeed.RULE,)
                            + rules_training.RULES + rules_collective.RULES
-                           + (rules_thread.RULE,) + rules_crash.RULES
+                           + (rules_thread.RULE, rules_async.RULE) + rules_crash.RULES
                            + rules_collective.ALONE[:1] + rules_crash.ALONE[:1]
                            + rules_collective.ALONE[1:] + rules_crash.ALONE[1:]
                            + (rules_census.RULE, rules_floor.RULE))

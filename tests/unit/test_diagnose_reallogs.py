@@ -120,7 +120,9 @@ NOTHING_TO_SEE = {"L2_nccl_ibext_plugin_ignores_ib_disable_dgx",
 # warning, "stopped by scancel, not by a failure that the log shows". The labels disagree
 # on it: this one counts a job cancelled mid-epoch as failed, P1_megatron_benchmark_slurm_
 # cancelled counts a benchmark cut the same way as healthy; the warning says what was seen.
-STOPPED_FROM_OUTSIDE = {"XG9_mmdet_4gpu_slurm_job_cancelled_mid_epoch"}
+STOPPED_FROM_OUTSIDE = {"XG9_mmdet_4gpu_slurm_job_cancelled_mid_epoch",
+                        # a verl GRPO job cancelled six minutes into its first rollout
+                        "XH5_verl_grpo_8gpu_slurm_cancelled_in_first_rollout"}
 
 
 def test_no_failed_job_is_called_healthy(results):

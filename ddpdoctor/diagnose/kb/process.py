@@ -771,9 +771,14 @@ SIGNATURES = (
         # segfault while the process exits) cost no result (rules_crash.after_completion)
         "trainer.completed", K.JOB_DONE,
         ("Training completed", "Trainer.fit` stopped", "after training is done",
-         "Training finished", "Finished Training"),
+         "Training finished", "Finished Training", "raining complete", "raining Complete",
+         "RAINING COMPLETE"),
         r"(?P<what>Training completed|`Trainer\.fit` stopped: [^\n]*? reached|\[after training "
-        r"is done\]|Training finished|Finished Training)",
+        r"is done\]|Training finished|Finished Training)"
+        # a closing banner ("Phase 3 Training Complete!"): the line ends there, and names
+        # no epoch or step (an epoch's "training complete" is not the job's end)
+        r"|^(?:(?![Ee]poch|EPOCH|[Ss]tep\b).)*?\b(?P<banner>(?:[Tt]raining|TRAINING) "
+        r"(?:[Cc]omplete|COMPLETE))[!.]?\s*$",
         "RANK_CRASHED", "torchtitan, Lightning, Megatron-LM, prime-rl, DeepSpeed examples",
         (Example("[rank0]:[titan] 2026-05-18 16:05:29,420 - root - INFO - Training completed",
                  "https://github.com/pytorch/torchtitan/pull/3393",
@@ -788,7 +793,11 @@ SIGNATURES = (
                  "exiting ...", "https://github.com/PrimeIntellect-ai/prime-rl/pull/417"),
          Example("Finished Training",
                  "https://github.com/wangshuai09/Notebook/blob/0cdb21d3aa700dcf781e997f500eec2d"
-                 "3a14d635/DeepSpeed/moe%E7%89%B9%E6%80%A7%E9%80%82%E9%85%8D.md"))),
+                 "3a14d635/DeepSpeed/moe%E7%89%B9%E6%80%A7%E9%80%82%E9%85%8D.md"),
+         Example("Phase 3 Training Complete!",
+                 "https://github.com/SujeethJinesh/LatentWire/blob/4a2d7cab4d513503e6bb2cbad2d"
+                 "fea16fe50fb88/runs/telepathy_v3_20251128_182147/train.log",
+                 {"banner": "Training Complete"}))),
     Signature(
         # MLPerf's logger (mlperf_logging.mllog) closing a run that reached its target
         "mlperf.run_stop_success", K.JOB_DONE, '"key": "run_stop"',
