@@ -44,7 +44,7 @@ class EventIndex:
             [e for e in evs if e.kind is not EventKind.RANK_SEEN]))))
         evs = _attribute_unprefixed(_one_per_failed_rank(evs), root.rank if root else None)
         evs = _left_by_elimination(evs)
-        evs = _script_went_on(_one_process(evs), seen)
+        evs = _script_went_on(_one_process(_done_then_trained(evs)), seen)
         by_kind: dict[EventKind, list[Event]] = {}
         for e in evs:
             by_kind.setdefault(e.kind, []).append(e)
@@ -320,6 +320,17 @@ _SCRIPT_LINE = re.compile(r"(?:\bline \d+: .*|^(?:sudo|env|bash|sh|zsh)(?:: \d+)
                           r": command not found$")
 
 
+def _done_then_trained(evs: list[Event]) -> list[Event]:
+    """A trainer's completion line that its own losses follow (in the same log) ended a
+    part of the run (a phase, a fold), not the run: no rule takes it for the job's end."""
+    last_loss: dict[str, int] = {}
+    for e in evs:
+        if e.kind is EventKind.LOSS_VALUE:
+            last_loss[e.source] = max(last_loss.get(e.source, 0), e.lineno)
+    return [e for e in evs if e.kind is not EventKind.JOB_DONE
+            or e.lineno > last_loss.get(e.source, 0)]
+
+
 def _script_went_on(evs: list[Event], seen: list[Event]) -> list[Event]:
     """A batch script's command that was not found, after which two or more ranks printed
     (without `set -e` the script went on and launched the job: a helper command of its
@@ -503,6 +514,11 @@ def on_rank(evs: Iterable[Event]) -> str:
     """" on rank N", or nothing where the lines give no rank."""
     ranks = fmt(evs)
     return f" on rank {ranks}" if ranks else ""
+
+
+def short_where(where: str) -> str:
+    """``/long/path/train.py:88 in step`` -> ``train.py:88``."""
+    return where.split(" in ")[0].rsplit("/", 1)[-1]
 
 
 def cut(text: str, n: int) -> str:

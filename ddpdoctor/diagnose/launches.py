@@ -21,7 +21,7 @@ from ddpdoctor.diagnose.events import Event
 from ddpdoctor.diagnose.events import EventKind as K
 
 # what only a launch that got going prints
-_WENT_ON = frozenset({K.LOSS_VALUE, K.JOB_DONE, K.LAUNCH_SUCCEEDED})
+WENT_ON = frozenset({K.LOSS_VALUE, K.JOB_DONE, K.LAUNCH_SUCCEEDED})
 # a trainer's losses: at least this many (one line can be a peer's last before it died)
 MIN_LOSSES = 3
 
@@ -49,7 +49,7 @@ def split(events: Sequence[Event]) -> Split | None:
                if events[i].kind is K.LAUNCH_START), None)
     if at is None:
         return None
-    after = [e for e in events[at:] if e.kind in _WENT_ON]
+    after = [e for e in events[at:] if e.kind in WENT_ON]
     losses = sum(e.kind is K.LOSS_VALUE for e in after)
     if losses < MIN_LOSSES and len(after) == losses:
         return None

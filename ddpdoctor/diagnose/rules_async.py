@@ -18,18 +18,25 @@ from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, fmt, verdic
 
 # what an NCCL error's report is made of: the watchdog's line, NCCL's own detail lines
 _NCCL_REPORT = frozenset({K.NCCL_SYSTEM, K.NCCL_REMOTE, K.NCCL_DETAIL, K.NCCL_WORK_STATE,
-                          K.NCCL_CUDA, K.NCCL_WARN, K.NCCL_ABORTED, K.ERROR_LINE})
+                          K.NCCL_CUDA, K.NCCL_WARN, K.NCCL_ABORTED})
 _ASYNC = "async exception"
+# ProcessGroupNCCL's words for the process it ends after such an error
+_TAKEN_DOWN = ("taking the entire process down", "watchdog thread terminated with exception")
 
 
 def _async_report(e: Event) -> bool:
     return e.kind in _NCCL_REPORT and _ASYNC in e.text
 
 
+def _says_it_ended(e: Event) -> bool:
+    return any(words in e.text for words in _TAKEN_DOWN)
+
+
 def finished_after_async_error(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     failures = [e for e in ix.events if e.is_failure]
     reports = [e for e in failures if _async_report(e)]
-    if earlier or not reports or any(e.kind not in _NCCL_REPORT for e in failures):
+    if earlier or not reports or any(e.kind not in _NCCL_REPORT or _says_it_ended(e)
+                                     for e in failures):
         return []
     last = max(failures, key=lambda e: e.lineno)
     done = [d for d in ix.of(K.JOB_DONE) if d.source == last.source and d.lineno > last.lineno]

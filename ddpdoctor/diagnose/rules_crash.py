@@ -22,6 +22,7 @@ from ddpdoctor.diagnose.index import (
     on_rank,
     rank_or,
     ranks_of,
+    short_where,
     used,
     verdict,
 )
@@ -211,7 +212,7 @@ def interrupted(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     where = first.get_str("where")
     if not where or WAITING_FRAME.search(where):
         return []  # interrupted where it waited, or nobody knows where: maybe a hang
-    at = f" at {_short(where)}"
+    at = f" at {short_where(where)}"
     stopped = [e for e in ix.of(K.EXCEPTION)
                if e.get_str("exception", "").startswith("KeyboardInterrupt")]
     return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the job was interrupted (KeyboardInterrupt"
@@ -407,7 +408,7 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         for f in ix.root_failures:
             if f.rank in ranks:
                 ev["exit_code"] = f.data.get("exit_code")
-        at = f" at {_short(where)}" if where else ""
+        at = f" at {short_where(where)}" if where else ""
         who = f"rank {format_ranks(ranks)}" if ranks else "the job"
         if _MEMORY.search(msg):
             # The exception's own type or message is the memory family, whoever raised it
@@ -562,8 +563,9 @@ def _own_cut_traceback(e: Event) -> bool:
     its script, none in a collective or the launcher): the rank's own error, not one it
     felt (a logger printed the frames and the message without its type: XH3's accelerate
     + DeepSpeed device mismatch)."""
-    return e.kind is K.TRACEBACK and bool(e.data.get("where")) \
-        and not e.data.get("in_collective") and not launchers_own(e)
+    return e.kind is K.TRACEBACK and bool(e.data.get("where")) and not launchers_own(e) \
+        and not any(e.data.get(k) for k in ("in_collective", "interleaved", "in_thread",
+                                             "in_dataloader"))
 
 
 def _died_of_fallout(e: Event, felt: set[int | None]) -> bool:
@@ -620,7 +622,7 @@ def _death(ix: EventIndex, e: Event) -> Verdict:
         title = f"{who} died of {sig or 'a signal'} (exit code {code})"
     elif code is not None and (cut := _cut_traceback_of(ix, e)) is not None:
         title = (f"{who} exited with code {code} after a traceback through "
-                 f"{_short(cut.get_str('where', ''))} whose exception line is not in the logs")
+                 f"{short_where(cut.get_str('where', ''))} whose exception line is not in the logs")
         ev["traceback"] = cut.where
     elif code is not None:
         title = f"{who} exited with code {code} (its traceback is not in the logs)"
@@ -630,9 +632,11 @@ def _death(ix: EventIndex, e: Event) -> Verdict:
 
 
 def _cut_traceback_of(ix: EventIndex, e: Event) -> Event | None:
-    """The rank's own traceback that lost its exception line, if the log has one."""
-    return next((t for t in ix.of(K.TRACEBACK) if t.rank == e.rank and _own_cut_traceback(t)),
-                None)
+    """The rank's own traceback that lost its exception line, the last one before its exit
+    in the same log, if the log has one."""
+    before = [t for t in ix.of(K.TRACEBACK) if t.rank == e.rank and t.source == e.source
+              and t.lineno < e.lineno and _own_cut_traceback(t)]
+    return before[-1] if before else None
 
 
 def rendezvous(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -750,11 +754,6 @@ def _follows_cascade(ix: EventIndex, e: Event) -> bool:
                 and 0 <= e.lineno - prev.lineno <= 8):
             return True
     return False
-
-
-def _short(where: str) -> str:
-    """``/long/path/train.py:88 in step`` -> ``train.py:88``."""
-    return where.split(" in ")[0].rsplit("/", 1)[-1]
 
 
 RULES = (

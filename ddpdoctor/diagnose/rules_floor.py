@@ -221,6 +221,16 @@ def _stop_reason(e: Event) -> str:
     return ""
 
 
+# reasons a scheduler gives for ending a job that did not end itself
+_OUTSIDE = frozenset({"time limit", "preemption", "deadline"})
+
+
+def stopped_from_outside(e: Event) -> bool:
+    """The scheduler ended a job that was still running: a bare cancel, its time limit, a
+    preemption, a deadline (not a node that failed, not the job's own failure)."""
+    return e.kind is K.FLOOR and (_bare_cancel(e) or _stop_reason(e) in _OUTSIDE)
+
+
 def _scheduler_stop(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     """slurm's `CANCELLED AT T DUE TO TIME LIMIT` (or PREEMPTION, NODE FAILURE; seff's
     `State: TIMEOUT` and the like), with only the teardown after it: the scheduler ended

@@ -15,12 +15,21 @@ from __future__ import annotations
 
 from ddpdoctor.diagnose.events import CASCADE, Event
 from ddpdoctor.diagnose.events import EventKind as K
-from ddpdoctor.diagnose.index import EventIndex, Rule, Verdict, cut, fmt, verdict
+from ddpdoctor.diagnose.index import (
+    EventIndex,
+    Rule,
+    Verdict,
+    cut,
+    fmt,
+    short_where,
+    verdict,
+)
+from ddpdoctor.diagnose.launches import WENT_ON
+from ddpdoctor.diagnose.rules_floor import is_teardown, stopped_from_outside
 
-# the scheduler's or a launcher's account of a job it stopped
-_STOPS = frozenset({"slurm.cancelled", "slurm.job_state"})
-# lines that say the job went on after the thread died
-_WENT_ON = (K.LOSS_VALUE, K.JOB_DONE, K.LAUNCH_SUCCEEDED)
+# what else a thread's death leaves in the log: its traceback's own lines, the launchers
+# stopping the ranks once the scheduler stopped the job
+_ITS_OWN = frozenset({K.TRACEBACK, K.TEARDOWN})
 
 
 def _thread_error(e: Event) -> bool:
@@ -30,27 +39,35 @@ def _thread_error(e: Event) -> bool:
         and not e.data.get("tensor_handoff")
 
 
-def _stopped_from_outside(ix: EventIndex, after: int) -> list[Event]:
-    return [e for e in ix.of(K.FLOOR, K.LAUNCHER_SIGNALLED) if e.lineno > after
-            and (e.kind is K.LAUNCHER_SIGNALLED or e.data.get("pattern") in _STOPS)]
+def _explained(e: Event, stops: list[Event]) -> bool:
+    """A failure line the thread's death and the stop account for."""
+    return _thread_error(e) or e in stops or e.kind in _ITS_OWN or is_teardown(e)
+
+
+def _stops(ix: EventIndex, threads: list[Event]) -> list[Event]:
+    """The scheduler's stops of a job whose threads died and that neither died another way
+    (an exit code, a signal, the process's own exception: that says how it ended) nor went
+    on (a line of its progress after the threads died), all in the threads' log."""
+    source, last = threads[0].source, max(e.lineno for e in threads)
+    stops = [e for e in ix.of(K.FLOOR) if stopped_from_outside(e) and e.source == source
+             and e.lineno > last]
+    if any(e.is_failure and not _explained(e, stops) for e in ix.events) \
+            or any(e.source == source and e.lineno > last for e in ix.of(*WENT_ON)):
+        return []
+    return stops
 
 
 def thread_died(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     threads = [e for e in ix.of(K.EXCEPTION) if _thread_error(e)]
-    if not threads or earlier:
+    if not threads or earlier or len({e.source for e in threads}) > 1:
         return []
-    if any(not _thread_error(e) for e in ix.of(K.EXCEPTION)):
-        return []  # the process's own exception says how it ended
-    last = max(e.lineno for e in threads)
-    if any(e.lineno > last for e in ix.of(*_WENT_ON)):
-        return []
-    stops = _stopped_from_outside(ix, last)
+    stops = _stops(ix, threads)
     if not stops:
         return []
     first = threads[0]
     who = f"rank {fmt(threads)}" if fmt(threads) else "the job"
     where = first.get_str("where", "") or first.get_str("raised_at", "")
-    at = f" at {where.split(' in ')[0].rsplit('/', 1)[-1]}" if where else ""
+    at = f" at {short_where(where)}" if where else ""
     return [verdict(ix, "RANK_UNRESPONSIVE",
                     f"{who} stopped making progress after a thread raised "
                     f"{cut(first.get_str('exception', ''), 120)}{at} ({len(threads)} thread(s) "
@@ -66,5 +83,4 @@ def thread_died(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
 
 
 RULE = Rule("thread_died", thread_died,
-            frozenset({K.EXCEPTION, K.TRACEBACK, K.FLOOR, K.TEARDOWN, K.LAUNCHER_SIGNALLED,
-                       K.PROCESS_EXIT}) | CASCADE)
+            frozenset({K.EXCEPTION, K.TRACEBACK, K.FLOOR, K.TEARDOWN}) | CASCADE)

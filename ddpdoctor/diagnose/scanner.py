@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ddpdoctor.core.signames import killed_by
 from ddpdoctor.diagnose import floor
-from ddpdoctor.diagnose.events import Event, EventKind
+from ddpdoctor.diagnose.events import INFORMATIONAL, Event, EventKind
 from ddpdoctor.diagnose.kb import match_line
 from ddpdoctor.diagnose.kb.signature import Signature
 from ddpdoctor.diagnose.reader import TIME_HEAD, RawLine, split_rank_prefix
@@ -141,7 +141,9 @@ class LineScanner:
         # line: processes that share one stream with no rank prefix, printing at once
         self._waiting: dict[int | None, list[tuple[RawLine, str]]] = {}
         self._in_worker: dict[int | None, int] = {}
-        self._thread_heads: dict[int | None, int] = {}  # "Exception in thread" not yet closed
+        # the lines of each rank's "Exception in thread" headers whose exception is to come
+        self._thread_heads: dict[int | None, list[int]] = {}
+        self._at = 0  # the line being read
         self._summary = ""  # "", "failures" or "root"
         self._record: dict[str, object] = {}
         self._last: dict[tuple[EventKind, int | None], tuple[int, int]] = {}
@@ -156,6 +158,7 @@ class LineScanner:
         self._spawn_ends = False  # its exception line was read: the report ends there
 
     def feed(self, line: RawLine) -> None:
+        self._at = line.lineno
         rank, body = self._rank_and_body(line.printed)
         self._spawn_report(rank, body)
         before = len(self.events)
@@ -203,14 +206,17 @@ class LineScanner:
         matches = self._side_message(line, rank, stripped, matches,
                                      (side_program, raised_in_side_tool))
         self._emit_matches(line, rank, stripped, matches, exc_data)
-        if exc and not matches:
+        # a line's context (a launch command's node rank, a version) does not say what the
+        # exception on it is: only a failure's signature replaces the exception event
+        told = [m for m in matches if m[0].kind not in INFORMATIONAL]
+        if exc and not told:
             if exc.group(1).endswith(_LAUNCHER_EXCEPTIONS):
                 return  # a launcher reporting a child's death: the floor reads the report
             # a traceback from a side tool's own program, all in its files, is that tool
             # failing (the `wandb` command a batch script ran), not a rank
             self._emit(EventKind.SIDE_TRACEBACK if side_program else EventKind.EXCEPTION,
                        line, rank, stripped, exc_data)
-        elif not matches and not exc and _C10D_ERROR.match(stripped):
+        elif not told and not exc and _C10D_ERROR.match(stripped):
             self._emit(EventKind.ERROR_LINE, line,
                        self._line_rank(rank, self._nccl_rank(stripped)), stripped, {})
         self._floor(line, rank, stripped)
@@ -227,13 +233,23 @@ class LineScanner:
                 or _logged_traceback(stripped) or self._ignored_report(line, rank, stripped)
                 or self._traceback_line(line, rank, stripped, body))
 
+    def _under_thread_head(self, rank: int | None) -> bool:
+        """The exception being read is under Python's "Exception in thread NAME:" (frames
+        tangled with another thread's lose the threading frame that says so), within a
+        traceback's length of it; the header is used up. A header whose exception line
+        never came does not mark a later exception."""
+        heads = [at for at in self._thread_heads.get(rank, []) if self._at - at <= _IGNORED_SPAN]
+        self._thread_heads[rank] = heads[1:]
+        return bool(heads)
+
     def _thread_head(self, rank: int | None, stripped: str) -> bool:
         """Python's header above a thread's traceback; True when the line was one. Two
         threads' headers can share a line ("Exception in thread Exception in thread
         Thread-2Thread-4:"): one exception line each follows."""
         if not stripped.startswith(_THREAD_HEAD):
             return False
-        self._thread_heads[rank] = self._thread_heads.get(rank, 0) + stripped.count(_THREAD_HEAD)
+        self._thread_heads.setdefault(rank, []).extend(
+            [self._at] * stripped.count(_THREAD_HEAD))
         return True
 
     def _logged_exception(self, line: RawLine, rank: int | None, stripped: str,
@@ -430,10 +446,7 @@ class LineScanner:
             # while the main process does the work (rules_crash.main_first_wait); the main
             # process's own barrier is on the way out (__exit__)
             data["main_first"] = first[-1]
-        if self._thread_heads.get(rank):
-            # under Python's "Exception in thread NAME:" (frames tangled with another
-            # thread's lose the threading frame that says so)
-            self._thread_heads[rank] -= 1
+        if self._under_thread_head(rank):
             data["in_thread"] = True
         if rank in self._in_worker:
             data["in_dataloader_worker"] = self._in_worker.pop(rank)

@@ -168,8 +168,8 @@ def name_spawn_culprit(findings: list, log_text: str, index_to_rank: dict[int, i
     rank = index_to_rank.get(index)
     lead = findings[0]
     if rank is None:
-        if timed:
-            return  # the order the processes died still names one
+        if timed or lead.ranks:
+            return  # the order the processes died, or the log's reading, still names one
         lead.evidence["rank_from"] = (f"mp.spawn names process index {index}; its rank "
                                       "could not be read from the process")
         return

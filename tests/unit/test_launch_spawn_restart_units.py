@@ -242,3 +242,10 @@ def test_an_attempt_run_stopped_is_ended_by_its_hang_not_by_run_s_signal():
     # stopped with nothing found (a SIGTERM run received): said as such, no rank
     bare = stopped(att, "SIGTERM received", [], "")
     assert bare.summary() == "attempt 1: stopped by ddpdoctor run (SIGTERM received)"
+
+
+def test_a_lead_rank_stays_where_the_index_was_not_read():
+    text = "-- Process 1 terminated with the following error:\nRuntimeError: boom\n"
+    lead = Finding("RANK_CRASHED", "t", ranks=[1], evidence={"rank_from": "its prefix"})
+    name_spawn_culprit([lead], text, {0: 1}, {})
+    assert lead.ranks == [1] and lead.evidence["rank_from"] == "its prefix"

@@ -89,3 +89,34 @@ def test_a_thread_that_died_without_a_stop_after_it_is_not_called_a_hang(tmp_pat
                    if "CANCELLED" not in x)
     found = findings_in(tmp_path, text)
     assert not any(f.id == "RANK_UNRESPONSIVE" for f in found) and errors_of(found)
+
+
+# the review's variants: each keeps a failure a failure
+
+
+def test_a_death_srun_reports_after_the_threads_died_is_not_a_stop_from_outside(tmp_path):
+    text = THREADS.read_text()
+    cancel = "slurmstepd: error: *** STEP 838846.0"
+    # srun's report of a task that died of a signal (floor.py's slurm.task, F5's shape)
+    text = text.replace(cancel, "srun: error: cheetah: task 0: Segmentation fault\n" + cancel, 1)
+    assert all(f.id != "RANK_UNRESPONSIVE" for f in findings_in(tmp_path, text))
+
+
+def test_a_thread_header_long_before_does_not_mark_the_main_threads_exception(tmp_path):
+    threads = THREADS.read_text().split("\n")
+    noise = [x for x in threads if "pthread_setaffinity_np failed" in x][:300]
+    main = SRUN_TASKS.read_text().split("\n")
+    tb = main[main.index("Traceback (most recent call last):"):][:11]  # one rank's traceback
+    cancel = [x for x in threads if "CANCELLED AT" in x]
+    text = "\n".join(["Exception in thread Thread-9:", *noise, *tb, *cancel]) + "\n"
+    found = findings_in(tmp_path, text)
+    assert all(f.id != "RANK_UNRESPONSIVE" for f in found)
+    assert errors_of(found)[0][0] == "RANK_CRASHED"
+
+
+def test_an_exception_whose_message_names_a_node_rank_is_still_an_exception(tmp_path):
+    # launch.node_rank is context (a launch command's node rank): on an exception line it
+    # must not stand in for the exception
+    text = SRUN_TASKS.read_text().replace("No module named 'utils'",
+                                          "No module named 'utils' (--nnodes=2 --node_rank=1)")
+    assert errors_of(findings_in(tmp_path, text))[0][0] == "RANK_CRASHED"

@@ -72,3 +72,36 @@ def test_a_closing_banner_is_the_trainers_completion_line_an_epochs_is_not():
     assert not done("Epoch 3 training complete")
     assert not done("Step 500: training complete!")
     assert not done("Training complete for this epoch, starting validation")
+
+
+def test_the_process_taken_down_after_the_async_error_keeps_it_a_failure(tmp_path):
+    # ProcessGroupNCCL's own words for the process it ends (F1_timeout_rank0_evaluating_ufld)
+    down = [x for x in (R / "F1_timeout_rank0_evaluating_ufld.log").read_text().split("\n")
+            if "taking the entire process down" in x][0]
+    text = OUTLIVED.read_text().replace("  Saved checkpoint: runs/telepathy_v3_20251128_182147"
+                                        "/bridge_v3_final_step2000.pt",
+                                        down + "\n  Saved checkpoint: runs/telepathy_v3_"
+                                        "20251128_182147/bridge_v3_final_step2000.pt", 1)
+    assert errors_of(findings_in(tmp_path, text))
+
+
+def test_a_smaller_unit_of_a_run_is_not_its_end():
+    def done(line: str) -> bool:
+        return any(sig.name == "trainer.completed" for sig, _ in match_line(line))
+
+    for line in ("Fold 1 training complete", "Stage 1 training complete.",
+                 "Round 3: local training complete", "Iteration 500 training complete",
+                 "Pre-training complete", "Waiting until training complete"):
+        assert not done(line), line
+
+
+def test_a_banner_that_the_jobs_losses_follow_ended_a_part_of_the_run(tmp_path):
+    text = OUTLIVED.read_text()
+    # the banner, then the run's own loss lines again (a next phase), then the NCCL error
+    banner = "Phase 3 Training Complete!\n"
+    steps = [x for x in text.split("\n") if x.startswith("[Step ")][:3]
+    body = text[:text.index("[rank1]:[E1128")]
+    rest = text[text.index("[rank1]:[E1128"):text.index("  Saved checkpoint: runs/telepathy_v3_"
+                                                       "20251128_182147/bridge_v3_final_step2000")]
+    variant = body + banner + "\n".join(steps) + "\n" + rest
+    assert errors_of(findings_in(tmp_path, variant))[0][0] == "COMM_CONNECTIVITY"

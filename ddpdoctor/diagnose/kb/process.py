@@ -775,9 +775,12 @@ SIGNATURES = (
          "RAINING COMPLETE"),
         r"(?P<what>Training completed|`Trainer\.fit` stopped: [^\n]*? reached|\[after training "
         r"is done\]|Training finished|Finished Training)"
-        # a closing banner ("Phase 3 Training Complete!"): the line ends there, and names
-        # no epoch or step (an epoch's "training complete" is not the job's end)
-        r"|^(?:(?![Ee]poch|EPOCH|[Ss]tep\b).)*?\b(?P<banner>(?:[Tt]raining|TRAINING) "
+        # a closing banner ("Phase 3 Training Complete!"): the line ends there and names
+        # no smaller unit of a run (an epoch's, a fold's, a stage's "training complete" is
+        # not the job's end, nor is "pre-training complete"); index._done_then_trained
+        # drops one the job's losses follow
+        r"|^(?:(?![Ee]poch|EPOCH|[Ss]teps?\b|[Ff]old|[Ss]tage|[Rr]ound|[Ii]ter|[Tt]ask|"
+        r"[Uu]ntil|[Ww]aiting).)*?(?<![-\w])(?P<banner>(?:[Tt]raining|TRAINING) "
         r"(?:[Cc]omplete|COMPLETE))[!.]?\s*$",
         "RANK_CRASHED", "torchtitan, Lightning, Megatron-LM, prime-rl, DeepSpeed examples",
         (Example("[rank0]:[titan] 2026-05-18 16:05:29,420 - root - INFO - Training completed",
