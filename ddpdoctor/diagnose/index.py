@@ -368,14 +368,15 @@ def _printed_after(e: Event, later: list[Event], seen: list[Event]) -> set[int]:
 
 def _one_process(evs: list[Event]) -> list[Event]:
     """A job torch.nn.DataParallel ran is one process driving every GPU (a script started
-    with plain ``python`` on a multi-GPU node, where DDP needs a launcher): where no line
-    names any rank, every line is rank 0's. DataParallel inside the ranks of a launched job
-    shows their prefixes, and is left alone."""
-    if not any(e.kind is EventKind.ONE_PROCESS for e in evs) \
-            or any(e.rank is not None for e in evs):
+    with plain ``python`` on a multi-GPU node, where DDP needs a launcher), as is one whose
+    framework says it starts its process group with one worker: where no line names any
+    rank, every line is rank 0's. DataParallel inside the ranks of a launched job shows
+    their prefixes, and is left alone."""
+    one = next((e for e in evs if e.kind is EventKind.ONE_PROCESS), None)
+    if one is None or any(e.rank is not None for e in evs):
         return evs
-    return [replace(e, rank=0, rank_from="one process: torch.nn.DataParallel")
-            for e in evs]
+    why = "a world of one worker" if one.data.get("workers") == 1 else "torch.nn.DataParallel"
+    return [replace(e, rank=0, rank_from=f"one process: {why}") for e in evs]
 
 
 def _left_by_elimination(evs: list[Event]) -> list[Event]:

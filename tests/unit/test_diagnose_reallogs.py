@@ -122,7 +122,9 @@ NOTHING_TO_SEE = {"L2_nccl_ibext_plugin_ignores_ib_disable_dgx",
 # cancelled counts a benchmark cut the same way as healthy; the warning says what was seen.
 STOPPED_FROM_OUTSIDE = {"XG9_mmdet_4gpu_slurm_job_cancelled_mid_epoch",
                         # a verl GRPO job cancelled six minutes into its first rollout
-                        "XH5_verl_grpo_8gpu_slurm_cancelled_in_first_rollout"}
+                        "XH5_verl_grpo_8gpu_slurm_cancelled_in_first_rollout",
+                        # a Megatron run Slurm cancelled after 9.5 healthy hours
+                        "XH7_megatron_2gpu_slurm_step_cancelled"}
 
 
 def test_no_failed_job_is_called_healthy(results):

@@ -105,3 +105,12 @@ def test_a_banner_that_the_jobs_losses_follow_ended_a_part_of_the_run(tmp_path):
                                                        "20251128_182147/bridge_v3_final_step2000")]
     variant = body + banner + "\n".join(steps) + "\n" + rest
     assert errors_of(findings_in(tmp_path, variant))[0][0] == "COMM_CONNECTIVITY"
+
+
+def test_a_world_of_one_worker_is_rank_0():
+    # run 106 (XH8): Megatron/NeMo's "initializing torch distributed with 1 workers." is a
+    # job of one process: its rank-less lines are rank 0's
+    log = R / "XH8_nemo_automodel_torchrun_tcpstore_client_hang.log"
+    assert errors_of(findings_of(log)) == [("ENV_RENDEZVOUS_UNREACHABLE", [0])]
+    assert not any(sig.name == "megatron.world_of_one" for sig, _ in match_line(
+        "> initializing torch distributed with 16 workers."))

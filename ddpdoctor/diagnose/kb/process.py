@@ -670,6 +670,17 @@ SIGNATURES = (
                  {"exception": "OutOfMemoryError", "replica": 0, "device": 0})),
         convert={"replica": int, "device": int}),
     Signature(
+        # Megatron's (and NeMo's) own count of the processes it starts the process group
+        # with: one worker is a job of one process, rank 0 (a single-GPU run under torchrun)
+        "megatron.world_of_one", K.ONE_PROCESS, "initializing torch distributed with 1 worker",
+        r"initializing torch distributed with (?P<workers>1) workers?\b", "RANK_CRASHED",
+        "Megatron-LM, Megatron-DeepSpeed, NeMo",
+        (Example("> initializing torch distributed with 1 workers.",
+                 "https://github.com/tinawu-research/ClawAndOrder/blob/1fb4362585d9b0e41f5972"
+                 "4cc941582f169d6598/training/logs/nemo_lora_20260731-132916.log",
+                 {"workers": 1}),),
+        convert={"workers": int}),
+    Signature(
         "elastic.death_signal", K.LAUNCHER_SIGNALLED, "death signal, shutting down workers",
         r"Received (?P<signum>\d+) death signal, shutting down workers",
         "UNRECOGNIZED_FAILURE", "torch.distributed.elastic's agent (torchrun, accelerate launch)",
