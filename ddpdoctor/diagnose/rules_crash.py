@@ -620,10 +620,10 @@ def _death(ix: EventIndex, e: Event) -> Verdict:
                        "small", [e] + ix.of(K.SIGKILL), ev, ranks=ranks)
     if code is not None and code < 0:
         title = f"{who} died of {sig or 'a signal'} (exit code {code})"
-    elif code is not None and (cut := _cut_traceback_of(ix, e)) is not None:
+    elif code is not None and (tb := _cut_traceback_of(ix, e)) is not None:
         title = (f"{who} exited with code {code} after a traceback through "
-                 f"{short_where(cut.get_str('where', ''))} whose exception line is not in the logs")
-        ev["traceback"] = cut.where
+                 f"{short_where(tb.get_str('where', ''))} whose exception line is not in the logs")
+        ev["traceback"] = tb.where
     elif code is not None:
         title = f"{who} exited with code {code} (its traceback is not in the logs)"
     else:

@@ -99,9 +99,10 @@ _IGNORED = re.compile(r"^Exception ignored (?:in|on|while)\b|^Error in atexit\._
 # traceback's outermost frame
 _PRINTS_AND_GOES_ON = (("multiprocessing/util.py", "_run_finalizers"),
                        ("atexit", "_run_exitfuncs"))
+# a header's exception line (an ignored report's, a thread's) comes within its
+# traceback's length: two lines a frame, _MAX_FRAMES frames kept
+_TRACEBACK_SPAN = 2 * _MAX_FRAMES + 8
 # the lines that chain a second traceback to the one before it
-# an ignored report's exception line comes within its traceback's length (64 frames kept)
-_IGNORED_SPAN = 2 * 64 + 8
 _CHAINED = ("During handling of the above exception", "The above exception was the direct "
             "cause")
 
@@ -238,7 +239,7 @@ class LineScanner:
         tangled with another thread's lose the threading frame that says so), within a
         traceback's length of it; the header is used up. A header whose exception line
         never came does not mark a later exception."""
-        heads = [at for at in self._thread_heads.get(rank, []) if self._at - at <= _IGNORED_SPAN]
+        heads = [at for at in self._thread_heads.get(rank, []) if self._at - at <= _TRACEBACK_SPAN]
         self._thread_heads[rank] = heads[1:]
         return bool(heads)
 
@@ -381,7 +382,7 @@ class LineScanner:
         opened_at = self._ignoring.pop(rank, None)
         if exc_data.get("printed_by"):
             opened_at = line.lineno  # a finalizer loop printed it and went on
-        if opened_at is None or line.lineno - opened_at > _IGNORED_SPAN:
+        if opened_at is None or line.lineno - opened_at > _TRACEBACK_SPAN:
             self._ignored_last.discard(rank)
             return False
         self._ignored_last.add(rank)
