@@ -73,8 +73,10 @@ _PATH_RANK = [
 # 0.31.2/#block-quotes; b_dataloader_bus_error_yolov3_system_ram.log, ultralytics/yolov3
 # #1151, is quoted whole). Megatron's own "> initializing ..." lines lose nothing by it.
 # The backtick of an inline code span a log was pasted in goes too ("`RuntimeError: ...",
-# L3_fail_ddp_load_missing_keys_unimatch.log, whose error was unread), never a fence's.
-_QUOTE = re.compile(r"(?:>[ \t]?)+(?:`(?=[^`]))?|`(?=[^`])")
+# L3_fail_ddp_load_missing_keys_unimatch.log, whose error was unread), never a fence's,
+# nor one that opens a name the program itself quoted (Lightning's "`Trainer.fit` stopped:
+# `max_epochs=30` reached.", whose completion went unread).
+_QUOTE = re.compile(r"(?:>[ \t]?)+(?:`(?=[^`])(?![\w.]+`))?|`(?=[^`])(?![\w.]+`)")
 # What a log collector or a remote shell puts in front of every line it passes on, carrying
 # no rank (one separator taken, so the line's own indentation stays): an RFC 3339 time
 # (`kubectl logs --timestamps`, Docker, CloudWatch, Loki and Ray/Beaker exports:

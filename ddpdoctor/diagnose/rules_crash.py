@@ -26,7 +26,7 @@ from ddpdoctor.diagnose.index import (
     used,
     verdict,
 )
-from ddpdoctor.diagnose.rules_floor import is_refused, is_teardown
+from ddpdoctor.diagnose.rules_floor import is_refused, is_teardown, stopped_from_outside
 
 # Signals with a cause of their own (SIGKILL: the OOM killer, SIGBUS: /dev/shm), not a crash
 # in native code.
@@ -48,14 +48,16 @@ def after_completion(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdi
     late, garbage collection) with its launcher's report of it. What it saved is whole;
     the failing exit status is the teardown's. A warning: the job's work is done, its exit
     code still fails a pipeline. Anything that failed before the line, any Python
-    exception after it, or a SIGKILL (the OOM killer) keeps the usual rules."""
+    exception after it, or a SIGKILL (the OOM killer) keeps the usual rules; so does the
+    scheduler stopping the job (the floor says that stop, and that it came after the end)."""
     done = ix.of(K.JOB_DONE)
     failures = [e for e in ix.events if e.is_failure]
     if earlier or not done or not failures:
         return []
     last = done[-1]
     if any(e.source != last.source or e.lineno < last.lineno or e.kind not in _EXIT_CRASH
-           or e.data.get("signal") == "SIGKILL" or is_refused(e) for e in failures):
+           or e.data.get("signal") == "SIGKILL" or is_refused(e) or stopped_from_outside(e)
+           for e in failures):
         return []
     crash = next((e for e in failures if e.kind in (K.FATAL_PYTHON, K.SEGFAULT, K.CPP_ABORT)),
                  failures[0])

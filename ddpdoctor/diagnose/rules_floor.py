@@ -181,20 +181,29 @@ def _bare_cancel(e: Event) -> bool:
 
 
 def _cancelled(ix: EventIndex, hits: list[Event]) -> Verdict | None:
-    """slurm's `CANCELLED AT T` with no reason is `scancel` (a user, an admin, a workflow
-    that stops a benchmark): the job was stopped, not broken. With only the teardown that
-    follows it (the launchers stopping their workers, SIGTERM), it is said as a warning; a
-    reason (TIME LIMIT, NODE FAILURE, PREEMPTION) or any other failure line is not this."""
+    """slurm's `CANCELLED AT T` with no reason is `scancel` (a user, an admin, a workflow)
+    or a stop the log does not show. With only the teardown that follows it (the launchers
+    stopping their workers, SIGTERM), it is the job's end: before the trainer said it
+    completed, the job did not finish, so it is a failure whose cause the log does not
+    tell (a job cancelled because it hung reads the same as one cut on purpose); after
+    the trainer said so, it is a warning. A reason (TIME LIMIT, NODE FAILURE, PREEMPTION)
+    or any other failure line is not this."""
     cancels = [e for e in hits if _bare_cancel(e)]
     if not cancels or any(not _bare_cancel(e) and not is_teardown(e) for e in hits):
         return None
+    first = cancels[0]
+    done = _done_before(ix, first)
+    said = ("after the trainer said it completed: a stop of what ran after it" if done else
+            "before the job finished: stopped by `scancel` (a user, an admin, a workflow) "
+            "or by something the log does not show; no rank reported a failure before it")
     return verdict(ix, "UNRECOGNIZED_FAILURE", f"the job was cancelled with no reason given "
-                   f"({_q(cancels[0].text, 120)}): stopped by `scancel` (a user, an admin, a "
-                   "workflow), not by a failure that the log shows", cancels,
-                   {"evidence_kind": cancels[0].data["evidence"],
-                    "hint": "if nobody cancelled it: `sacct -j JOBID -o JobID,State,Reason` "
-                            "and the scheduler's log say who did"},
-                   severity="warning")
+                   f"({_q(first.text, 120)}) {said}", cancels,
+                   {"evidence_kind": first.data["evidence"],
+                    "hint": "if it was cancelled on purpose, nothing is wrong; if nobody "
+                            "cancelled it: `sacct -j JOBID -o JobID,State,Reason` and the "
+                            "scheduler's log say who did, and the ranks' last lines say "
+                            "where they were (a job that stopped printing was likely hung)"},
+                   severity="warning" if done else "")
 
 
 _REASON = re.compile(r"DUE TO ([A-Z][A-Z ]+[A-Z])")
@@ -231,22 +240,31 @@ def stopped_from_outside(e: Event) -> bool:
     return e.kind is K.FLOOR and (_bare_cancel(e) or _stop_reason(e) in _OUTSIDE)
 
 
+def _done_before(ix: EventIndex, e: Event) -> bool:
+    """The trainer said its training completed before ``e`` (in the same log)."""
+    return any(d.source == e.source and d.lineno < e.lineno for d in ix.of(K.JOB_DONE))
+
+
 def _scheduler_stop(ix: EventIndex, hits: list[Event]) -> Verdict | None:
     """slurm's `CANCELLED AT T DUE TO TIME LIMIT` (or PREEMPTION, NODE FAILURE; seff's
     `State: TIMEOUT` and the like), with only the teardown after it: the scheduler ended
-    the job for the reason it gives; the next step reads the reason."""
+    the job for the reason it gives; the next step reads the reason. After the trainer
+    said it completed, what the scheduler stopped ran after the training: a warning."""
     stops = [e for e in hits if _stop_reason(e)]
     if not stops or any(e not in stops and not is_teardown(e) for e in hits):
         return None
     why = _stop_reason(stops[0])
+    done = _done_before(ix, stops[0])
+    after = " after the trainer said it completed: a stop of what ran after it" if done else ""
     return verdict(ix, "UNRECOGNIZED_FAILURE", f"the scheduler stopped the job ({why}): "
-                   f"{_q(stops[0].text, 120)}", stops,
+                   f"{_q(stops[0].text, 120)}{after}", stops,
                    {"evidence_kind": stops[0].data["evidence"],
                     "hint": "the ranks' last lines say how far it got: resume from the last "
                             "checkpoint with more time, or save more often"
                             if why == "time limit" else
                             "the scheduler's own reason: `sacct -j JOBID -o "
-                            "JobID,State,Reason,NodeList` says more"})
+                            "JobID,State,Reason,NodeList` says more"},
+                   severity="warning" if done else "")
 
 
 def is_refused(e: Event) -> bool:

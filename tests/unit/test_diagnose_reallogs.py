@@ -116,27 +116,29 @@ NOTHING_TO_SEE = {"L2_nccl_ibext_plugin_ignores_ib_disable_dgx",
                   "X70_slurm_accelerate_two_nodes_independent_groups"}
 
 
-# A job stopped from outside with no reason given (slurm's bare "CANCELLED AT"): said as a
-# warning, "stopped by scancel, not by a failure that the log shows". The labels disagree
-# on it: this one counts a job cancelled mid-epoch as failed, P1_megatron_benchmark_slurm_
-# cancelled counts a benchmark cut the same way as healthy; the warning says what was seen.
+# A job stopped from outside with no reason given (slurm's bare "CANCELLED AT") before the
+# trainer said it completed is a failure whose cause the log does not tell: the labels of
+# three blind batches say so (a job cancelled because it hung reads the same as one cut on
+# purpose), and P1_megatron_benchmark_slurm_cancelled was relabelled to agree.
 STOPPED_FROM_OUTSIDE = {"XG9_mmdet_4gpu_slurm_job_cancelled_mid_epoch",
                         # a verl GRPO job cancelled six minutes into its first rollout
                         "XH5_verl_grpo_8gpu_slurm_cancelled_in_first_rollout",
                         # a Megatron run Slurm cancelled after 9.5 healthy hours
-                        "XH7_megatron_2gpu_slurm_step_cancelled"}
+                        "XH7_megatron_2gpu_slurm_step_cancelled",
+                        "P1_megatron_benchmark_slurm_cancelled"}
 
 
 def test_no_failed_job_is_called_healthy(results):
     healthy = [r.case.name for r in results if r.called_healthy]
-    assert sorted(healthy) == sorted((NOTHING_TO_SEE | STOPPED_FROM_OUTSIDE)
-                                     & {c.name for c in CASES})
+    assert sorted(healthy) == sorted(NOTHING_TO_SEE & {c.name for c in CASES})
 
 
-def test_a_job_stopped_from_outside_is_said_as_a_warning(results):
-    for r in results:
-        if r.case.name in STOPPED_FROM_OUTSIDE:
-            assert "the job was cancelled with no reason given" in " ".join(r.titles)
+def test_a_job_cancelled_before_its_end_is_said_as_a_failure(results):
+    seen = [r for r in results if r.case.name in STOPPED_FROM_OUTSIDE]
+    assert len(seen) == len(STOPPED_FROM_OUTSIDE)
+    for r in seen:
+        assert (r.got_id, r.called_healthy) == ("UNRECOGNIZED_FAILURE", False)
+        assert r.titles[0].startswith("the job was cancelled with no reason given")
 
 
 def test_no_rule_raises_on_any_log(results):
@@ -189,7 +191,7 @@ def _sample(results):
 def test_every_failed_log_has_an_error_finding(results):
     """What the command's exit code 1 stands for: an error finding in the report."""
     missed = [r.case.name for r in results if r.case.failed and r.healthy
-              and r.case.name not in NOTHING_TO_SEE | STOPPED_FROM_OUTSIDE]
+              and r.case.name not in NOTHING_TO_SEE]
     assert missed == []
 
 
@@ -200,7 +202,7 @@ def test_cli_exit_code_is_1_on_failed_logs(results):
 
     for r in _sample(results):
         case = r.case
-        if case.failed and case.name not in NOTHING_TO_SEE | STOPPED_FROM_OUTSIDE:
+        if case.failed and case.name not in NOTHING_TO_SEE:
             result = CliRunner().invoke(command, [str(case.log)])
             assert result.exit_code == 1, (case.name, result.output[-500:])
 

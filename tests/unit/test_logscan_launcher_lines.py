@@ -6,7 +6,8 @@
   they made that rank look like it died of what it felt, and its death went unexplained.
 - A bare exit code with nothing else (no other worker, no line of the worker's own) is a
   failure no line explains; with the others torn down, a rank that crashed.
-- A log pasted as inline code starts its first line with a backtick: its error was unread.
+- A log pasted as inline code starts its first line with a backtick: its error was unread;
+  a name the program quoted itself ("`Trainer.fit` stopped") keeps its backtick.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 
 from logscan_helpers import findings_of
 
+from ddpdoctor.diagnose import LogInput, scan_inputs
+from ddpdoctor.diagnose.events import EventKind
 from ddpdoctor.diagnose.reader import strip_envelope
 
 REAL = Path("tests/fixtures/reallogs")
@@ -43,3 +46,15 @@ def test_the_inline_code_backtick_is_taken_off_and_a_fence_kept():
     assert strip_envelope("> `ValueError: y") == "ValueError: y"
     assert strip_envelope("```python") == "```python"
     assert strip_envelope("``") == "``"
+
+
+def test_a_name_the_program_quoted_keeps_its_backtick():
+    # Lightning's closing line (V1_healthy_lightning_ddp_2xl40s_30_epochs_completed.log):
+    # with its first backtick taken off, the run's completion went unread
+    line = "`Trainer.fit` stopped: `max_epochs=30` reached."
+    assert strip_envelope(line) == line
+    assert strip_envelope("> " + line) == line
+    log = REAL / "V1_healthy_lightning_ddp_2xl40s_30_epochs_completed.log"
+    done = [e for e in scan_inputs([LogInput(str(log), rank_from_path=False)]).events
+            if e.kind is EventKind.JOB_DONE]
+    assert [e.data["what"] for e in done] == ["`Trainer.fit` stopped: `max_epochs=30` reached"]

@@ -14,15 +14,30 @@ _LOSS = [line + "\n" for line in open(
     if line.startswith((" iteration      190/", " iteration      200/"))]
 
 
-def test_a_cancel_with_no_reason_and_its_teardown_is_a_warning(tmp_path):
+_CANCEL = ("Killing subprocess 50083\nKilling subprocess 73024\n"
+           "slurmstepd: error: *** STEP 1809562.0 ON r6i5n1 CANCELLED AT "
+           "2021-05-23T08:29:53 ***\nKilling subprocess 73026\n"
+           "slurmstepd: error: *** JOB 1809562 ON r6i5n1 CANCELLED AT 2021-05-23T08:29:53 ***\n")
+
+
+def test_a_cancel_with_no_reason_before_the_end_is_a_failure(tmp_path):
+    # the job did not finish and the log does not say why: a job cancelled because it hung
+    # reads the same as one cut on purpose, so it is never said as healthy
     assert len(_LOSS) == 2
-    text = ("".join(_LOSS) + "Killing subprocess 50083\nKilling subprocess 73024\n"
-            "slurmstepd: error: *** STEP 1809562.0 ON r6i5n1 CANCELLED AT "
-            "2021-05-23T08:29:53 ***\nKilling subprocess 73026\n"
-            "slurmstepd: error: *** JOB 1809562 ON r6i5n1 CANCELLED AT 2021-05-23T08:29:53 ***\n")
-    [f] = findings_in(tmp_path, text)
+    [f] = findings_in(tmp_path, "".join(_LOSS) + _CANCEL)
+    assert (f.id, f.severity) == ("UNRECOGNIZED_FAILURE", "error")
+    assert "cancelled with no reason" in f.title and "before the job finished" in f.title
+    assert "sacct" in f.evidence["hint"]
+
+
+def test_a_cancel_with_no_reason_after_the_trainer_completed_is_a_warning(tmp_path):
+    # Lightning's real closing line (`Trainer.fit` stopped: `max_epochs=N` reached.), as in
+    # the corpus's completed runs, then the same cancel (slurm's lines only)
+    done = "`Trainer.fit` stopped: `max_epochs=3` reached.\n"
+    cancel = "".join(line + "\n" for line in _CANCEL.splitlines() if "CANCELLED" in line)
+    [f] = findings_in(tmp_path, "".join(_LOSS) + done + cancel)
     assert (f.id, f.severity) == ("UNRECOGNIZED_FAILURE", "warning")
-    assert "cancelled with no reason" in f.title and "sacct" in f.evidence["hint"]
+    assert "after the trainer said it completed" in f.title
 
 
 def test_a_cancel_for_a_reason_stays_a_failure(tmp_path):
@@ -30,6 +45,18 @@ def test_a_cancel_for_a_reason_stays_a_failure(tmp_path):
                                   "node-954 CANCELLED AT 2023-11-24T10:25:54 DUE TO TIME "
                                   "LIMIT ***\n")
     assert f.severity == "error"
+
+
+def test_a_time_limit_after_the_trainer_completed_is_a_warning(tmp_path):
+    # what the scheduler stopped ran after the training (an evaluation, an upload, a hang
+    # at exit): not "a process crashed at exit", and not a failed training
+    done = "`Trainer.fit` stopped: `max_epochs=3` reached.\n"
+    stop = ("slurmstepd: error: *** JOB 18886 ON compute-permanent-node-954 CANCELLED AT "
+            "2023-11-24T10:25:54 DUE TO TIME LIMIT ***\n")
+    [f] = findings_in(tmp_path, "".join(_LOSS) + done + stop)
+    assert (f.id, f.severity) == ("UNRECOGNIZED_FAILURE", "warning")
+    assert f.title.startswith("the scheduler stopped the job (time limit)")
+    assert "after the trainer said it completed" in f.title
 
 
 def test_a_cancel_beside_another_failure_is_that_failure(tmp_path):
