@@ -42,7 +42,8 @@ class EventIndex:
         seen = [e for e in evs if e.kind is EventKind.RANK_SEEN]
         evs, root = _first_failure(_node_local_ranks(_spawned_ranks(_checkpoint_ranks(
             [e for e in evs if e.kind is not EventKind.RANK_SEEN]))))
-        evs = _attribute_unprefixed(_one_per_failed_rank(evs), root.rank if root else None)
+        evs = _attribute_unprefixed(_one_per_failed_rank(_one_per_process(evs)),
+                                    root.rank if root else None)
         evs = _left_by_elimination(evs)
         evs = _script_went_on(_one_process(_done_then_trained(evs)), seen)
         by_kind: dict[EventKind, list[Event]] = {}
@@ -219,6 +220,55 @@ def _one_per_failed_rank(evs: list[Event]) -> list[Event]:
     by = "torchrun's summary" if records[0].kind is EventKind.TORCHRUN_FAILURE \
         else "srun's report"
     return _copies_ranked(evs, unranked, lost, failed, said, by)
+
+
+# a process's own error that every process of a job may print once, the same words
+_COPIED = (EventKind.EXCEPTION, EventKind.CUDA_OOM)
+_DIGITS = re.compile(r"\d+")
+
+
+def _one_per_process(evs: list[Event]) -> list[Event]:
+    """The same error printed once by every process of a world whose size the log tells,
+    none of the copies with a rank and no rank named with an error of its own: each copy
+    is one rank's (which is whose cannot be told and does not matter). The world: one
+    node's DeepSpeed layout ("nnodes=1, num_local_procs=2"); or mp.spawn's children on
+    one node that each failed while starting (Python's spawn could not unpickle the
+    target, X37_mpspawn_notebook_fn_not_picklable_4ranks): each failed once, so each copy
+    is one child. Copies of a CUDA OOM differ only in their numbers (the GPU's index);
+    a traceback whose exception line was lost in the tangle of two printing at once
+    counts as a copy (X25_megads_2rank_vocab_path_filenotfound)."""
+    if any(e.rank is not None and _own_failure(e) for e in evs) or _several_nodes(evs):
+        return evs
+    copies = [i for i, e in enumerate(evs) if e.rank is None and e.kind in _COPIED]
+    lost = [i for i, e in enumerate(evs) if e.kind is EventKind.TRACEBACK and e.rank is None
+            and e.data.get("interleaved")]
+    world, why = _world_of_copies(evs, copies, lost)
+    if world < 2 or len(copies) + len(lost) != world:
+        return evs
+    out = list(evs)
+    copy = evs[copies[0]]
+    for i, rank in zip(sorted(copies + lost), range(world)):
+        out[i] = (replace(copy, lineno=evs[i].lineno, rank=rank,
+                          rank_from=f"{why}: one copy each (this one's exception line lost)")
+                  if i in lost else
+                  replace(evs[i], rank=rank, rank_from=f"{why}: the same error once each"))
+    return out
+
+
+def _world_of_copies(evs: list[Event], copies: list[int], lost: list[int]) -> tuple[int, str]:
+    """How many processes the copies at ``copies`` (and the tracebacks at ``lost``) may be
+    one each of, and why; 0 where they are not copies of one error or the log does not
+    size the world."""
+    shapes = {(evs[i].kind, _DIGITS.sub("#", evs[i].get_str("exception"))) for i in copies}
+    if len(shapes) != 1 or lost and evs[copies[0]].kind is not EventKind.EXCEPTION:
+        return 0, ""
+    world = _one_node_world(evs)
+    if world:
+        return world, f"DeepSpeed's layout: {world} ranks on one node"
+    if all(evs[i].data.get("spawn_bootstrap") for i in copies) and not lost:
+        return len(copies), (f"{len(copies)} spawned processes on one node, each failed "
+                             "while starting")
+    return 0, ""
 
 
 def _failed_ranks(evs: list[Event]) -> tuple[list[Event], list[int]]:

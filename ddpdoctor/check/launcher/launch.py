@@ -184,6 +184,7 @@ def _signal_handlers_kept():
         yield
     finally:
         for name, handler in saved.items():
+            # None: a handler installed outside Python, which signal.signal cannot put back
             if handler is not None:
                 signal.signal(getattr(signal, name), handler)
 

@@ -1,0 +1,56 @@
+"""The same error printed once by every process of a world the log sizes, no copy with a
+rank: each copy is one rank's (real logs, URLs in their sidecars).
+
+- DeepSpeed's one-node layout ("nnodes=1, num_local_procs=2") and two identical NameError
+  tracebacks (L1_deepspeed_launcher_nameerror_rc0, deepspeedai/DeepSpeed#618): rank 0-1.
+- Two tracebacks printed at once, one's exception line lost in the tangle
+  (X25_megads_2rank_vocab_path_filenotfound): still two copies, rank 0-1.
+- mp.spawn's four children that could not unpickle a notebook's function
+  (X37_mpspawn_notebook_fn_not_picklable_4ranks): each failed once while starting, rank 0-3.
+Counts that do not match the world, a rank named with an error of its own, or a layout
+of several nodes leave the copies unnamed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from logscan_helpers import errors_of, findings_in, findings_of, lines_of
+
+REAL = Path("tests/fixtures/reallogs")
+L1 = REAL / "L1_deepspeed_launcher_nameerror_rc0.log"
+
+
+@pytest.mark.parametrize("name,ranks", [
+    ("L1_deepspeed_launcher_nameerror_rc0", [0, 1]),
+    ("X25_megads_2rank_vocab_path_filenotfound", [0, 1]),
+    ("X37_mpspawn_notebook_fn_not_picklable_4ranks", [0, 1, 2, 3]),
+])
+def test_one_copy_per_process_names_every_rank(name, ranks):
+    assert errors_of(findings_of(REAL / f"{name}.log"))[:1] == [("RANK_CRASHED", ranks)]
+
+
+def test_fewer_copies_than_the_world_name_no_rank(tmp_path):
+    text = lines_of(L1, 1, 11).replace("num_local_procs=2", "num_local_procs=3")
+    assert errors_of(findings_in(tmp_path, text))[:1] == [("RANK_CRASHED", [])]
+
+
+def test_the_copies_of_a_world_of_two_with_one_copy_name_no_rank(tmp_path):
+    assert errors_of(findings_in(tmp_path, lines_of(L1, 1, 11)))[:1] == [("RANK_CRASHED", [])]
+
+
+def test_a_layout_of_several_nodes_names_no_rank(tmp_path):
+    text = lines_of(L1, 1, 15).replace("nnodes=1", "nnodes=2")
+    assert errors_of(findings_in(tmp_path, text))[:1] == [("RANK_CRASHED", [])]
+
+
+def test_a_rank_named_with_its_own_error_keeps_the_copies_unnamed(tmp_path):
+    text = lines_of(L1, 1, 15) + "[rank1]: ValueError: another error of its own\n"
+    assert ("RANK_CRASHED", [0, 1]) not in errors_of(findings_in(tmp_path, text))
+
+
+def test_different_errors_are_not_copies(tmp_path):
+    text = lines_of(L1, 1, 15).replace("NameError: name 'garbageeeeee' is not defined",
+                                       "NameError: name 'other' is not defined", 1)
+    assert ("RANK_CRASHED", [0, 1]) not in errors_of(findings_in(tmp_path, text))
