@@ -418,7 +418,7 @@ def exceptions(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
             out.append(verdict(ix, "OOM", f"{who} ran out of memory: {cut(msg, 160)}{at}",
                                evs, {**ev, "family": "memory"}, ranks=ranks))
             continue
-        if _NONFINITE.search(msg) or _NUMERIC.search(msg):
+        if _NONFINITE.search(msg) or _NUMERIC.search(msg) or _numeric_in_training(ix, msg, evs):
             # a guard that stops the job on a NaN/Inf gradient or loss (Megatron's "found NaN
             # in local grad norm", a trainer's own assert): the numbers diverged, whoever
             # raised it
@@ -470,10 +470,21 @@ def _said(msg: str) -> str:
 _NONFINITE = re.compile(r"(?i)\b(?:nan|inf|infinite|non-?finite)\b(?! checks)[^.]{0,60}"
                         r"\b(?:grad\w*|loss)\b|\b(?:grad\w*|loss)\b[^.]{0,60}"
                         r"\b(?:nan|inf|infinite|non-?finite)\b(?! checks)")
-# Python's own class for a floating-point failure (numpy's seterr, detectron2's guards on
-# its losses and on its predicted boxes), or a guard's "NaN ... diverged": the numbers went
-# non-finite, whichever value the guard looked at
-_NUMERIC = re.compile(r"^FloatingPointError\b|(?i:\b(?:nan|inf)\b[^\n]{0,80}\bdiverged\b)")
+# a guard's "NaN ... diverged" (detectron2's FloatingPointError on its predicted boxes): the
+# numbers went non-finite, whichever value the guard looked at
+_NUMERIC = re.compile(r"(?i:\b(?:nan|inf)\b[^\n]{0,80}\bdiverged\b)")
+
+
+def _numeric_in_training(ix: EventIndex, msg: str, evs: list[Event]) -> bool:
+    """Python's FloatingPointError (numpy's seterr: "divide by zero encountered in divide",
+    "overflow encountered in exp") raised after the job printed a loss: the numbers of the
+    training went non-finite. Before any loss (a data set's statistics, a preprocessing
+    step) it is the code's own error, a crash like any other."""
+    if not msg.startswith("FloatingPointError"):
+        return False
+    first = min(evs, key=ix.pos)
+    return any(e.source == first.source and e.lineno < first.lineno
+               for e in ix.of(K.LOSS_VALUE))
 _MEMORY = re.compile(r"OutOfMemory|\bMemoryError\b|out of memory|running low on memory|"
                      r"Cannot allocate memory|can't allocate memory", re.IGNORECASE)
 

@@ -114,3 +114,23 @@ def test_a_world_of_one_worker_is_rank_0():
     assert errors_of(findings_of(log)) == [("ENV_RENDEZVOUS_UNREACHABLE", [0])]
     assert not any(sig.name == "megatron.world_of_one" for sig, _ in match_line(
         "> initializing torch distributed with 16 workers."))
+
+
+# numpy 2.4.6's own traceback, produced here (np.seterr(all="raise"); x / 0.0)
+NUMPY_RAISED = ('Traceback (most recent call last):\n  File "<string>", line 2, in <module>\n'
+                "FloatingPointError: divide by zero encountered in divide\n")
+# Megatron's iteration lines (P1_megatron_benchmark_slurm_cancelled.log)
+LOSSES = "".join(line + "\n" for line in (
+    R / "P1_megatron_benchmark_slurm_cancelled.log").read_text().splitlines()
+    if line.startswith((" iteration      190/", " iteration      200/")))
+
+
+def test_numpys_floating_point_error_in_training_is_the_numbers(tmp_path):
+    assert LOSSES.count("lm loss") == 2
+    assert errors_of(findings_in(tmp_path, LOSSES + NUMPY_RAISED))[0][0] == "GRAD_NONFINITE"
+
+
+def test_numpys_floating_point_error_before_any_loss_is_a_crash(tmp_path):
+    # a data set's statistics or a preprocessing step under np.seterr(all="raise")
+    found = errors_of(findings_in(tmp_path, NUMPY_RAISED + LOSSES))
+    assert found[0][0] == "RANK_CRASHED"
