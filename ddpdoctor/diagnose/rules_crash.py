@@ -676,6 +676,18 @@ _CLOSED_BY_PEER = re.compile(r"Connection closed by remote peer (?P<host>[^\s<]+
 _CLOSED = re.compile(r"Connection closed by (?:remote )?peer")
 
 
+# ncclSystemError with no peer named: a system call of NCCL's own failed (its message:
+# "System call (socket, malloc, munmap, etc) failed."); in a container the usual one is
+# shm_open / mmap of /dev/shm (XG3_dekr_docker_nccl_system_error_ipc,
+# J1_nccl_tests_unhandled_system_error_docker_ipc_host: fixed by docker --ipc=host)
+_SYSTEM_HINT = ("NCCL's own system call failed (socket, shared memory, malloc): in a "
+                "container, /dev/shm too small is the usual cause (docker run --ipc=host or "
+                "--shm-size=8g; Kubernetes: an emptyDir with medium: Memory at /dev/shm); "
+                "else rerun with NCCL_DEBUG=INFO, whose WARN line names the call and its errno "
+                "(a socket's: the interface NCCL chose, NCCL_SOCKET_IFNAME, or a container's "
+                "bridge network between nodes)")
+
+
 def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     evs = ix.of(K.NCCL_REMOTE, K.NCCL_SYSTEM, K.NCCL_PEER_LOST, K.NCCL_SOCKET)
     if not evs:
@@ -691,9 +703,10 @@ def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                          "hint": f"read the logs of the ranks on {host} (their exit code, "
                                  "an OOM kill in dmesg, a node that went away)"}, ranks=[])]
     peer = next((e.data for e in evs if e.data.get("address")), {})
-    ev: dict[str, object] = {"hint": "a peer exited or the network failed; if no rank crashed, "
-                          "rerun with NCCL_DEBUG=INFO and check the interface "
-                          "(NCCL_SOCKET_IFNAME)"}
+    ev: dict[str, object] = {"hint": _SYSTEM_HINT if not peer and all(
+        e.kind is K.NCCL_SYSTEM for e in evs) else "a peer exited or the network failed; if "
+        "no rank crashed, rerun with NCCL_DEBUG=INFO and check the interface "
+        "(NCCL_SOCKET_IFNAME)"}
     with_peer = ""
     if peer:
         ev["peer"] = f"{peer['address']}:{peer['port']}"
@@ -706,8 +719,10 @@ def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         return [verdict(ix, "COMM_CONNECTIVITY", f"NCCL failed first on rank {fmt(origin)}: "
                         f"{cut(first, 100)}; rank {fmt(victims)} then saw "
                         "their connections closed by them", origin + evs, ev, ranks=ranks)]
-    return [verdict(ix, "COMM_CONNECTIVITY", f"NCCL lost a connection{on_rank(evs)}"
-                    f"{with_peer}: {cut(evs[0].text, 120)}", evs, ev, ranks=[])]
+    what = ("NCCL's own system call failed" if ev["hint"] is _SYSTEM_HINT
+            else "NCCL lost a connection")
+    return [verdict(ix, "COMM_CONNECTIVITY", f"{what}{on_rank(evs)}{with_peer}: "
+                    f"{cut(evs[0].text, 120)}", evs, ev, ranks=[])]
 
 
 def _failed_first(ix: EventIndex, closed: list[Event]) -> list[Event]:

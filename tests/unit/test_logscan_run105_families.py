@@ -134,3 +134,11 @@ def test_numpys_floating_point_error_before_any_loss_is_a_crash(tmp_path):
     # a data set's statistics or a preprocessing step under np.seterr(all="raise")
     found = errors_of(findings_in(tmp_path, NUMPY_RAISED + LOSSES))
     assert found[0][0] == "RANK_CRASHED"
+
+
+def test_an_nccl_system_error_with_no_peer_names_its_system_call_and_shm():
+    # XG3_: DDP in Docker, fixed by --ipc=host (the log itself cannot show the container)
+    [f] = findings_of(R / "XG3_dekr_docker_nccl_system_error_ipc.log")
+    assert (f.id, f.severity) == ("COMM_CONNECTIVITY", "error")
+    assert f.title.startswith("NCCL's own system call failed")
+    assert "--ipc=host" in f.evidence["hint"] and "NCCL_SOCKET_IFNAME" in f.evidence["hint"]
