@@ -470,21 +470,28 @@ def _own_failure(e: Event) -> bool:
 def _node_local_ranks(evs: list[Event]) -> list[Event]:
     """DeepSpeed's launcher names the failed process by its ``--local_rank``: the global
     rank only on one node. Its layout line ("nnodes=2, num_local_procs=1, node_rank=1")
-    says which: one node's log maps local rank L to node_rank x num_local_procs + L; a log
+    says which: one node's log maps local rank L to node_rank x num_local_procs + L. A log
     of several nodes' launchers (srun running one per node) cannot tell whose report is
-    whose, so the rank is left unknown rather than guessed."""
+    whose: the rank is left unknown rather than guessed, unless every node's launcher
+    reported local rank L (X11_deepspeed_cpu_adam_jit_build_gcc_too_old: two nodes, both
+    failed): together those reports are rank n x num_local_procs + L of every node n.
+    The launcher's own failure line (the floor's) goes with its report."""
     layouts = {(e.get_int("nnodes"), e.get_int("num_local_procs"), e.get_int("node_rank"))
                for e in evs if e.kind is EventKind.LAUNCH_LAYOUT}
     if not layouts or all((n or 0) <= 1 for n, _, _ in layouts):
         return evs
+    given = _every_node_reported(evs, layouts)
     # one layout line: this log is one node's (several: several launchers, no mapping)
     _, procs, node = next(iter(layouts)) if len(layouts) == 1 else (None, None, None)
 
     def mapped(e: Event) -> Event:
-        if e.kind is not EventKind.PROCESS_EXIT or e.data.get("launcher") != "deepspeed":
+        if not _deepspeed_report(e):
             return e
+        if (e.source, e.lineno) in given:
+            rank, why = given[(e.source, e.lineno)]
+            return replace(e, rank=rank, rank_from=why)
         local = e.get_int("process")
-        if local is None or e.rank != local:
+        if e.kind is not EventKind.PROCESS_EXIT or local is None or e.rank != local:
             return e
         if procs is not None and node is not None:
             return replace(e, rank=node * procs + local,
@@ -492,6 +499,33 @@ def _node_local_ranks(evs: list[Event]) -> list[Event]:
         return replace(e, rank=None)
 
     return [mapped(e) for e in evs]
+
+
+def _deepspeed_report(e: Event) -> bool:
+    return (e.kind is EventKind.PROCESS_EXIT and e.data.get("launcher") == "deepspeed"
+            or e.kind is EventKind.FLOOR and e.data.get("pattern") == "deepspeed.launcher_exit")
+
+
+def _every_node_reported(evs: list[Event], layouts: set[tuple[int | None, int | None, int | None]]
+                         ) -> dict[tuple[str, int], tuple[int, str]]:
+    """(source, line) of each report of a local rank that every node's launcher reported,
+    with the rank it is given; which node's report is which cannot be told, so they are
+    given in node order (the set of ranks is what is known)."""
+    sizes = {(n, p) for n, p, _ in layouts}
+    nodes = sorted({node for _, _, node in layouts if node is not None})
+    nnodes, procs = next(iter(sizes))
+    if len(sizes) != 1 or nnodes is None or procs is None or nodes != list(range(nnodes)):
+        return {}
+    by_local: dict[int, list[tuple[str, int]]] = {}
+    for e in evs:
+        local = e.get_int("process")
+        if e.kind is EventKind.PROCESS_EXIT and _deepspeed_report(e) and local is not None:
+            by_local.setdefault(local, []).append((e.source, e.lineno))
+    why = ("DeepSpeed's layouts: every node's launcher reported local rank {0} (which "
+           "report is whose cannot be told)")
+    return {at: (node * procs + local, why.format(local))
+            for local, ats in by_local.items() if len(ats) == nnodes
+            for node, at in zip(nodes, ats)}
 
 
 @dataclass(frozen=True)

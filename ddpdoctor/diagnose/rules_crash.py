@@ -376,12 +376,14 @@ def extension_build(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdic
     name = next((e.get_str("extension") for e in built if e.data.get("extension")), "")
     why = next((e.get_str("compiler_error") for e in built if e.data.get("compiler_error")),
                "")
-    ranks = ranks_of(built)
     # a launcher's exit report can be the root failure too: each event once
     deaths = [e for e in {id(e): e for e in [*ix.root_failures, *ix.of(K.PROCESS_EXIT)]}.values()
               if e.data.get("exit_code") and e.rank is not None]
-    if not ranks:
-        ranks = ranks_of(deaths)
+    # the compiler's lines name no rank of their own: given to the launcher's first failed
+    # rank, they say less than the reports of every rank that died (each built and failed:
+    # X11_deepspeed_cpu_adam_jit_build_gcc_too_old, both nodes)
+    ranks = (ranks_of(e for e in built if not e.rank_from) or ranks_of(deaths)
+             or ranks_of(built))
     what = f"the extension '{name}'" if name else "a C++/CUDA extension"
     title = (f"{'rank ' + format_ranks(ranks) if ranks else 'the job'}: {what} failed to "
              f"build at start-up" + (f": {cut(why, 140)}" if why else ""))

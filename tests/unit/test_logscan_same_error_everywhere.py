@@ -7,6 +7,8 @@ rank: each copy is one rank's (real logs, URLs in their sidecars).
   (X25_megads_2rank_vocab_path_filenotfound): still two copies, rank 0-1.
 - mp.spawn's four children that could not unpickle a notebook's function
   (X37_mpspawn_notebook_fn_not_picklable_4ranks): each failed once while starting, rank 0-3.
+- Every node's DeepSpeed launcher reporting its --local_rank=0 (X11_deepspeed_cpu_adam_jit_
+  build_gcc_too_old, two nodes): rank 0-1, whichever report is whose.
 Counts that do not match the world, a rank named with an error of its own, or a layout
 of several nodes leave the copies unnamed.
 """
@@ -54,3 +56,22 @@ def test_different_errors_are_not_copies(tmp_path):
     text = lines_of(L1, 1, 15).replace("NameError: name 'garbageeeeee' is not defined",
                                        "NameError: name 'other' is not defined", 1)
     assert ("RANK_CRASHED", [0, 1]) not in errors_of(findings_in(tmp_path, text))
+
+
+X11 = REAL / "X11_deepspeed_cpu_adam_jit_build_gcc_too_old.log"
+
+
+def test_every_nodes_launcher_reporting_its_local_rank_names_every_rank():
+    # two nodes of one process each (srun runs DeepSpeed's launcher on each), both
+    # launchers report --local_rank=0: ranks 0 and 1, whichever report is whose
+    [f, *_] = findings_of(X11)
+    assert (f.id, f.ranks) == ("RANK_CRASHED", [0, 1])
+    assert "failed to build" in f.title
+
+
+def test_one_of_two_nodes_reporting_names_no_global_rank(tmp_path):
+    # only the first node's report: which node's launcher it was cannot be told
+    text = lines_of(X11, 1, 137)
+    [f, *_] = findings_in(tmp_path, text)
+    assert (f.id, f.ranks) == ("RANK_CRASHED", [])
+    assert f.title.startswith("the job: a C++/CUDA extension failed to build")
