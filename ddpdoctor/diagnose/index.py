@@ -126,7 +126,7 @@ def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
     marked as the root failure."""
     failures = [e for e in evs if e.kind is EventKind.TORCHRUN_FAILURE]
     if failures:
-        return _not_teardown(evs, failures)
+        return _not_teardown(_earliest_roots(evs), failures)
     agents = [i for i, e in enumerate(evs) if e.kind is EventKind.AGENT_FAILED
               and e.data.get("exit_code")]
     if not agents:
@@ -144,6 +144,20 @@ def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
         rank = first.get_int("local_rank")
     evs[i] = replace(first, rank=rank, data={**first.data, "first": True})
     return evs, evs[i]
+
+
+def _earliest_roots(evs: list[Event]) -> list[Event]:
+    """Several nodes' torchrun summaries in one log each name their own first failure: the
+    job's is the earliest by the records' time, not the first in the file; the others are
+    no longer roots. Roots of one second all stay (rules_crash.at_once reads them)."""
+    roots = [e for e in evs if e.kind is EventKind.TORCHRUN_FAILURE and e.data.get("first")]
+    times = [e.get_str("time") for e in roots]
+    if len({e.get_str("host") for e in roots}) < 2 or not all(times):
+        return evs
+    earliest = min(times)
+    later = {id(e) for e in roots if e.get_str("time") > earliest}
+    return [replace(e, data={**e.data, "first": False, "after_first": earliest})
+            if id(e) in later else e for e in evs]
 
 
 def _legacy_launch(e: Event) -> bool:

@@ -520,6 +520,35 @@ def own_exit(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                                       "before it is the reason"}, ranks=[])]
 
 
+def at_once(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
+    """Several nodes' torchrun summaries each name a first failure, all in the same second
+    with one exit code, and no rank's own error is in the log (only the launchers'
+    reports): no rank failed before the others, so none is the culprit; what made every
+    node's ranks exit at once is not in these lines (XG9_nemo_k8s_3600rank_launcher_only_
+    exit1: 3,600 ranks, exit code 1 at 21:41:00 on every pod)."""
+    roots = list(ix.root_failures)
+    if earlier or len({e.get_str("host") for e in roots}) < 2:
+        return []
+    if len({e.get_str("time") for e in roots}) != 1 or not roots[0].get_str("time") \
+            or len({e.get_int("exit_code") for e in roots}) != 1:
+        return []
+    if any(e.is_failure and e.kind not in _LAUNCHER_SAID and not is_teardown(e)
+           for e in ix.events):
+        return []
+    code = roots[0].get_int("exit_code")
+    hosts = len({e.get_str("host") for e in roots})
+    return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the ranks torchrun named first on {hosts} "
+                    f"nodes (rank {fmt(roots)}) all exited with code {code} in the same "
+                    f"second ({roots[0].get_str('time')}): no rank failed before the others, "
+                    "and no rank's own error is in these logs", roots,
+                    {"exit_code": code, "family": "at_once",
+                     "hint": "read one rank's own output (torchrun --tee 3 or --log-dir, or "
+                             "@record on main so error_file is written): every node failing "
+                             "at once is the job's own (a config, a data path, a check all "
+                             "ranks make) or something they share (storage, the network)"},
+                    ranks=[])]
+
+
 def dead_ranks(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """A death no line above explains: torchrun's first failure, a signal, a bare exit."""
     explained = explained_ranks(earlier)
@@ -802,6 +831,7 @@ RULES = (
                                                                          K.TRACEBACK}),
     Rule("exceptions", exceptions, _CRASH_FALLOUT | CASCADE),
     Rule("own_exit", own_exit, _CRASH_FALLOUT | CASCADE),
+    Rule("at_once", at_once, _CRASH_FALLOUT | CASCADE),
     Rule("dead_ranks", dead_ranks, _CRASH_FALLOUT | CASCADE),
 )
 ALONE = (

@@ -63,6 +63,7 @@ SCANNER_NEEDLES = ("rror", "xception", "Interrupt", "raceback", 'File "', "Root 
                    # the builtins whose names end in none of the above
                    "StopIteration", "StopAsyncIteration", "GeneratorExit",
                    "Failures:", "======", "exitcode", "rank      :", "host      :",
+                   "time      :",
                    "traceback :", ".cpp:")
 
 
@@ -147,6 +148,7 @@ class LineScanner:
         self._at = 0  # the line being read
         self._summary = ""  # "", "failures" or "root"
         self._record: dict[str, object] = {}
+        self._record_time = ""  # a summary record's time: its first field, before its host
         self._last: dict[tuple[EventKind, int | None], tuple[int, int]] = {}
         # ranks whose next exception Python reported as ignored; and those whose last was
         self._ignoring: dict[int | None, int] = {}  # rank -> the header's line number
@@ -474,8 +476,13 @@ class LineScanner:
         return True
 
     def _summary_field(self, line: RawLine, stripped: str, key: str, val: str) -> None:
-        if key == "host":
+        if key == "time":
+            self._record_time = val
+        elif key == "host":
             self._record = {"host": val}
+            if self._record_time:
+                self._record["time"] = self._record_time
+                self._record_time = ""
         elif key == "rank":
             m = re.match(r"(\d+) \(local_rank: (\d+)\)", val)
             if m:

@@ -9,6 +9,8 @@ rank: each copy is one rank's (real logs, URLs in their sidecars).
   (X37_mpspawn_notebook_fn_not_picklable_4ranks): each failed once while starting, rank 0-3.
 - Every node's DeepSpeed launcher reporting its --local_rank=0 (X11_deepspeed_cpu_adam_jit_
   build_gcc_too_old, two nodes): rank 0-1, whichever report is whose.
+- Several nodes' torchrun summaries (XG9_nemo_k8s_3600rank_launcher_only_exit1): the first
+  failure is the earliest by the records' time; roots of one second name no culprit.
 Counts that do not match the world, a rank named with an error of its own, or a layout
 of several nodes leave the copies unnamed.
 """
@@ -75,3 +77,23 @@ def test_one_of_two_nodes_reporting_names_no_global_rank(tmp_path):
     [f, *_] = findings_in(tmp_path, text)
     assert (f.id, f.ranks) == ("RANK_CRASHED", [])
     assert f.title.startswith("the job: a C++/CUDA extension failed to build")
+
+
+XG9 = REAL / "XG9_nemo_k8s_3600rank_launcher_only_exit1.log"
+
+
+def test_every_nodes_first_failure_in_one_second_names_no_culprit():
+    # 3,600 ranks on many pods, every torchrun summary naming its own first failure, the
+    # earliest second shared by two nodes, no rank's own error in the log
+    [f, *_] = findings_of(XG9)
+    assert (f.id, f.ranks, f.severity) == ("UNRECOGNIZED_FAILURE", [], "error")
+    assert "in the same second (2025-12-06_21:40:59)" in f.title
+
+
+def test_the_first_failure_is_the_earliest_by_time_not_by_place_in_the_file(tmp_path):
+    # the first two pods' summaries (lines 1-63), the second pod's root one second earlier
+    lines = lines_of(XG9, 1, 63).splitlines(keepends=True)
+    lines[57] = lines[57].replace("21:41:00", "21:40:59")  # the second pod's root record
+    assert "rank      : 1765" in lines[59]
+    [f, *_] = findings_in(tmp_path, "".join(lines))
+    assert (f.id, f.ranks) == ("RANK_CRASHED", [1765])
