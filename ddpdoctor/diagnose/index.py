@@ -412,6 +412,11 @@ def _script_went_on(evs: list[Event], seen: list[Event]) -> list[Event]:
         if e.kind is EventKind.FAMILY_START and e.rank is None and _SCRIPT_LINE.search(e.text) \
                 and (done or len(_printed_after(e, evs[i + 1:], seen)) >= 2):
             out[i] = replace(e, kind=EventKind.SCRIPT_WENT_ON)
+        elif _helper_refused(e) and (done or len(_ran_after(e, evs[i + 1:], seen)) >= 2):
+            # a helper of the set-up refused its command line ("conda: error: argument
+            # COMMAND: invalid choice: 'activate'", XH9_megatron_ds_2node_nccl_socket_abort)
+            # and the script went on to launch the job, whose ranks then printed
+            out[i] = replace(e, kind=EventKind.SCRIPT_WENT_ON)
         elif _step_report(e) and e.lineno < done_at.get(e.source, -1):
             # srun reports a step's task when the step ends: one reported before the
             # trainer's completion line (of the same log) ended an earlier step of the
@@ -422,6 +427,20 @@ def _script_went_on(evs: list[Event], seen: list[Event]) -> list[Event]:
 
 def _step_report(e: Event) -> bool:
     return e.kind is EventKind.FLOOR and e.data.get("pattern") == "slurm.task"
+
+
+def _helper_refused(e: Event) -> bool:
+    """A program's own command-line refusal (argparse's "PROG: error: ...") with no rank,
+    by a program that is not a Python script (the trainer's is the ranks' own failure)."""
+    prog = e.get_str("prog")
+    return e.kind is EventKind.CLI_ERROR and e.rank is None and bool(prog) \
+        and not prog.split()[0].endswith(".py")
+
+
+def _ran_after(e: Event, later: list[Event], seen: list[Event]) -> set[int]:
+    """The ranks that printed after ``e``: their own lines, not a launcher's report of them
+    (torchrun's summary names the ranks that died of ``e``)."""
+    return _printed_after(e, [x for x in later if x.kind not in _REPORTS], seen)
 
 
 def _printed_after(e: Event, later: list[Event], seen: list[Event]) -> set[int]:
