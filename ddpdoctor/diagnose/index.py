@@ -273,7 +273,11 @@ def _world_of_copies(evs: list[Event], copies: list[int], lost: list[int]) -> tu
     """How many processes the copies at ``copies`` (and the tracebacks at ``lost``) may be
     one each of, and why; 0 where they are not copies of one error or the log does not
     size the world."""
-    shapes = {(evs[i].kind, _DIGITS.sub("#", evs[i].get_str("exception"))) for i in copies}
+    # an OOM's copies differ in their numbers only (the GPU's index); any other error's
+    # copies say the very same words
+    shapes = {(evs[i].kind, _DIGITS.sub("#", evs[i].get_str("exception"))
+               if evs[i].kind is EventKind.CUDA_OOM else evs[i].get_str("exception"))
+              for i in copies}
     if len(shapes) != 1 or lost and evs[copies[0]].kind is not EventKind.EXCEPTION:
         return 0, ""
     world = _one_node_world(evs)
@@ -429,12 +433,18 @@ def _step_report(e: Event) -> bool:
     return e.kind is EventKind.FLOOR and e.data.get("pattern") == "slurm.task"
 
 
+# the launchers' own parsers' names in argparse's "PROG: error: ..."
+LAUNCHER_PROG = re.compile(r"(?i)^(?:torchrun|accelerate\b.*|deepspeed)$")
+
+
 def _helper_refused(e: Event) -> bool:
     """A program's own command-line refusal (argparse's "PROG: error: ...") with no rank,
-    by a program that is not a Python script (the trainer's is the ranks' own failure)."""
+    by a helper of the set-up: not a Python script (the trainer's is the ranks' own
+    failure), not a launcher (one node's launcher refusing while another's ranks start
+    and wait is the job's failure)."""
     prog = e.get_str("prog")
     return e.kind is EventKind.CLI_ERROR and e.rank is None and bool(prog) \
-        and not prog.split()[0].endswith(".py")
+        and not prog.split()[0].endswith(".py") and not LAUNCHER_PROG.search(prog)
 
 
 def _ran_after(e: Event, later: list[Event], seen: list[Event]) -> set[int]:
@@ -545,14 +555,17 @@ def _every_node_reported(evs: list[Event], layouts: set[tuple[int | None, int | 
     with the rank it is given; which node's report is which cannot be told, so they are
     given in node order (the set of ranks is what is known)."""
     sizes = {(n, p) for n, p, _ in layouts}
+    if len(sizes) != 1:
+        return {}
+    nnodes, procs = sizes.pop()
     nodes = sorted({node for _, _, node in layouts if node is not None})
-    nnodes, procs = next(iter(sizes))
-    if len(sizes) != 1 or nnodes is None or procs is None or nodes != list(range(nnodes)):
+    if nnodes is None or procs is None or nodes != list(range(nnodes)):
         return {}
     by_local: dict[int, list[tuple[str, int]]] = {}
     for e in evs:
         local = e.get_int("process")
-        if e.kind is EventKind.PROCESS_EXIT and _deepspeed_report(e) and local is not None:
+        if e.kind is EventKind.PROCESS_EXIT and e.data.get("launcher") == "deepspeed" \
+                and local is not None:
             by_local.setdefault(local, []).append((e.source, e.lineno))
     why = ("DeepSpeed's layouts: every node's launcher reported local rank {0} (which "
            "report is whose cannot be told)")

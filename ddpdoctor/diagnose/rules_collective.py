@@ -660,16 +660,24 @@ def store_barrier(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]
         return []
     waiting = {e.typed("rank", int) for e in evs if "rank" in e.data
                and e.get_int("world_size", 0) == world}
+    # the store's host waiting for its clients: rank 0 where its line names no rank
+    host = [e for e in evs if e.data.get("store_host")]
+    waiting |= {e.rank if e.rank is not None else 0 for e in host}
     missing = sorted(set(range(world)) - waiting)
     named = missing if len(missing) == world - joined else []
     who = f": rank {format_ranks(named)}" if named else ""
     # at the barrier's deadline the waiting ranks raise: the missing ones never entered a
-    # collective the others timed out in; still waiting, they are stuck (or never started)
+    # collective the others timed out in; still waiting, they are stuck (or never started).
+    # The store's host timing out waits for ranks that never reached the store at all.
     timed_out = any(e.data.get("timed_out") for e in evs)
-    return [verdict(ix, "HANG_RANK_MISSING_COLLECTIVE" if timed_out else "RANK_UNRESPONSIVE",
+    where = (f"the store's host waited {host[-1].data['seconds']} s for them "
+             f"({joined}/{world} clients joined)" if host else
+             f"the others {'timed out' if timed_out else 'wait'} in its store barrier "
+             f"(worker_count={joined})")
+    fid = "HANG_RANK_MISSING_COLLECTIVE" if timed_out and not host else "RANK_UNRESPONSIVE"
+    return [verdict(ix, fid,
                     f"{world - joined} of {world} ranks never reached init_process_group{who}; "
-                    f"the others {'timed out' if timed_out else 'wait'} in its store barrier "
-                    f"(worker_count={joined})", evs,
+                    f"{where}", evs,
                     {"waiting_ranks": sorted(waiting), "world_size": world,
                      "worker_count": joined,
                      "hint": "the missing rank is stuck before init_process_group (an import, "

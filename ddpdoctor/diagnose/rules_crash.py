@@ -10,6 +10,7 @@ from ddpdoctor.core.signames import signal_name
 from ddpdoctor.diagnose.events import CASCADE, Event
 from ddpdoctor.diagnose.events import EventKind as K
 from ddpdoctor.diagnose.index import (
+    LAUNCHER_PROG,
     MAIN_FIRST_HINT,
     WAITING_FRAME,
     EventIndex,
@@ -321,9 +322,6 @@ _LOCAL_RANK_VALUE = re.compile(r"(--local[-_]rank)=\d+")
 
 # argparse's prog of a launcher, never a training script's: torchrun, accelerate's
 # subcommands ("Accelerate launch command", "accelerate <command> [<args>] launch"), deepspeed
-_LAUNCHER_PROG = re.compile(r"(?i)^(?:torchrun|accelerate\b.*|deepspeed)$")
-
-
 def command_line(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """The script's argparse refused its command line: each process printed its usage and
     exited 2 before training. ``torch.distributed.launch`` adds ``--local_rank=N`` (torch
@@ -339,7 +337,7 @@ def command_line(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         + [e for e in ix.root_failures if e.data.get("exit_code") == 2])
     message = refused[0].get_str("message")
     prog = refused[0].get_str("prog")
-    if _LAUNCHER_PROG.search(prog):
+    if LAUNCHER_PROG.search(prog):
         # the launcher's own parser: it started no rank, the launch command is wrong
         return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the launcher ({prog}) refused its "
                         f'command line, no rank started: "{cut(message, 160)}"', refused,
@@ -479,13 +477,16 @@ _NUMERIC = re.compile(r"(?i:\b(?:nan|inf)\b[^\n]{0,80}\bdiverged\b)")
 
 def _numeric_in_training(ix: EventIndex, msg: str, evs: list[Event]) -> bool:
     """Python's FloatingPointError (numpy's seterr: "divide by zero encountered in divide",
-    "overflow encountered in exp") raised after the job printed a loss: the numbers of the
-    training went non-finite. Before any loss (a data set's statistics, a preprocessing
-    step) it is the code's own error, a crash like any other."""
+    "overflow encountered in exp") raised after the job printed a loss (before it in its
+    file, or in another file of the job): the numbers of the training went non-finite.
+    Before any loss (a data set's statistics, a preprocessing step) it is the code's own
+    error, a crash like any other."""
     if not msg.startswith("FloatingPointError"):
         return False
     first = min(evs, key=ix.pos)
-    return any(e.source == first.source and e.lineno < first.lineno
+    # another file's losses (a rank's own log) count wherever they are: files hold no
+    # common order, and a loss printed at all means the training had started
+    return any(e.source != first.source or e.lineno < first.lineno
                for e in ix.of(K.LOSS_VALUE))
 _MEMORY = re.compile(r"OutOfMemory|\bMemoryError\b|out of memory|running low on memory|"
                      r"Cannot allocate memory|can't allocate memory", re.IGNORECASE)
@@ -527,16 +528,21 @@ def at_once(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     node's ranks exit at once is not in these lines (XG9_nemo_k8s_3600rank_launcher_only_
     exit1: 3,600 ranks, exit code 1 at 21:41:00 on every pod)."""
     roots = list(ix.root_failures)
-    if earlier or len({e.get_str("host") for e in roots}) < 2:
+    hosts_named = {e.get_str("host") for e in roots}
+    if earlier or len(hosts_named) < 2:
         return []
     if len({e.get_str("time") for e in roots}) != 1 or not roots[0].get_str("time") \
             or len({e.get_int("exit_code") for e in roots}) != 1:
         return []
-    if any(e.is_failure and e.kind not in _LAUNCHER_SAID and not is_teardown(e)
+    # only the launchers' reports: any other failure line (a rank's own, the scheduler's
+    # stated reason such as a node failure) says more than "at once"
+    if any(e.is_failure and not is_teardown(e) and (
+            e.kind not in _LAUNCHER_SAID
+            or e.kind is K.FLOOR and not str(e.data.get("pattern", "")).startswith("elastic."))
            for e in ix.events):
         return []
     code = roots[0].get_int("exit_code")
-    hosts = len({e.get_str("host") for e in roots})
+    hosts = len(hosts_named)
     return [verdict(ix, "UNRECOGNIZED_FAILURE", f"the ranks torchrun named first on {hosts} "
                     f"nodes (rank {fmt(roots)}) all exited with code {code} in the same "
                     f"second ({roots[0].get_str('time')}): no rank failed before the others, "
@@ -711,12 +717,12 @@ _CLOSED = re.compile(r"Connection closed by (?:remote )?peer")
 # "System call (socket, malloc, munmap, etc) failed."); in a container the usual one is
 # shm_open / mmap of /dev/shm (XG3_dekr_docker_nccl_system_error_ipc,
 # J1_nccl_tests_unhandled_system_error_docker_ipc_host: fixed by docker --ipc=host)
-_SYSTEM_HINT = ("NCCL's own system call failed (socket, shared memory, malloc): in a "
-                "container, /dev/shm too small is the usual cause (docker run --ipc=host or "
-                "--shm-size=8g; Kubernetes: an emptyDir with medium: Memory at /dev/shm); "
-                "else rerun with NCCL_DEBUG=INFO, whose WARN line names the call and its errno "
-                "(a socket's: the interface NCCL chose, NCCL_SOCKET_IFNAME, or a container's "
-                "bridge network between nodes)")
+_SYSTEM_HINT = ("NCCL's own system call failed: rerun with NCCL_DEBUG=INFO, whose WARN line "
+                "names the call and its errno. Shared memory (shm_open, mmap): in a "
+                "container /dev/shm is often too small (docker run --ipc=host or "
+                "--shm-size=8g; Kubernetes: an emptyDir with medium: Memory at /dev/shm). A "
+                "socket: the interface NCCL chose (NCCL_SOCKET_IFNAME), or a container's "
+                "bridge network between nodes")
 
 
 def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -734,10 +740,10 @@ def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                          "hint": f"read the logs of the ranks on {host} (their exit code, "
                                  "an OOM kill in dmesg, a node that went away)"}, ranks=[])]
     peer = next((e.data for e in evs if e.data.get("address")), {})
-    ev: dict[str, object] = {"hint": _SYSTEM_HINT if not peer and all(
-        e.kind is K.NCCL_SYSTEM for e in evs) else "a peer exited or the network failed; if "
-        "no rank crashed, rerun with NCCL_DEBUG=INFO and check the interface "
-        "(NCCL_SOCKET_IFNAME)"}
+    system_only = not peer and all(e.kind is K.NCCL_SYSTEM for e in evs)
+    ev: dict[str, object] = {"hint": _SYSTEM_HINT if system_only else "a peer exited or the "
+                             "network failed; if no rank crashed, rerun with NCCL_DEBUG=INFO "
+                             "and check the interface (NCCL_SOCKET_IFNAME)"}
     with_peer = ""
     if peer:
         ev["peer"] = f"{peer['address']}:{peer['port']}"
@@ -750,8 +756,7 @@ def comm(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         return [verdict(ix, "COMM_CONNECTIVITY", f"NCCL failed first on rank {fmt(origin)}: "
                         f"{cut(first, 100)}; rank {fmt(victims)} then saw "
                         "their connections closed by them", origin + evs, ev, ranks=ranks)]
-    what = ("NCCL's own system call failed" if ev["hint"] is _SYSTEM_HINT
-            else "NCCL lost a connection")
+    what = "NCCL's own system call failed" if system_only else "NCCL lost a connection"
     return [verdict(ix, "COMM_CONNECTIVITY", f"{what}{on_rank(evs)}{with_peer}: "
                     f"{cut(evs[0].text, 120)}", evs, ev, ranks=[])]
 

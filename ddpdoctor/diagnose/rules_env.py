@@ -326,6 +326,11 @@ def families(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                              "DistributedSampler: every rank reads the whole dataset")):
         evs = [e for e in ix.of(kind) if e.rank not in taken or e.rank is None]
         if evs and not earlier:
+            if kind is K.FAMILY_START and all(_CANT_OPEN in e.text for e in evs):
+                # the rank's own Python started and could not open its script: the rank's
+                # process failed (as an import error would), not the launcher
+                fid, what = "RANK_CRASHED", ("the rank's Python could not open the script it "
+                                             "was told to run")
             # the job died of it: an error, whatever the id's default (ENV_LIMITS warns)
             # one space per run, and execve(): no empty slot in a title
             quoted = cut(" ".join(evs[0].text.replace("()", "").split()), 160)
@@ -334,6 +339,8 @@ def families(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return out
 
 
+# CPython's words for a script path it cannot open (python: can't open file 'x': [Errno 2])
+_CANT_OPEN = "can't open file"
 _STORE_WAITED = re.compile(r"clients joined|waiting for clients")
 
 

@@ -240,9 +240,16 @@ def stopped_from_outside(e: Event) -> bool:
     return e.kind is K.FLOOR and (_bare_cancel(e) or _stop_reason(e) in _OUTSIDE)
 
 
+# a launch or a process group starting: a run after an earlier one's completion line
+_STARTS = (K.LAUNCH_START, K.LAUNCH_LAYOUT, K.RANK_ANNOUNCE, K.NCCL_COMM_INIT)
+
+
 def _done_before(ix: EventIndex, e: Event) -> bool:
-    """The trainer said its training completed before ``e`` (in the same log)."""
-    return any(d.source == e.source and d.lineno < e.lineno for d in ix.of(K.JOB_DONE))
+    """The trainer said its training completed before ``e`` (in the same log), and no run
+    started after that line (a second launch in one file that never finished is not)."""
+    done = [d.lineno for d in ix.of(K.JOB_DONE) if d.source == e.source and d.lineno < e.lineno]
+    return bool(done) and not any(s.source == e.source and max(done) < s.lineno < e.lineno
+                                  for s in ix.of(*_STARTS))
 
 
 def _scheduler_stop(ix: EventIndex, hits: list[Event]) -> Verdict | None:

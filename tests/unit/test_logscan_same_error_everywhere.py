@@ -97,3 +97,19 @@ def test_the_first_failure_is_the_earliest_by_time_not_by_place_in_the_file(tmp_
     assert "rank      : 1765" in lines[59]
     [f, *_] = findings_in(tmp_path, "".join(lines))
     assert (f.id, f.ranks) == ("RANK_CRASHED", [1765])
+
+
+def test_a_schedulers_stated_reason_beside_the_summaries_is_not_at_once(tmp_path):
+    # a node failure the scheduler names (K1_slurm_node_failure_after_validation_step_
+    # cancelled_m4_jz's own line) says why every node exited: not "no culprit, at once"
+    node = lines_of(REAL / "K1_slurm_node_failure_after_validation_step_cancelled_m4_jz.log",
+                    *_line_of("K1_slurm_node_failure_after_validation_step_cancelled_m4_jz",
+                              "DUE TO NODE FAILURE"))
+    found = findings_in(tmp_path, lines_of(XG9, 1, 63) + node)
+    assert not any("in the same second" in f.title for f in found)
+
+
+def _line_of(name: str, needle: str) -> tuple[int, int]:
+    lines = (REAL / f"{name}.log").read_text().splitlines()
+    n = next(i for i, x in enumerate(lines, 1) if needle in x)
+    return n, n

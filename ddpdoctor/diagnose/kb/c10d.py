@@ -330,6 +330,23 @@ SIGNATURES += (
                  {"rank": 94, "world_size": 256, "worker_count": 247}),),
         convert={"rank": int, "world_size": int, "worker_count": int},
         extra=lambda m: {"timed_out": True}),
+    # TCPStore's server waits at start-up until world_size clients have connected; at its
+    # deadline init_process_group raises this in the process that hosts it (rank 0 of an
+    # env:// or tcp:// rendezvous: torch/distributed/rendezvous.py, start_daemon = rank
+    # == 0). The count includes the host's own client: the rest never reached the store.
+    Signature(
+        "c10d.store_clients_timeout", K.STORE_BARRIER_WAIT, "clients joined",
+        r"Timed out after (?P<seconds>\d+) seconds waiting for clients\. "
+        r"(?P<worker_count>\d+)/(?P<world_size>\d+) clients joined",
+        "RANK_UNRESPONSIVE", "torch 2.x (the TCPStore server's wait for its clients)",
+        (Example("torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
+                 "clients. 1/16 clients joined.",
+                 "https://github.com/LoucaVuilleumier/Anemoi_S2S_experiment/blob/144ff63dd07c6"
+                 "d6213c49034dca31f9097bff7d4/Anemoi_S2S_experiment/slurm_scripts/output_slurm/"
+                 "finetuning_10k_default-39501466.out",
+                 {"seconds": 1801, "worker_count": 1, "world_size": 16}),),
+        convert={"seconds": int, "world_size": int, "worker_count": int},
+        extra=lambda m: {"timed_out": True, "store_host": True}),
 )
 
 # What each rank says at process-group start-up, and what says every member came: the
