@@ -139,8 +139,11 @@ def _first_failure(evs: list[Event]) -> tuple[list[Event], Event | None]:
         return evs, None
     i = agents[0]
     first = evs[i]
+    if _legacy_launch(first):
+        evs = _unnamed_legacy_report(evs, first)
     rank = first.rank
-    if rank is None and _local_is_global(evs, first.get_int("local_rank")):
+    if rank is None and not _legacy_launch(first) \
+            and _local_is_global(evs, first.get_int("local_rank")):
         rank = first.get_int("local_rank")
     evs[i] = replace(first, rank=rank, data={**first.data, "first": True})
     return evs, evs[i]
@@ -160,10 +163,21 @@ def _earliest_roots(evs: list[Event]) -> list[Event]:
             if id(e) in later else e for e in evs]
 
 
+def _unnamed_legacy_report(evs: list[Event], report: Event) -> list[Event]:
+    """The floor's copy of the legacy launcher's report read the same --local_rank: it
+    names no rank either (_legacy_launch)."""
+    return [replace(e, rank=None, rank_from="") if e.kind is EventKind.FLOOR
+            and (e.source, e.lineno) == (report.source, report.lineno) else e for e in evs]
+
+
 def _legacy_launch(e: Event) -> bool:
-    """torch.distributed.launch (torch < 1.9) raising CalledProcessError for the child it
-    waited on: the child's --local_rank names the process that died (DeepSpeed's launcher
-    names every child it killed the same way, and is read by _node_local_ranks)."""
+    """torch.distributed.launch (torch < 1.9) raising CalledProcessError for a child that
+    failed. Its ``cmd`` is the loop variable of the spawning loop: the LAST child's command
+    whichever child failed (torch/distributed/launch.py, v1.8: ``raise
+    subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)`` after ``for
+    local_rank in range(0, args.nproc_per_node): ... cmd = [...]``), as DeepSpeed's launcher,
+    derived from it: its --local_rank names no failed rank, it says the node ran that many
+    plus one processes (_one_node_world)."""
     return e.data.get("launcher") == "torch.distributed.launch" and "local_rank" in e.data
 
 
@@ -282,7 +296,7 @@ def _world_of_copies(evs: list[Event], copies: list[int], lost: list[int]) -> tu
         return 0, ""
     world = _one_node_world(evs)
     if world:
-        return world, f"DeepSpeed's layout: {world} ranks on one node"
+        return world, f"the launcher's layout: {world} ranks on one node"
     if all(evs[i].data.get("spawn_bootstrap") for i in copies) and not lost:
         return len(copies), (f"{len(copies)} spawned processes on one node, each failed "
                              "while starting")
@@ -480,7 +494,8 @@ def _left_by_elimination(evs: list[Event]) -> list[Event]:
     OOM with no rank, rank 1's watchdog timeout, two ranks). A named rank with an error of
     its own, a rank beyond the world, or two ranks left: nothing is given."""
     procs = _one_node_world(evs)
-    named = {e.rank for e in evs if e.rank is not None}
+    # named by their own lines (waiting), not by a launcher's report of them
+    named = {e.rank for e in evs if e.rank is not None and e.kind not in _REPORTS}
     if not procs or not named or max(named) >= procs:
         return evs
     left = set(range(procs)) - named
@@ -496,13 +511,21 @@ def _left_by_elimination(evs: list[Event]) -> list[Event]:
 
 
 def _one_node_world(evs: list[Event]) -> int:
-    """The number of ranks of a job one DeepSpeed launcher ran on one node, or 0."""
+    """The number of ranks of a job one launcher ran on one node, or 0: DeepSpeed's layout
+    line, or torch.distributed.launch's CalledProcessError, whose command is its last
+    child's (--local_rank=N: N + 1 processes) where nothing says the node is one of
+    several."""
     layouts = {(e.get_int("nnodes"), e.get_int("num_local_procs"))
                for e in evs if e.kind is EventKind.LAUNCH_LAYOUT}
-    if len(layouts) != 1:
+    if len(layouts) == 1:
+        nnodes, procs = next(iter(layouts))
+        return (procs or 0) if nnodes == 1 else 0
+    last = {e.get_int("local_rank") for e in evs
+            if e.kind is EventKind.PROCESS_EXIT and _legacy_launch(e)}
+    if layouts or len(last) != 1 or _several_nodes(evs):
         return 0
-    nnodes, procs = next(iter(layouts))
-    return (procs or 0) if nnodes == 1 else 0
+    n = last.pop()
+    return n + 1 if n is not None else 0
 
 
 def _own_failure(e: Event) -> bool:

@@ -71,13 +71,10 @@ def test_the_same_report_after_the_completion_line_is_the_ranks_exit(tmp_path):
     assert found[0].title.startswith("rank 0 crashed at exit")
 
 
-def test_the_legacy_launchers_report_names_the_child_that_died():
-    assert errors_of(findings_of(ORDINAL)) == [("GPU_DEVICE_MAPPING", [1])]
-
-
-def test_the_local_rank_of_the_report_decides(tmp_path):
-    text = ORDINAL.read_text().replace("'--local_rank=1'", "'--local_rank=0'")
-    assert errors_of(findings_in(tmp_path, text)) == [("GPU_DEVICE_MAPPING", [0])]
+def test_the_legacy_launchers_report_names_no_child():
+    # its command is the spawning loop's last (torch/distributed/launch.py v1.8), whichever
+    # child died: --local_rank=1 says two processes ran, not which failed
+    assert errors_of(findings_of(ORDINAL)) == [("GPU_DEVICE_MAPPING", [])]
 
 
 def test_processes_waiting_on_the_device_while_others_are_elsewhere_are_a_hang():

@@ -30,6 +30,9 @@ L1 = REAL / "L1_deepspeed_launcher_nameerror_rc0.log"
     ("L1_deepspeed_launcher_nameerror_rc0", [0, 1]),
     ("X25_megads_2rank_vocab_path_filenotfound", [0, 1]),
     ("X37_mpspawn_notebook_fn_not_picklable_4ranks", [0, 1, 2, 3]),
+    # torch.distributed.launch's CalledProcessError carries its last child's command
+    # (--local_rank=1): two processes, both raised the same ModuleNotFoundError
+    ("XI1_mmdet_devit_2gpu_import_error_both_ranks", [0, 1]),
 ])
 def test_one_copy_per_process_names_every_rank(name, ranks):
     assert errors_of(findings_of(REAL / f"{name}.log"))[:1] == [("RANK_CRASHED", ranks)]
