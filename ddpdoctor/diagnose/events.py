@@ -105,6 +105,9 @@ class EventKind(str, Enum):
     NATIVE_FRAME = "native_frame"  # a gdb/faulthandler frame: "#0 0x... in f () at file"
     BUSY = "busy"  # informational: a rank's progress line ("Running predictions on rank=0")
     JOB_DONE = "job_done"  # informational: a trainer saying its training completed
+    # informational: a warning or an error record the job's progress followed (a connect
+    # it tried again, a banner logged at an error level): it did not stop the job
+    OUTLIVED = "outlived"
     # informational: torch.nn.DataParallel's re-raise ("Caught X in replica N on device N"):
     # one process drives every GPU, so the job has one rank (index._one_process)
     ONE_PROCESS = "one_process"
@@ -202,7 +205,7 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.NATIVE_FRAME, EventKind.BUSY, EventKind.NCCL_NET,
                            EventKind.NCCL_IFACES, EventKind.NCCL_COMM_INIT,
                            EventKind.SCALER_SKIP, EventKind.ADVICE, EventKind.STACK_HEADER,
-                           EventKind.LOSS_VALUE, EventKind.JOB_DONE,
+                           EventKind.LOSS_VALUE, EventKind.JOB_DONE, EventKind.OUTLIVED,
                            EventKind.ONE_PROCESS, EventKind.LAUNCH_LAYOUT, EventKind.NODE_RANK,
                            EventKind.IGNORED_EXCEPTION, EventKind.HOST_MEMORY,
                            EventKind.LAUNCH_SUCCEEDED, EventKind.RANK_ANNOUNCE,
@@ -225,6 +228,7 @@ class Event:
     data: Mapping[str, object] = field(default_factory=dict)
     repeats: int = 0  # identical-kind lines past the cap, counted here
     rank_from: str = ""  # set when the rank was not on the line itself
+    last_lineno: int = 0  # the line of the last of ``repeats`` (0: none)
 
     @property
     def where(self) -> str:

@@ -10,6 +10,7 @@ from typing import Literal
 
 from ddpdoctor.core.findings import Finding, Severity, format_ranks
 from ddpdoctor.diagnose.events import CASCADE, Event, EventKind
+from ddpdoctor.diagnose.launches import went_on_after
 
 # Frames where a process waits: a collective, a store, a launcher or a loader waiting on its
 # children, a sleep. A process stopped or failing there was waiting for another.
@@ -45,7 +46,7 @@ class EventIndex:
         evs = _attribute_unprefixed(_one_per_failed_rank(_one_per_process(evs)),
                                     root.rank if root else None)
         evs = _left_by_elimination(evs)
-        evs = _script_went_on(_one_process(_done_then_trained(evs)), seen)
+        evs = _script_went_on(_one_process(_done_then_trained(_outlived(evs))), seen)
         by_kind: dict[EventKind, list[Event]] = {}
         for e in evs:
             by_kind.setdefault(e.kind, []).append(e)
@@ -400,6 +401,20 @@ def launchers_own(e: Event) -> bool:
 # found", an MLPerf run's set-up)
 _SCRIPT_LINE = re.compile(r"(?:\bline \d+: .*|^(?:sudo|env|bash|sh|zsh)(?:: \d+)?: \S+)"
                           r": command not found$")
+
+
+def _outlived(evs: list[Event]) -> list[Event]:
+    """c10d's client warns of each connect that failed and tries again ("[W socket.cpp:697]
+    [c10d] The client socket has failed to connect to [localhost]:40111 (errno: 99 ...)"),
+    and a program may log a banner at an error level ("CRITICAL:root:PRETRAINING"): where
+    the job's progress follows them (its losses, its word that training completed) they did
+    not stop it (XI3_ijepa_in100_4rank_pretrain_healthy: 300 epochs after both)."""
+    def outlived(e: Event) -> bool:
+        warned = e.kind in (EventKind.CONNECT_TIMEOUT, EventKind.CONN_REFUSED) \
+            and e.data.get("level") == "W"
+        logged = e.kind is EventKind.FLOOR and e.data.get("pattern") == "python_logging.error"
+        return (warned or logged) and went_on_after(evs, e)
+    return [replace(e, kind=EventKind.OUTLIVED) if outlived(e) else e for e in evs]
 
 
 def _done_then_trained(evs: list[Event]) -> list[Event]:

@@ -54,3 +54,17 @@ def split(events: Sequence[Event]) -> Split | None:
     if losses < MIN_LOSSES and len(after) == losses:
         return None
     return Split(tuple(events[:at]), tuple(events[at:]), events[at], len(after))
+
+
+def went_on_after(events: Sequence[Event], e: Event) -> bool:
+    """The job went on after ``e`` (in its log): a trainer's losses (MIN_LOSSES of them)
+    or its word that training completed came later. A warning's retry that then connected,
+    a banner logged at an error level: what the job did next says they did not stop it."""
+    later = [x for x in events if x.source == e.source and x.lineno > e.lineno
+             and x.kind in WENT_ON]
+    # losses past the scanner's cap are counted on the last kept one, which says where
+    # the last of them was: the job printed them after ``e`` too
+    capped = any(x.source == e.source and x.kind is K.LOSS_VALUE and x.last_lineno > e.lineno
+                 and x.repeats >= MIN_LOSSES for x in events)
+    return capped or any(x.kind is not K.LOSS_VALUE for x in later) or \
+        sum(x.kind is K.LOSS_VALUE for x in later) >= MIN_LOSSES

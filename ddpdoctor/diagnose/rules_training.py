@@ -20,6 +20,7 @@ from ddpdoctor.diagnose.index import (
     verdict,
 )
 from ddpdoctor.diagnose.kb.process import size_bytes
+from ddpdoctor.diagnose.launches import went_on_after
 from ddpdoctor.diagnose.rules_dataloader import RULE as DATALOADER
 
 
@@ -301,10 +302,25 @@ def _allocator_oom(ix: EventIndex, cpu: list[Event]) -> list[Verdict]:
 
 
 def _routine_overflow(nan: list, ix: EventIndex) -> bool:
-    """One non-finite gradient norm in a log whose loss scaler skips steps: the logged
-    norm of a step fp16's scaler skipped, routine while the scale settles."""
-    return (len(nan) == 1 and nan[0].data.get("metric") == "grad_norm"
-            and bool(ix.of(K.SCALER_SKIP)))
+    """Non-finite gradient norms only (the loss stays finite) in a run with a dynamic loss
+    scaler (it says it skips steps, or the lines carry its scale): the logged norms of
+    steps fp16's scaler skipped, routine while the scale settles. One such norm in a log
+    whose scaler says it skips steps; or any, where the job's losses went on after the last
+    (a scale that halved and recovered: XI3_cs503_nano4m_2node_gradnorm_nan_healthy)."""
+    if not all(e.data.get("metric") == "grad_norm" for e in nan):
+        return False
+    if len(nan) == 1 and ix.of(K.SCALER_SKIP):
+        return True
+    scaled = bool(ix.of(K.SCALER_SKIP)) or all(_SCALE.search(e.text) for e in nan)
+    return scaled and went_on_after(ix.events, nan[-1])
+
+
+# a dynamic loss scaler's value on a trainer's progress line ("loss_scale: 131072.0000")
+_SCALE = re.compile(r"(?i)\bloss[ _]scale\b")
+
+
+def _count(nan: list) -> str:
+    return "one logged gradient norm" if len(nan) == 1 else f"{len(nan)} logged gradient norms"
 
 
 def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -313,9 +329,10 @@ def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         return []
     if _routine_overflow(nan, ix):  # said, as what it most likely is: no failure
         return [verdict(ix, "GRAD_NONFINITE",
-                        f"one logged gradient norm was {nan[0].data.get('value', 'inf')} in "
-                        "a run whose fp16 loss scaler skips steps: most likely the norm of "
-                        "a skipped step (routine while the scale settles)", nan,
+                        f"{_count(nan)} was {nan[0].data.get('value', 'inf')} in a run "
+                        "whose fp16 loss scaler skips steps, and training went on: most "
+                        "likely the norm of a skipped step (routine while the scale "
+                        "settles)", nan,
                         {"why": "the scaler skipped steps in this log, and no other metric "
                                 "is non-finite"}, ranks=ranks_of(nan), severity="warning")]
     first = nan[0]

@@ -540,7 +540,8 @@ class LineScanner:
         key = (kind, rank)
         count, at = self._last.get(key, (0, -1))
         if at >= 0 and count >= MAX_EVENTS_PER_KIND:
-            self.events[at] = replace(self.events[at], repeats=self.events[at].repeats + 1)
+            self.events[at] = replace(self.events[at], repeats=self.events[at].repeats + 1,
+                                      last_lineno=line.lineno)
             return
         if rank is None and self._spawned is not None:
             data = {**data, "spawn_process": self._spawned}

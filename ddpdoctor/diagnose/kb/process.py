@@ -78,11 +78,12 @@ def _mm_loss(m: re.Match[str]) -> dict[str, object]:
     """OpenMMLab's and any trainer's progress line in the fields Megatron's gives (the
     divergence rule reads ``value`` and ``iteration``)."""
     out: dict[str, object] = {}
-    for key in ("mm_value", "any_value"):
+    for key in ("mm_value", "any_value", "bracket_value", "ml_value"):
         if m[key] is not None:
             out["value"] = float(m[key])
-    if m["iter"] is not None:
-        out["iteration"] = int(m["iter"])
+    for key in ("iter", "bracket_iter", "ml_iter"):
+        if m[key] is not None:
+            out["iteration"] = int(m[key])
     return out
 
 
@@ -335,7 +336,8 @@ SIGNATURES = (
         "metrics.loss_value", K.LOSS_VALUE,
         # (not a bare "loss=": a needle on every line of an ordinary log would make the
         # reader examine every line, docs/benchmarks.md)
-        ("lm loss: ", "'loss': ", "Iter [", "Epoch [", "loss train: "),
+        ("lm loss: ", "'loss': ", "Iter [", "Epoch [", "loss train: ", "] loss: ",
+         "]  eta: "),
         r"(?:iteration\s+(?P<iteration>\d+)\s*/.*?)?(?:\blm loss: |'loss': )"
         r"(?P<value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
         # OpenMMLab's logger (mmcv): the total "loss: " after the parts' ("aux.loss_seg: ")
@@ -344,7 +346,15 @@ SIGNATURES = (
         # a trainer's own progress line: a counter, then its loss ("Epoch 1 | iter 3 step
         # 3 | loss train: 1.288"), where a needle above finds it
         r"|\b(?i:iter(?:ation)?|step|epoch)\b[\s:=#\[]*\d+[^\r\n]{0,120}?(?<![.\w])"
-        r"loss(?: train)?\s*[:=]\s*(?P<any_value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)",
+        r"loss(?: train)?\s*[:=]\s*(?P<any_value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+        # PyTorch's tutorial's "[epoch, batch] loss: x" (its CIFAR-10 classifier's print, and
+        # the trainers that copied it: I-JEPA's "[1,     0] loss: 3.516310e-03 masks: ...")
+        r"|\[\s*\d+,\s*(?P<bracket_iter>\d+)\]\s+loss:\s*"
+        r"(?P<bracket_value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+        # the MetricLogger of DeiT, MAE, DINO and their descendants: "HEADER  [i/n]  eta:
+        # 0:01:02  lr: ...  loss: 3.6128 (4.1114)  ..." (the meter, then its average)
+        r"|\[\s*(?P<ml_iter>\d+)/\d+\]  eta: [^\r\n]*?(?<![.\w])loss: "
+        r"(?P<ml_value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)",
         "GRAD_NONFINITE", "Megatron's iteration line, HF Trainer's metrics dict, OpenMMLab's "
         "iteration line",
         (Example("[default7]: iteration    45000/  115311 | consumed samples:     76002224 | "
@@ -366,9 +376,20 @@ SIGNATURES = (
          Example("Epoch 1 | iter 3 step 3 | loss train: 1.288, val: n/a | iter time: 80074.06"
                  " ms (step)", "https://github.com/hpcac/2024-APAC-HPC-AI/blob/a616bab498fc3fe3"
                  "cc8ab3531110d170489f7cfd/baseline_and_reference/gadi/llama.nodes2.GBS128.MBS32."
-                 "o124452549", {"value": 1.288})),
+                 "o124452549", {"value": 1.288}),
+         Example("INFO:root:[1,     0] loss: 3.516310e-03 masks: 43.0 35.0 [wd: 4.00e-02] [lr: "
+                 "2.00e-04] [mem: 1.58e+04] (11393.9 ms)",
+                 "https://github.com/lazarosgogos/ijepa/blob/c62e6a81e8909a7ad8108c67d3ec937bf7e"
+                 "8edd8/slurm-1873889.out", {"value": 0.00351631}),
+         Example("Training  [23370/38147]  eta: 1:48:06  lr: 0.000236  loss: 3.6137 (4.1112)  "
+                 "tok_rgb@256: 5.8834 (6.4100)  loss_scale: 131072.0000 (246157.4895)  "
+                 "grad_norm: nan (nan)  time: 0.3251  data: 0.0002",
+                 "https://github.com/Mahlia44/2026-Spring-CS503-Visual-Intelligence-Homework/"
+                 "blob/7f1676530b856d6525730b089cc7d2e06c4c208b/NanoFM_Homeworks/"
+                 "multi_node_job.out", {"value": 3.6137})),
         convert={"iteration": int, "value": float, "iter": int, "mm_value": float,
-                 "any_value": float},
+                 "any_value": float, "bracket_iter": int, "bracket_value": float,
+                 "ml_iter": int, "ml_value": float},
         extra=_mm_loss),
     Signature(
         "amp.scaler_skip", K.SCALER_SKIP, "Skipping step",

@@ -1,0 +1,62 @@
+"""Evidence families learned from locked runs 109 and 110 (batches XI3_ and XI4_, scored
+blind first: 8/11 with 2 healthy runs called failed, and 5/7). Real logs (URLs in the
+sidecars).
+
+- A warning of a try the job then made good, or a banner logged at an error level, is no
+  failure where the job's progress follows it: c10d's client warning that a connect
+  failed ("[W socket.cpp:697] ... errno: 99"), I-JEPA's "CRITICAL:root:PRETRAINING", then
+  300 epochs (index._outlived). Cut before any progress, the same lines stay failures.
+- The progress lines of two common trainer formats are losses: PyTorch's tutorial's
+  "[epoch, batch] loss: x" (I-JEPA) and the MetricLogger of DeiT/MAE/DINO/4M ("[i/n]  eta:
+  ...  loss: 3.6128 (4.1114)").
+- Non-finite gradient norms only, on lines that carry a dynamic loss scale that halved,
+  with the losses going on after them, are the norms of steps the fp16 scaler skipped: a
+  warning. Losses the scanner's cap no longer keeps still count as going on (the kept
+  one says where the last of them was).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from logscan_helpers import errors_of, findings_in, findings_of, lines_of
+
+from ddpdoctor.diagnose import LogInput, scan_inputs
+from ddpdoctor.diagnose.events import EventKind
+
+R = Path("tests/fixtures/reallogs")
+IJEPA = R / "XI3_ijepa_in100_4rank_pretrain_healthy.log"
+NANO = R / "XI3_cs503_nano4m_2node_gradnorm_nan_healthy.log"
+
+
+def _losses(path: Path) -> int:
+    evs = scan_inputs([LogInput(str(path), rank_from_path=False)]).events
+    return sum(1 + e.repeats for e in evs if e.kind is EventKind.LOSS_VALUE)
+
+
+def test_warnings_the_jobs_progress_follows_are_no_failure():
+    assert errors_of(findings_of(IJEPA)) == []
+    assert _losses(IJEPA) > 300
+
+
+def test_the_same_connect_warnings_with_nothing_after_stay_a_failure(tmp_path):
+    assert errors_of(findings_in(tmp_path, lines_of(IJEPA, 1, 2)))[0][0] == \
+        "ENV_RENDEZVOUS_UNREACHABLE"
+
+
+def test_a_record_logged_critical_with_nothing_after_stays_a_failure(tmp_path):
+    assert errors_of(findings_in(tmp_path, lines_of(IJEPA, 57, 57)))[0][0] == \
+        "UNRECOGNIZED_FAILURE"
+
+
+def test_scaled_non_finite_norms_the_losses_go_on_after_are_a_warning():
+    found = findings_of(NANO)
+    assert errors_of(found) == []
+    [warn] = [f for f in found if f.id == "GRAD_NONFINITE"]
+    assert warn.severity == "warning" and warn.title.startswith("2 logged gradient norms")
+    assert _losses(NANO) > 300
+
+
+def test_the_same_norms_at_the_end_of_the_log_are_the_failure(tmp_path):
+    found = findings_in(tmp_path, lines_of(NANO, 1, 612))
+    assert errors_of(found)[0][0] == "GRAD_NONFINITE"
