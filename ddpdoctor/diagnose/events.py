@@ -213,6 +213,10 @@ INFORMATIONAL = frozenset({EventKind.NCCL_ENV, EventKind.VERSION, EventKind.DESY
                            EventKind.SCRIPT_WENT_ON, EventKind.LAUNCH_START})
 
 
+# how many of an event's last repeats keep their line numbers (Event.tail_lines)
+TAIL = 3
+
+
 @dataclass(frozen=True)
 class Event:
     """One fact read from a log line."""
@@ -228,11 +232,17 @@ class Event:
     data: Mapping[str, object] = field(default_factory=dict)
     repeats: int = 0  # identical-kind lines past the cap, counted here
     rank_from: str = ""  # set when the rank was not on the line itself
-    last_lineno: int = 0  # the line of the last of ``repeats`` (0: none)
+    # the lines of the last few of ``repeats`` (TAIL of them at most), oldest first
+    tail_lines: tuple[int, ...] = ()
 
     @property
     def where(self) -> str:
         return f"{self.source}:{self.lineno}"
+
+    @property
+    def last_lineno(self) -> int:
+        """The line of the last line this event stands for: itself, or its last repeat."""
+        return self.tail_lines[-1] if self.tail_lines else self.lineno
 
     @property
     def is_failure(self) -> bool:

@@ -57,14 +57,16 @@ def split(events: Sequence[Event]) -> Split | None:
 
 
 def went_on_after(events: Sequence[Event], e: Event) -> bool:
-    """The job went on after ``e`` (in its log): a trainer's losses (MIN_LOSSES of them)
-    or its word that training completed came later. A warning's retry that then connected,
-    a banner logged at an error level: what the job did next says they did not stop it."""
-    later = [x for x in events if x.source == e.source and x.lineno > e.lineno
-             and x.kind in WENT_ON]
-    # losses past the scanner's cap are counted on the last kept one, which says where
-    # the last of them was: the job printed them after ``e`` too
-    capped = any(x.source == e.source and x.kind is K.LOSS_VALUE and x.last_lineno > e.lineno
-                 and x.repeats >= MIN_LOSSES for x in events)
-    return capped or any(x.kind is not K.LOSS_VALUE for x in later) or \
-        sum(x.kind is K.LOSS_VALUE for x in later) >= MIN_LOSSES
+    """The job went on after ``e`` and its repeats (in its log): its word that training
+    completed, or a trainer's losses (MIN_LOSSES of them, of ``e``'s rank where ``e`` has
+    one) came later. A warning's retry that then connected, a banner logged at an error
+    level: what the job did next says they did not stop it. Losses past the scanner's cap
+    count by the lines their kept event recorded (Event.tail_lines)."""
+    end = e.last_lineno
+    mine = [x for x in events if x.source == e.source and (e.rank is None or x.rank in
+                                                           (None, e.rank))]
+    if any(x.kind in WENT_ON and x.kind is not K.LOSS_VALUE and x.lineno > end for x in mine):
+        return True
+    losses = sum((x.lineno > end) + sum(n > end for n in x.tail_lines)
+                 for x in mine if x.kind is K.LOSS_VALUE)
+    return losses >= MIN_LOSSES

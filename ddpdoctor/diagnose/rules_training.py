@@ -309,10 +309,11 @@ def _routine_overflow(nan: list, ix: EventIndex) -> bool:
     (a scale that halved and recovered: XI3_cs503_nano4m_2node_gradnorm_nan_healthy)."""
     if not all(e.data.get("metric") == "grad_norm" for e in nan):
         return False
-    if len(nan) == 1 and ix.of(K.SCALER_SKIP):
+    if sum(1 + e.repeats for e in nan) == 1 and ix.of(K.SCALER_SKIP):
         return True
     scaled = bool(ix.of(K.SCALER_SKIP)) or all(_SCALE.search(e.text) for e in nan)
-    return scaled and went_on_after(ix.events, nan[-1])
+    # the last of them, repeats past the scanner's cap included
+    return scaled and went_on_after(ix.events, max(nan, key=lambda e: e.last_lineno))
 
 
 # a dynamic loss scaler's value on a trainer's progress line ("loss_scale: 131072.0000")
@@ -320,7 +321,8 @@ _SCALE = re.compile(r"(?i)\bloss[ _]scale\b")
 
 
 def _count(nan: list) -> str:
-    return "one logged gradient norm" if len(nan) == 1 else f"{len(nan)} logged gradient norms"
+    n = sum(1 + e.repeats for e in nan)
+    return "one logged gradient norm" if n == 1 else f"{n} logged gradient norms"
 
 
 def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
@@ -333,8 +335,10 @@ def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
                         "whose fp16 loss scaler skips steps, and training went on: most "
                         "likely the norm of a skipped step (routine while the scale "
                         "settles)", nan,
-                        {"why": "the scaler skipped steps in this log, and no other metric "
-                                "is non-finite"}, ranks=ranks_of(nan), severity="warning")]
+                        {"why": "a dynamic loss scaler runs in this log (it skips steps, or "
+                                "its scale is on these lines), no other metric is "
+                                "non-finite, and training went on"},
+                        ranks=ranks_of(nan), severity="warning")]
     first = nan[0]
     ev: dict[str, object] = {}
     if first.kind is K.GRAD_NAN and "function" in first.data:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ddpdoctor.core.signames import killed_by
 from ddpdoctor.diagnose import floor
-from ddpdoctor.diagnose.events import INFORMATIONAL, Event, EventKind
+from ddpdoctor.diagnose.events import INFORMATIONAL, TAIL, Event, EventKind
 from ddpdoctor.diagnose.kb import match_line
 from ddpdoctor.diagnose.kb.signature import Signature
 from ddpdoctor.diagnose.reader import TIME_HEAD, RawLine, split_rank_prefix
@@ -540,8 +540,9 @@ class LineScanner:
         key = (kind, rank)
         count, at = self._last.get(key, (0, -1))
         if at >= 0 and count >= MAX_EVENTS_PER_KIND:
-            self.events[at] = replace(self.events[at], repeats=self.events[at].repeats + 1,
-                                      last_lineno=line.lineno)
+            kept = self.events[at]
+            self.events[at] = replace(kept, repeats=kept.repeats + 1,
+                                      tail_lines=(*kept.tail_lines, line.lineno)[-TAIL:])
             return
         if rank is None and self._spawned is not None:
             data = {**data, "spawn_process": self._spawned}

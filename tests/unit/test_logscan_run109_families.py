@@ -60,3 +60,36 @@ def test_scaled_non_finite_norms_the_losses_go_on_after_are_a_warning():
 def test_the_same_norms_at_the_end_of_the_log_are_the_failure(tmp_path):
     found = findings_in(tmp_path, lines_of(NANO, 1, 612))
     assert errors_of(found)[0][0] == "GRAD_NONFINITE"
+
+
+def test_norms_past_the_cap_that_end_the_log_are_the_failure(tmp_path):
+    # 205 scaler-skipped norms each followed by a finite step, then 30 more and nothing
+    # after: the last of them (past the scanner's cap) ends the log, not a kept one
+    lines = NANO.read_text().splitlines(keepends=True)
+    nan, finite = lines[610], lines[612]
+    assert "grad_norm: nan" in nan and "grad_norm: nan" not in finite
+    text = "".join(lines[:610]) + (nan + finite) * 205 + nan * 30
+    found = findings_in(tmp_path, text)
+    assert errors_of(found)[0][0] == "GRAD_NONFINITE"
+
+
+def test_one_loss_after_a_connect_warning_in_a_long_run_is_not_going_on(tmp_path):
+    # 210 losses before the warnings, one after: the cap's count of repeats is the whole
+    # log's, not what followed the warnings
+    lines = IJEPA.read_text().splitlines(keepends=True)
+    losses = [x for x in lines if "] loss:" in x]
+    text = "".join(lines[2:57]) + "".join(losses[:210]) + "".join(lines[:2]) + losses[210]
+    assert errors_of(findings_in(tmp_path, text))[0][0] == "ENV_RENDEZVOUS_UNREACHABLE"
+
+
+def test_an_evaluation_meter_is_not_a_training_loss():
+    # the MetricLogger's evaluation lines, from the corpus (XC9_healthy_apex_ddp_food101_
+    # overflow_skip, XI3_cs503_nano4m_caption_2node_healthy)
+    from ddpdoctor.diagnose import kb
+    evals = [x for name in ("XC9_healthy_apex_ddp_food101_overflow_skip",
+                            "XI3_cs503_nano4m_caption_2node_healthy")
+             for x in (R / f"{name}.log").read_text().splitlines()
+             if x.startswith(("Validate:  [", "[Eval]/  ["))]
+    assert len(evals) >= 2
+    for line in evals:
+        assert not [s for s, _ in kb.match_line(line) if s.name == "metrics.loss_value"]

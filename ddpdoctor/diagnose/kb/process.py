@@ -353,8 +353,9 @@ SIGNATURES = (
         r"(?P<bracket_value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
         # the MetricLogger of DeiT, MAE, DINO and their descendants: "HEADER  [i/n]  eta:
         # 0:01:02  lr: ...  loss: 3.6128 (4.1114)  ..." (the meter, then its average)
-        r"|\[\s*(?P<ml_iter>\d+)/\d+\]  eta: [^\r\n]*?(?<![.\w])loss: "
-        r"(?P<ml_value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)",
+        # (not its evaluation's: "Test:  [ 0/99]", "Validate:", "[Eval]/")
+        r"|^(?![^\r\n]{0,40}?(?i:test|valid|eval))[^\r\n]{0,60}?\[\s*(?P<ml_iter>\d+)/\d+\]"
+        r"  eta: [^\r\n]*?(?<![.\w])loss: (?P<ml_value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)",
         "GRAD_NONFINITE", "Megatron's iteration line, HF Trainer's metrics dict, OpenMMLab's "
         "iteration line",
         (Example("[default7]: iteration    45000/  115311 | consumed samples:     76002224 | "
