@@ -642,12 +642,19 @@ def stack_dump(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     return out
 
 
+def _unreached_host(ix: EventIndex, evs: list[Event]) -> bool:
+    """The store's host waited, and a rank says it could not reach it: that rank's
+    connection is the cause (the rendezvous rules name it), not ranks stuck in start-up."""
+    return all(e.data.get("store_host") for e in evs) and \
+        bool(ix.of(K.CONNECT_TIMEOUT, K.CONN_REFUSED))
+
+
 def store_barrier(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
     """init_process_group's store barrier (torch < 2.1) waiting: fewer workers than the
     world joined (ranks stuck in start-up, named when every other rank says it waits),
     or more (two jobs, or one launched twice, on one rendezvous address and port)."""
     evs = ix.of(K.STORE_BARRIER_WAIT)
-    if not evs:
+    if not evs or _unreached_host(ix, evs):
         return []
     last = evs[-1]
     world, joined = last.get_int("world_size", 0), last.get_int("worker_count", 0)
