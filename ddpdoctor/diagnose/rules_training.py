@@ -302,18 +302,19 @@ def _allocator_oom(ix: EventIndex, cpu: list[Event]) -> list[Verdict]:
 
 
 def _routine_overflow(nan: list, ix: EventIndex) -> bool:
-    """Non-finite gradient norms only (the loss stays finite) in a run with a dynamic loss
-    scaler (it says it skips steps, or the lines carry its scale): the logged norms of
-    steps fp16's scaler skipped, routine while the scale settles. One such norm in a log
-    whose scaler says it skips steps; or any, where the job's losses went on after the last
-    (a scale that halved and recovered: XI3_cs503_nano4m_2node_gradnorm_nan_healthy)."""
+    """Non-finite gradient norms only (the loss stays finite): the logged norms of steps
+    that were skipped or clipped (fp16's scaler skips them, routine while the scale
+    settles). One such norm in a log whose scaler says it skips steps; or any, where the
+    job's losses went on after the last (a scale that halved and recovered:
+    XI3_cs503_nano4m_2node_gradnorm_nan_healthy)."""
     if not all(e.data.get("metric") == "grad_norm" for e in nan):
         return False
     if sum(1 + e.repeats for e in nan) == 1 and ix.of(K.SCALER_SKIP):
         return True
-    scaled = bool(ix.of(K.SCALER_SKIP)) or all(_SCALE.search(e.text) for e in nan)
-    # the last of them, repeats past the scanner's cap included
-    return scaled and went_on_after(ix.events, max(nan, key=lambda e: e.last_lineno))
+    # the last of them, repeats past the scanner's cap included: finite losses after it
+    # say the step was skipped or clipped, scaler or not (torchtitan's pipeline-parallel
+    # step 1 logs grad_norm inf on every stage, then 1,520 finite steps)
+    return went_on_after(ix.events, max(nan, key=lambda e: e.last_lineno))
 
 
 # a dynamic loss scaler's value on a trainer's progress line ("loss_scale: 131072.0000")
@@ -331,13 +332,15 @@ def nonfinite(ix: EventIndex, earlier: tuple[Verdict, ...]) -> list[Verdict]:
         return []
     if _routine_overflow(nan, ix):  # said, as what it most likely is: no failure
         return [verdict(ix, "GRAD_NONFINITE",
-                        f"{_count(nan)} was {nan[0].data.get('value', 'inf')} in a run "
-                        "whose fp16 loss scaler skips steps, and training went on: most "
-                        "likely the norm of a skipped step (routine while the scale "
-                        "settles)", nan,
-                        {"why": "a dynamic loss scaler runs in this log (it skips steps, or "
-                                "its scale is on these lines), no other metric is "
-                                "non-finite, and training went on"},
+                        f"{_count(nan)} was {nan[0].data.get('value', 'inf')}, and "
+                        "training went on with finite losses: most likely the norm of a "
+                        "step that was skipped (fp16's loss scaler, routine while the scale "
+                        "settles) or clipped", nan,
+                        {"why": "no other metric is non-finite, and the losses after the "
+                                "last of them are finite" + (
+                                    "; a dynamic loss scaler runs in this log"
+                                    if ix.of(K.SCALER_SKIP) or _SCALE.search(nan[0].text)
+                                    else "")},
                         ranks=ranks_of(nan), severity="warning")]
     first = nan[0]
     ev: dict[str, object] = {}

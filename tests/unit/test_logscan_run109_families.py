@@ -93,3 +93,22 @@ def test_an_evaluation_meter_is_not_a_training_loss():
     assert len(evals) >= 2
     for line in evals:
         assert not [s for s, _ in kb.match_line(line) if s.name == "metrics.loss_value"]
+
+
+TITAN = R / "XI5_torchtitan_pp4_slurm_time_limit.log"
+
+
+def test_non_finite_norms_that_finite_losses_follow_are_a_warning_scaler_or_not():
+    # run 111: torchtitan's pipeline stages log grad_norm inf at step 1 (no loss scaler),
+    # then 1,520 finite steps until slurm's time limit: the time limit is the failure
+    found = findings_of(TITAN)
+    assert errors_of(found) == [("UNRECOGNIZED_FAILURE", [])]
+    assert found[0].title.startswith("the scheduler stopped the job (time limit)")
+    assert [f.severity for f in found if f.id == "GRAD_NONFINITE"] == ["warning"]
+
+
+def test_the_same_norms_with_no_step_after_them_are_the_failure(tmp_path):
+    lines = TITAN.read_text().splitlines(keepends=True)
+    last_inf = max(i for i, x in enumerate(lines) if "grad_norm:     inf" in x)
+    assert errors_of(findings_in(tmp_path, "".join(lines[:last_inf + 1])))[0][0] == \
+        "GRAD_NONFINITE"

@@ -337,7 +337,7 @@ SIGNATURES = (
         # (not a bare "loss=": a needle on every line of an ordinary log would make the
         # reader examine every line, docs/benchmarks.md)
         ("lm loss: ", "'loss': ", "Iter [", "Epoch [", "loss train: ", "] loss: ",
-         "]  eta: "),
+         "]  eta: ", "  loss: "),
         r"(?:iteration\s+(?P<iteration>\d+)\s*/.*?)?(?:\blm loss: |'loss': )"
         r"(?P<value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
         # OpenMMLab's logger (mmcv): the total "loss: " after the parts' ("aux.loss_seg: ")
@@ -387,7 +387,12 @@ SIGNATURES = (
                  "grad_norm: nan (nan)  time: 0.3251  data: 0.0002",
                  "https://github.com/Mahlia44/2026-Spring-CS503-Visual-Intelligence-Homework/"
                  "blob/7f1676530b856d6525730b089cc7d2e06c4c208b/NanoFM_Homeworks/"
-                 "multi_node_job.out", {"value": 3.6137})),
+                 "multi_node_job.out", {"value": 3.6137}),
+         Example("[rank3]:2025-10-28 03:55:35,695 - INFO -  step: 1520  loss:  0.1945  "
+                 "grad_norm:  0.0000  memory: 61.39GiB(43.91%)  tps: 860  tflops: 39.40  "
+                 "mfu: 3.98%", "https://github.com/orangingq/torchtitan/blob/ee4151183f909c7a3"
+                 "2d25466532ff0bf1fbd83a4/logs/h200/1027_llama8b/slurm-549.out",
+                 {"value": 0.1945})),
         convert={"iteration": int, "value": float, "iter": int, "mm_value": float,
                  "any_value": float, "bracket_iter": int, "bracket_value": float,
                  "ml_iter": int, "ml_value": float},
