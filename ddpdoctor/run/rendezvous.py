@@ -163,7 +163,7 @@ _RDZV_KINDS = ("connect_timeout", "store_timeout", "conn_refused")
 _C10D_TEXT = re.compile(r"Dist\w*Error|c10::|TCPStore|rendezvous|Ping failed|"
                         r"clients joined|client socket has")
 _FALLOUT_IDS = ("RANK_CRASHED", "COLLECTIVE_TIMEOUT", "ENV_RENDEZVOUS_UNREACHABLE",
-                "UNRECOGNIZED_FAILURE")
+                "UNRECOGNIZED_FAILURE", "RANK_UNRESPONSIVE")
 
 
 def rendezvous_lines(events: Sequence[Event]) -> list[Event]:
@@ -174,7 +174,9 @@ def rendezvous_lines(events: Sequence[Event]) -> list[Event]:
             continue  # "frame #2: c10::DistNetworkError::DistNetworkError(...)": a trace
         kind = e.kind.value
         if kind in _RDZV_KINDS or (kind == "exception" and _RDZV_TEXT.search(
-                str(e.data.get("exception", "")))):
+                str(e.data.get("exception", "")))) or (
+                kind == "store_barrier_wait" and e.data.get("store_host")):
+            # (the store's host waiting for its clients: diagnose's own event for it)
             out.append(e)
     return out
 
